@@ -1,0 +1,3 @@
+//! diorch: a Kubernetes operator for DI-engine's distributed RL jobs (DIJob v2alpha1).
+
+pub mod sandbox;
