@@ -1,3 +1,5 @@
 //! diorch: a Kubernetes operator for DI-engine's distributed RL jobs (DIJob v2alpha1).
 
+pub mod api;
+pub mod operator;
 pub mod sandbox;

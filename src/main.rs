@@ -1,1 +1,106 @@
-fn main() {}
+//! The `diorch` command: the operator, its CRD, and a no-cluster sandbox to try it in.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use tracing_subscriber::EnvFilter;
+
+use diorch::operator::{self, ClusterTarget};
+
+#[derive(Parser)]
+#[command(name = "diorch", version, about = "Kubernetes operator for DI-engine DIJobs")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Print the DIJob CustomResourceDefinition (YAML), e.g. `diorch crd | kubectl apply -f -`.
+    Crd,
+    /// Run the operator against a cluster (the current kubeconfig context by default).
+    Run {
+        /// Kubeconfig file to use instead of KUBECONFIG / ~/.kube/config / in-cluster config.
+        #[arg(long, env = "DIORCH_KUBECONFIG")]
+        kubeconfig: Option<PathBuf>,
+        /// Kubeconfig context to use.
+        #[arg(long)]
+        context: Option<String>,
+    },
+}
+
+fn init_tracing() {
+    // kube's client logs every failed request at ERROR; the operator reports those itself.
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new("info,kube_client::client::builder=off"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+}
+
+async fn shutdown_signal() {
+    // If the handler cannot be installed there is nothing to wait for: run until killed.
+    if tokio::signal::ctrl_c().await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Crd => {
+            print!("{}", diorch::api::crd::dijob_crd_yaml()?);
+            Ok(())
+        }
+        Command::Run {
+            kubeconfig,
+            context,
+        } => {
+            let conn = operator::connect(&ClusterTarget {
+                kubeconfig,
+                context,
+            })
+            .await?;
+            operator::run(conn, shutdown_signal()).await?;
+            Ok(())
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(error) => {
+            eprintln!("error: cannot start the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            // One line: the chain of causes, outermost first.
+            let chain: Vec<String> = error.chain().map(|c| c.to_string()).collect();
+            eprintln!("error: {}", dedup_chain(&chain));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Joins an error chain, skipping causes already quoted by the message above them.
+fn dedup_chain(chain: &[String]) -> String {
+    let mut out = String::new();
+    for part in chain {
+        if out.contains(part.as_str()) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(part);
+    }
+    out
+}

@@ -1,0 +1,298 @@
+//! The DIJob API (`diengine.opendilab.org/v2alpha1`), drop-in compatible with DI-orchestrator v2.
+//!
+//! Owns the typed Rust model of the custom resource, the names, labels and annotations the
+//! operator and DI-engine share, and the generation of the CRD (`crd`). It holds no behaviour:
+//! reconciling, allocating and serving live in their own modules.
+//!
+//! Differences from DI-orchestrator are additive only: the legacy `spec.group` string its samples
+//! carry is declared (and ignored) so strict field validation accepts them, and task template
+//! `metadata` (labels, annotations) is kept instead of being pruned.
+
+pub mod crd;
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{PodTemplateSpec, Volume};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// API group of DIJob.
+pub const GROUP: &str = "diengine.opendilab.org";
+/// Served and stored version of DIJob.
+pub const VERSION: &str = "v2alpha1";
+/// `apiVersion` of DIJob objects.
+pub const API_VERSION: &str = "diengine.opendilab.org/v2alpha1";
+/// Kind of DIJob objects.
+pub const KIND: &str = "DIJob";
+
+/// Labels and annotations DI-orchestrator puts on pods and services; DI-engine and existing
+/// tooling select on them, so their keys and values are part of the compatible API.
+pub mod labels {
+    /// Job name (any `/` replaced by `-`), on pods and services.
+    pub const JOB: &str = "diengine/job";
+    /// Always [`OPERATOR_NAME`], on pods and services.
+    pub const OPERATOR: &str = "diengine/operator";
+    /// Pod name, on pods.
+    pub const POD: &str = "diengine/pod";
+    /// Task type, on pods.
+    pub const TASK_TYPE: &str = "diengine/task-type";
+    /// Task name, on pods.
+    pub const TASK_NAME: &str = "diengine/task-name";
+    /// Value of the [`OPERATOR`] label.
+    pub const OPERATOR_NAME: &str = "di-operator";
+
+    /// Annotation: total replicas of the job when the pod was built.
+    pub const ANNOTATION_REPLICAS: &str = "diengine/replicas";
+    /// Annotation: global rank of the pod.
+    pub const ANNOTATION_RANK: &str = "diengine/rank";
+    /// Annotation: rank of the pod within its task.
+    pub const ANNOTATION_TASK_RANK: &str = "diengine/task-rank";
+    /// Annotation: node allocated to the pod, empty when none.
+    pub const ANNOTATION_NODE: &str = "diengine/node";
+}
+
+/// Name of the container the operator treats as the DI-engine worker.
+pub const DEFAULT_CONTAINER_NAME: &str = "di-container";
+/// Name of the port DI-engine workers listen on.
+pub const DEFAULT_PORT_NAME: &str = "di-port";
+/// Port DI-engine workers listen on, unless `di-container` declares `di-port`.
+pub const DEFAULT_PORT: i32 = 22270;
+
+/// Spec of a DIJob: a set of tasks (learner, collector, evaluator, or free-form), each a pod
+/// template with a replica count.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "diengine.opendilab.org",
+    version = "v2alpha1",
+    kind = "DIJob",
+    plural = "dijobs",
+    singular = "dijob",
+    shortname = "dijob",
+    namespaced,
+    status = "DIJobStatus",
+    derive = "PartialEq",
+    doc = "DIJob is a distributed DI-engine reinforcement-learning job.",
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(name = "ReadyReplicas", type_ = "integer", json_path = ".status.readyReplicas"),
+    printcolumn(name = "Replicas", type_ = "integer", json_path = ".status.replicas"),
+    printcolumn(name = "Restarts", type_ = "integer", json_path = ".status.restarts"),
+    printcolumn(name = "Reschedules", type_ = "integer", json_path = ".status.reschedules"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct DIJobSpec {
+    /// Priority of the job: `normal` or `high`.
+    #[serde(default)]
+    pub priority: Priority,
+
+    /// What to do with the job's pods once it has completed.
+    #[serde(default)]
+    pub clean_pod_policy: CleanPodPolicy,
+
+    /// Whether the job may be preempted and re-placed by the allocator.
+    #[serde(default)]
+    pub preemptible: bool,
+
+    /// How many times a failed job is restarted before it is marked Failed. Absent means the
+    /// default, 3.
+    #[serde(default = "default_backoff_limit", skip_serializing_if = "Option::is_none")]
+    #[schemars(default = "default_backoff_limit")]
+    pub backoff_limit: Option<i32>,
+
+    /// Volumes appended to every pod of the job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volumes: Option<Vec<Volume>>,
+
+    /// The job's components, one entry per task.
+    pub tasks: Vec<Task>,
+
+    /// Legacy field carried by DI-orchestrator's samples (`group: diengine`). Accepted and
+    /// ignored, so those manifests pass strict field validation unchanged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+}
+
+fn default_backoff_limit() -> Option<i32> {
+    Some(3)
+}
+
+/// Priority of a DIJob.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Priority {
+    #[default]
+    Normal,
+    High,
+}
+
+/// What happens to a job's pods after it has succeeded or failed.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum CleanPodPolicy {
+    /// Delete pods that are still running (or pending).
+    #[default]
+    Running,
+    /// Delete every pod.
+    All,
+    /// Keep every pod.
+    None,
+}
+
+/// One component of a DIJob.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Task {
+    /// Number of pods of this task.
+    #[serde(default = "default_replicas")]
+    #[schemars(range(min = 1), default = "default_replicas")]
+    pub replicas: i32,
+
+    /// Role of the task in DI-engine.
+    #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
+    pub type_: Option<TaskType>,
+
+    /// Name of the task; typed tasks default to their type.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+
+    /// Pod template of the task's replicas.
+    #[serde(default)]
+    pub template: PodTemplateSpec,
+}
+
+fn default_replicas() -> i32 {
+    1
+}
+
+/// Role of a task in DI-engine.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum TaskType {
+    Learner,
+    Collector,
+    Evaluator,
+    /// A task with no DI-engine role; it must be named.
+    None,
+}
+
+impl TaskType {
+    /// The lowercase name used in the API, labels and default task names.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskType::Learner => "learner",
+            TaskType::Collector => "collector",
+            TaskType::Evaluator => "evaluator",
+            TaskType::None => "none",
+        }
+    }
+}
+
+/// Observed state of a DIJob, written by the operator.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DIJobStatus {
+    /// Current phase of the job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(default = "default_phase")]
+    pub phase: Option<Phase>,
+
+    /// Number of replicas the job runs now.
+    #[serde(default)]
+    pub replicas: i32,
+
+    /// Number of ready replica pods.
+    #[serde(default)]
+    pub ready_replicas: i32,
+
+    /// Number of times the job entered Restarting.
+    #[serde(default)]
+    pub restarts: i32,
+
+    /// Number of times the job entered Rescheduling.
+    #[serde(default)]
+    pub reschedules: i32,
+
+    /// When the job entered Succeeded or Failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_timestamp: Option<Time>,
+
+    /// Pod counts per task name and pod phase.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_status: Option<BTreeMap<String, BTreeMap<String, i32>>>,
+
+    /// Node name per global rank, for preemptible jobs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allocation: Option<Vec<String>>,
+
+    /// Profiling data reported by the job's workers, read by scheduling policies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crd::preserve_unknown_object")]
+    pub profilings: Option<serde_json::Value>,
+
+    /// One condition per phase the job has been in; the current one is last and `True`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conditions: Option<Vec<JobCondition>>,
+}
+
+fn default_phase() -> Option<Phase> {
+    Some(Phase::Pending)
+}
+
+/// Phase of a DIJob.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
+pub enum Phase {
+    Pending,
+    Starting,
+    Running,
+    Restarting,
+    Rescheduling,
+    Succeeded,
+    Failed,
+    Unknown,
+}
+
+impl Phase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Pending => "Pending",
+            Phase::Starting => "Starting",
+            Phase::Running => "Running",
+            Phase::Restarting => "Restarting",
+            Phase::Rescheduling => "Rescheduling",
+            Phase::Succeeded => "Succeeded",
+            Phase::Failed => "Failed",
+            Phase::Unknown => "Unknown",
+        }
+    }
+
+    /// Succeeded and Failed are absorbing: nothing is created after them.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Phase::Succeeded | Phase::Failed)
+    }
+}
+
+impl std::fmt::Display for Phase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A condition of a DIJob; its `type` is a phase name.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct JobCondition {
+    /// The phase this condition describes.
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// `True`, `False` or `Unknown`.
+    pub status: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_update_time: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_transition_time: Option<Time>,
+}
