@@ -296,3 +296,115 @@ pub struct JobCondition {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_transition_time: Option<Time>,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SAMPLES: [(&str, &str); 3] = [
+        (
+            "atari-dqn-dist.yaml",
+            include_str!("../../examples/di-orchestrator-samples/atari-dqn-dist.yaml"),
+        ),
+        (
+            "atari-dqn-dist-config.yaml",
+            include_str!("../../examples/di-orchestrator-samples/atari-dqn-dist-config.yaml"),
+        ),
+        (
+            "dijob-serial.yaml",
+            include_str!("../../examples/di-orchestrator-samples/dijob-serial.yaml"),
+        ),
+    ];
+
+    fn dijobs_in(yaml: &str) -> Vec<DIJob> {
+        let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(yaml).expect("valid YAML");
+        docs.into_iter()
+            .filter(|d| d["kind"] == "DIJob")
+            .map(|d| serde_json::from_value(d).expect("a DIJob"))
+            .collect()
+    }
+
+    #[test]
+    fn every_di_orchestrator_sample_parses_into_the_typed_api() {
+        for (file, yaml) in SAMPLES {
+            let jobs = dijobs_in(yaml);
+            assert_eq!(jobs.len(), 1, "{file}");
+            let job = &jobs[0];
+            assert_eq!(job.spec.priority, Priority::Normal, "{file}");
+            assert_eq!(job.spec.clean_pod_policy, CleanPodPolicy::Running, "{file}");
+            assert_eq!(job.spec.backoff_limit, Some(0), "{file}");
+            assert!(!job.spec.preemptible, "{file}");
+            assert!(!job.spec.tasks.is_empty(), "{file}");
+        }
+        let serial = &dijobs_in(SAMPLES[2].1)[0];
+        assert_eq!(serial.spec.tasks[0].type_, Some(TaskType::None));
+        assert_eq!(serial.spec.tasks[0].name.as_deref(), Some("serial"));
+        let dist = &dijobs_in(SAMPLES[0].1)[0];
+        let replicas: Vec<i32> = dist.spec.tasks.iter().map(|t| t.replicas).collect();
+        assert_eq!(replicas, [1, 1, 2]);
+    }
+
+    #[test]
+    fn absent_fields_take_di_orchestrator_defaults() {
+        let job: DIJob = serde_json::from_value(serde_json::json!({
+            "apiVersion": API_VERSION,
+            "kind": KIND,
+            "metadata": {"name": "j"},
+            "spec": {"tasks": [{"type": "learner"}]}
+        }))
+        .expect("minimal DIJob");
+        assert_eq!(job.spec.priority, Priority::Normal);
+        assert_eq!(job.spec.clean_pod_policy, CleanPodPolicy::Running);
+        assert_eq!(job.spec.backoff_limit, Some(3));
+        assert!(!job.spec.preemptible);
+        assert_eq!(job.spec.tasks[0].replicas, 1);
+        assert_eq!(job.spec.tasks[0].name, None);
+        assert!(job.status.is_none());
+    }
+
+    #[test]
+    fn legacy_group_field_round_trips_and_template_metadata_is_kept() {
+        let job: DIJob = serde_json::from_value(serde_json::json!({
+            "apiVersion": API_VERSION,
+            "kind": KIND,
+            "metadata": {"name": "j"},
+            "spec": {
+                "group": "diengine",
+                "tasks": [{
+                    "type": "collector",
+                    "template": {
+                        "metadata": {"labels": {"team": "rl"}, "annotations": {"a": "b"}},
+                        "spec": {"containers": [{"name": "di-container", "image": "x"}]}
+                    }
+                }]
+            }
+        }))
+        .expect("DIJob");
+        let back = serde_json::to_value(&job).expect("serialise");
+        assert_eq!(back["spec"]["group"], "diengine");
+        assert_eq!(back["spec"]["tasks"][0]["template"]["metadata"]["labels"]["team"], "rl");
+        assert_eq!(back["spec"]["tasks"][0]["template"]["metadata"]["annotations"]["a"], "b");
+        assert_eq!(back["spec"]["tasks"][0]["type"], "collector");
+    }
+
+    #[test]
+    fn phases_and_task_types_use_the_api_spelling() {
+        for phase in [
+            Phase::Pending,
+            Phase::Starting,
+            Phase::Running,
+            Phase::Restarting,
+            Phase::Rescheduling,
+            Phase::Succeeded,
+            Phase::Failed,
+            Phase::Unknown,
+        ] {
+            assert_eq!(serde_json::to_value(phase).expect("phase"), phase.as_str());
+        }
+        assert!(Phase::Succeeded.is_terminal() && Phase::Failed.is_terminal());
+        assert!(!Phase::Running.is_terminal());
+        for t in [TaskType::Learner, TaskType::Collector, TaskType::Evaluator, TaskType::None] {
+            assert_eq!(serde_json::to_value(t).expect("type"), t.as_str());
+        }
+    }
+}

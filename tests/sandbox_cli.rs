@@ -1,0 +1,113 @@
+//! Integration tests: the real `diorch sandbox` binary, driven with `kubectl` as a user would.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{SandboxProcess, foundation};
+
+#[test]
+fn kubectl_installs_crd_applies_samples_and_refuses_invalid_jobs() {
+    let sandbox = SandboxProcess::start(&[]);
+    let k = sandbox.kubectl();
+    foundation::install_crd(&k);
+    foundation::create_namespace(&k, "samples");
+    foundation::samples_apply_and_print_columns(&k, "samples");
+    foundation::invalid_dijobs_are_refused(&k, "samples");
+    foundation::status_subresource_split(&k, "samples");
+    foundation::owner_deletion_cascades(&k, "samples");
+}
+
+fn pod_manifest(name: &str, annotations: &str, cpu: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  annotations:\n{annotations}spec:\n  restartPolicy: Never\n  containers:\n  - name: main\n    image: busybox\n    resources:\n      requests:\n        cpu: \"{cpu}\"\n"
+    )
+}
+
+#[test]
+fn simulated_kubelet_runs_and_ends_pods_by_annotation() {
+    let sandbox = SandboxProcess::start(&["--nodes", "2", "--node-cpu", "4"]);
+    let k = sandbox.kubectl().in_namespace("default");
+    let nodes = k.ok(&["get", "nodes", "-o", "name"]);
+    assert_eq!(nodes.lines().count(), 2, "{nodes}");
+
+    k.ok_stdin(
+        &["apply", "-f", "-"],
+        &pod_manifest(
+            "ok",
+            "    sandbox.diorch.io/exit-after: 2s\n",
+            "1",
+        ),
+    );
+    k.ok_stdin(
+        &["apply", "-f", "-"],
+        &pod_manifest(
+            "crash",
+            "    sandbox.diorch.io/exit-after: 2s\n    sandbox.diorch.io/exit-code: \"3\"\n",
+            "1",
+        ),
+    );
+    // Running, with an IP and a Ready condition, before it ends.
+    let running = k.wait_for(
+        &["get", "pod", "ok", "-o", "jsonpath={.status.phase} {.status.podIP} {.spec.nodeName}"],
+        Duration::from_secs(30),
+        |out| out.starts_with("Running ") || out.starts_with("Succeeded "),
+    );
+    let fields: Vec<&str> = running.split_whitespace().collect();
+    assert_eq!(fields.len(), 3, "{running}");
+    assert!(fields[2].starts_with("sandbox-node-"), "{running}");
+
+    k.wait_for(
+        &["get", "pod", "ok", "-o", "jsonpath={.status.phase}"],
+        Duration::from_secs(30),
+        |out| out == "Succeeded",
+    );
+    let state = k.ok(&[
+        "get",
+        "pod",
+        "ok",
+        "-o",
+        "jsonpath={.status.containerStatuses[0].state.terminated.exitCode} {.status.containerStatuses[0].state.terminated.reason}",
+    ]);
+    assert_eq!(state, "0 Completed");
+
+    k.wait_for(
+        &["get", "pod", "crash", "-o", "jsonpath={.status.phase}"],
+        Duration::from_secs(30),
+        |out| out == "Failed",
+    );
+    let state = k.ok(&[
+        "get",
+        "pod",
+        "crash",
+        "-o",
+        "jsonpath={.status.containerStatuses[0].state.terminated.exitCode} {.status.containerStatuses[0].state.terminated.reason}",
+    ]);
+    assert_eq!(state, "3 Error");
+
+    // No node has 64 CPUs: the pod stays Pending with PodScheduled=False and an event.
+    k.ok_stdin(&["apply", "-f", "-"], &pod_manifest("huge", "    a: b\n", "64"));
+    k.wait_for(
+        &[
+            "get",
+            "events",
+            "--field-selector",
+            "involvedObject.name=huge,reason=FailedScheduling",
+            "-o",
+            "name",
+        ],
+        Duration::from_secs(30),
+        |out| !out.trim().is_empty(),
+    );
+    let scheduled = k.ok(&[
+        "get",
+        "pod",
+        "huge",
+        "-o",
+        "jsonpath={.status.phase} {.status.conditions[?(@.type==\"PodScheduled\")].status}",
+    ]);
+    assert_eq!(scheduled, "Pending False");
+    let described = k.ok(&["describe", "pod", "huge"]);
+    assert!(described.contains("FailedScheduling"), "{described}");
+    assert!(described.contains("Insufficient cpu"), "{described}");
+}
