@@ -1,5 +1,6 @@
 //! diorch: a Kubernetes operator for DI-engine's distributed RL jobs (DIJob v2alpha1).
 
 pub mod api;
+pub mod controller;
 pub mod operator;
 pub mod sandbox;

@@ -110,7 +110,9 @@ pub async fn preflight(conn: &Connection) -> Result<(), OperatorError> {
     let jobs: Api<DIJob> = Api::all(conn.client.clone());
     match jobs.list_metadata(&ListParams::default().limit(1)).await {
         Ok(_) => Ok(()),
-        Err(kube::Error::Api(status)) if status.code == 404 => Err(OperatorError::CrdMissing { url }),
+        Err(kube::Error::Api(status)) if status.code == 404 => {
+            Err(OperatorError::CrdMissing { url })
+        }
         Err(source) => Err(OperatorError::ListDijobs { url, source }),
     }
 }

@@ -23,7 +23,11 @@ pub fn preserve_unknown_object(_: &mut SchemaGenerator) -> Schema {
 pub fn dijob_crd() -> CustomResourceDefinition {
     let mut crd = DIJob::crd();
     for version in &mut crd.spec.versions {
-        if let Some(schema) = version.schema.as_mut().and_then(|s| s.open_api_v3_schema.as_mut()) {
+        if let Some(schema) = version
+            .schema
+            .as_mut()
+            .and_then(|s| s.open_api_v3_schema.as_mut())
+        {
             let mut value = match serde_json::to_value(&*schema) {
                 Ok(v) => v,
                 Err(_) => continue,
@@ -41,7 +45,8 @@ pub fn dijob_crd() -> CustomResourceDefinition {
 /// API reference that `kubectl explain pod.spec` already serves) so the CRD stays small.
 fn slim_schema(root: &mut Value) {
     normalize(root);
-    if let Some(template) = root.pointer_mut("/properties/spec/properties/tasks/items/properties/template")
+    if let Some(template) =
+        root.pointer_mut("/properties/spec/properties/tasks/items/properties/template")
         && let Value::Object(map) = template
     {
         // Serde's default for a missing template is a Rust convenience; the API has none.

@@ -75,11 +75,23 @@ pub const DEFAULT_PORT: i32 = 22270;
     derive = "PartialEq",
     doc = "DIJob is a distributed DI-engine reinforcement-learning job.",
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
-    printcolumn(name = "ReadyReplicas", type_ = "integer", json_path = ".status.readyReplicas"),
+    printcolumn(
+        name = "ReadyReplicas",
+        type_ = "integer",
+        json_path = ".status.readyReplicas"
+    ),
     printcolumn(name = "Replicas", type_ = "integer", json_path = ".status.replicas"),
     printcolumn(name = "Restarts", type_ = "integer", json_path = ".status.restarts"),
-    printcolumn(name = "Reschedules", type_ = "integer", json_path = ".status.reschedules"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "Reschedules",
+        type_ = "integer",
+        json_path = ".status.reschedules"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[serde(rename_all = "camelCase")]
 pub struct DIJobSpec {
@@ -97,7 +109,10 @@ pub struct DIJobSpec {
 
     /// How many times a failed job is restarted before it is marked Failed. Absent means the
     /// default, 3.
-    #[serde(default = "default_backoff_limit", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default = "default_backoff_limit",
+        skip_serializing_if = "Option::is_none"
+    )]
     #[schemars(default = "default_backoff_limit")]
     pub backoff_limit: Option<i32>,
 
@@ -382,8 +397,14 @@ mod tests {
         .expect("DIJob");
         let back = serde_json::to_value(&job).expect("serialise");
         assert_eq!(back["spec"]["group"], "diengine");
-        assert_eq!(back["spec"]["tasks"][0]["template"]["metadata"]["labels"]["team"], "rl");
-        assert_eq!(back["spec"]["tasks"][0]["template"]["metadata"]["annotations"]["a"], "b");
+        assert_eq!(
+            back["spec"]["tasks"][0]["template"]["metadata"]["labels"]["team"],
+            "rl"
+        );
+        assert_eq!(
+            back["spec"]["tasks"][0]["template"]["metadata"]["annotations"]["a"],
+            "b"
+        );
         assert_eq!(back["spec"]["tasks"][0]["type"], "collector");
     }
 
@@ -403,7 +424,12 @@ mod tests {
         }
         assert!(Phase::Succeeded.is_terminal() && Phase::Failed.is_terminal());
         assert!(!Phase::Running.is_terminal());
-        for t in [TaskType::Learner, TaskType::Collector, TaskType::Evaluator, TaskType::None] {
+        for t in [
+            TaskType::Learner,
+            TaskType::Collector,
+            TaskType::Evaluator,
+            TaskType::None,
+        ] {
             assert_eq!(serde_json::to_value(t).expect("type"), t.as_str());
         }
     }

@@ -1,0 +1,412 @@
+//! Builds the pods and the headless service of a DIJob exactly as DI-orchestrator v2 does
+//! (spec sections 3 to 5), minus its bugs: template labels and annotations are kept, and the
+//! injected env vars replace same-named user entries in a fixed order.
+//!
+//! Pure functions from the job and a replica's place in it to Kubernetes objects; no I/O.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{EnvVar, Pod, PodSpec, Service, ServicePort, ServiceSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+
+use super::naming;
+use crate::api::{self, DIJob, labels};
+
+/// Operator settings that go into every pod (spec section 12 flags).
+#[derive(Clone, Debug)]
+pub struct BuildContext {
+    /// Cluster DNS domain of services (`--service-domain-name`).
+    pub service_domain: String,
+    /// URL of the replica API workers call (`--di-server-url`).
+    pub server_url: String,
+}
+
+impl Default for BuildContext {
+    fn default() -> Self {
+        BuildContext {
+            service_domain: naming::DEFAULT_SERVICE_DOMAIN.to_string(),
+            server_url: "http://di-server.di-system.svc.cluster.local:8081".to_string(),
+        }
+    }
+}
+
+/// One replica's place in its job.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReplicaSlot {
+    /// Index of the task in `spec.tasks`.
+    pub task_index: usize,
+    /// Rank within the task.
+    pub local_rank: i32,
+    /// Rank within the job: index of this replica's FQDN in `DI_NODES`.
+    pub global_rank: i32,
+}
+
+/// What every pod of the job shares: the job's world as DI-engine sees it.
+#[derive(Clone, Debug)]
+pub struct World {
+    /// FQDN per global rank (`DI_NODES`); an empty string marks a rank with no replica.
+    pub nodes: Vec<String>,
+    /// FQDNs per task name (`DI_<TASK>_NODES`), in rank order.
+    pub task_nodes: BTreeMap<String, Vec<String>>,
+    /// Total replicas (`diengine/replicas` annotation).
+    pub replicas: i32,
+}
+
+/// The controller owner reference DI-orchestrator puts on pods and services.
+pub fn owner_reference(job: &DIJob) -> OwnerReference {
+    OwnerReference {
+        api_version: api::API_VERSION.to_string(),
+        kind: api::KIND.to_string(),
+        name: job.metadata.name.clone().unwrap_or_default(),
+        uid: job.metadata.uid.clone().unwrap_or_default(),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    }
+}
+
+/// Labels shared by the job's pods and service (the "owned objects" selector).
+pub fn job_labels(job_name: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (labels::JOB.to_string(), naming::job_label_value(job_name)),
+        (
+            labels::OPERATOR.to_string(),
+            labels::OPERATOR_NAME.to_string(),
+        ),
+    ])
+}
+
+/// The task's name as the operator uses it: its `name`, else its type.
+pub fn task_name(task: &api::Task) -> String {
+    match (&task.name, task.type_) {
+        (Some(name), _) if !name.is_empty() => name.clone(),
+        (_, Some(t)) => t.as_str().to_string(),
+        _ => String::new(),
+    }
+}
+
+/// Builds the pod of `slot`, or `None` if the slot names no task of the job.
+pub fn build_pod(
+    job: &DIJob,
+    slot: &ReplicaSlot,
+    world: &World,
+    ctx: &BuildContext,
+    node: Option<&str>,
+) -> Option<Pod> {
+    let task = job.spec.tasks.get(slot.task_index)?;
+    let job_name = job.metadata.name.clone().unwrap_or_default();
+    let namespace = job.metadata.namespace.clone().unwrap_or_default();
+    let task_name = task_name(task);
+    let task_type = task.type_.map(|t| t.as_str()).unwrap_or_default();
+    let name = naming::pod_name(&job_name, &task_name, slot.local_rank);
+
+    let template_meta = task.template.metadata.clone().unwrap_or_default();
+    let mut pod_labels = template_meta.labels.unwrap_or_default();
+    pod_labels.extend(job_labels(&job_name));
+    pod_labels.insert(labels::POD.to_string(), name.clone());
+    pod_labels.insert(labels::TASK_TYPE.to_string(), task_type.to_string());
+    pod_labels.insert(labels::TASK_NAME.to_string(), task_name.clone());
+
+    let mut annotations = template_meta.annotations.unwrap_or_default();
+    annotations.insert(
+        labels::ANNOTATION_REPLICAS.to_string(),
+        world.replicas.to_string(),
+    );
+    annotations.insert(
+        labels::ANNOTATION_RANK.to_string(),
+        slot.global_rank.to_string(),
+    );
+    annotations.insert(
+        labels::ANNOTATION_TASK_RANK.to_string(),
+        slot.local_rank.to_string(),
+    );
+    annotations.insert(
+        labels::ANNOTATION_NODE.to_string(),
+        node.unwrap_or_default().to_string(),
+    );
+
+    let mut spec: PodSpec = task.template.spec.clone().unwrap_or_default();
+    spec.restart_policy = Some("Never".to_string());
+    spec.hostname = Some(name.clone());
+    spec.subdomain = Some(naming::service_name(&job_name));
+    if let Some(node) = node.filter(|n| !n.is_empty()) {
+        spec.node_name = Some(node.to_string());
+    }
+    if let Some(job_volumes) = &job.spec.volumes {
+        spec.volumes
+            .get_or_insert_with(Vec::new)
+            .extend(job_volumes.iter().cloned());
+    }
+
+    let env = [
+        (
+            "DI_JOB_ID".to_string(),
+            naming::job_id(&namespace, &job_name),
+        ),
+        ("DI_SERVER_URL".to_string(), ctx.server_url.clone()),
+        ("DI_RANK".to_string(), slot.global_rank.to_string()),
+        ("DI_NODES".to_string(), world.nodes.join(",")),
+        (
+            naming::task_nodes_env(&task_name),
+            world
+                .task_nodes
+                .get(&task_name)
+                .map(|n| n.join(","))
+                .unwrap_or_default(),
+        ),
+    ];
+    for container in &mut spec.containers {
+        let vars = container.env.get_or_insert_with(Vec::new);
+        vars.retain(|v| !env.iter().any(|(n, _)| *n == v.name));
+        vars.extend(env.iter().map(|(n, v)| EnvVar {
+            name: n.clone(),
+            value: Some(v.clone()),
+            value_from: None,
+        }));
+    }
+
+    Some(Pod {
+        metadata: ObjectMeta {
+            name: Some(name),
+            namespace: Some(namespace),
+            labels: Some(pod_labels),
+            annotations: Some(annotations),
+            owner_references: Some(vec![owner_reference(job)]),
+            ..ObjectMeta::default()
+        },
+        spec: Some(spec),
+        status: None,
+    })
+}
+
+/// Builds the job's headless service `di-<job>` with port `di-port` 22270.
+pub fn build_service(job: &DIJob) -> Service {
+    let job_name = job.metadata.name.clone().unwrap_or_default();
+    let selector = job_labels(&job_name);
+    Service {
+        metadata: ObjectMeta {
+            name: Some(naming::service_name(&job_name)),
+            namespace: job.metadata.namespace.clone(),
+            labels: Some(selector.clone()),
+            owner_references: Some(vec![owner_reference(job)]),
+            ..ObjectMeta::default()
+        },
+        spec: Some(ServiceSpec {
+            cluster_ip: Some("None".to_string()),
+            selector: Some(selector),
+            ports: Some(vec![ServicePort {
+                name: Some(api::DEFAULT_PORT_NAME.to_string()),
+                port: api::DEFAULT_PORT,
+                ..ServicePort::default()
+            }]),
+            ..ServiceSpec::default()
+        }),
+        status: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job() -> DIJob {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "diengine.opendilab.org/v2alpha1",
+            "kind": "DIJob",
+            "metadata": {"name": "job-with-tasks", "namespace": "default", "uid": "u-1"},
+            "spec": {
+                "volumes": [{"name": "cache-volume", "emptyDir": {"medium": "Memory"}}],
+                "tasks": [
+                    {"type": "learner", "replicas": 1, "template": {
+                        "metadata": {"labels": {"team": "rl", "diengine/job": "spoofed"}, "annotations": {"a": "b"}},
+                        "spec": {"restartPolicy": "Always", "containers": [
+                            {"name": "di-container", "image": "i", "env": [{"name": "NCCL_DEBUG", "value": "INFO"}, {"name": "DI_RANK", "value": "99"}]},
+                            {"name": "sidecar", "image": "s"}
+                        ]}}},
+                    {"name": "collector", "type": "collector", "replicas": 2, "template": {"spec": {"containers": [{"name": "di-container", "image": "i"}]}}}
+                ]
+            }
+        }))
+        .expect("job")
+    }
+
+    fn world() -> World {
+        let fqdn = |p: &str| {
+            naming::pod_fqdn(
+                p,
+                "job-with-tasks",
+                "default",
+                naming::DEFAULT_SERVICE_DOMAIN,
+            )
+        };
+        let nodes = vec![
+            fqdn("job-with-tasks-learner-0"),
+            fqdn("job-with-tasks-collector-0"),
+            fqdn("job-with-tasks-collector-1"),
+        ];
+        World {
+            task_nodes: BTreeMap::from([
+                ("learner".to_string(), vec![nodes[0].clone()]),
+                (
+                    "collector".to_string(),
+                    vec![nodes[1].clone(), nodes[2].clone()],
+                ),
+            ]),
+            nodes,
+            replicas: 3,
+        }
+    }
+
+    fn env_of(pod: &Pod, container: usize) -> Vec<(String, String)> {
+        pod.spec.as_ref().expect("spec").containers[container]
+            .env
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|e| (e.name, e.value.unwrap_or_default()))
+            .collect()
+    }
+
+    #[test]
+    fn pod_carries_di_orchestrator_names_labels_annotations_and_env() {
+        let job = job();
+        let slot = ReplicaSlot {
+            task_index: 1,
+            local_rank: 1,
+            global_rank: 2,
+        };
+        let pod = build_pod(&job, &slot, &world(), &BuildContext::default(), None).expect("pod");
+        let meta = &pod.metadata;
+        assert_eq!(meta.name.as_deref(), Some("job-with-tasks-collector-1"));
+        assert_eq!(meta.namespace.as_deref(), Some("default"));
+        let l = meta.labels.as_ref().expect("labels");
+        assert_eq!(l["diengine/job"], "job-with-tasks");
+        assert_eq!(l["diengine/operator"], "di-operator");
+        assert_eq!(l["diengine/pod"], "job-with-tasks-collector-1");
+        assert_eq!(l["diengine/task-type"], "collector");
+        assert_eq!(l["diengine/task-name"], "collector");
+        let a = meta.annotations.as_ref().expect("annotations");
+        assert_eq!(a["diengine/replicas"], "3");
+        assert_eq!(a["diengine/rank"], "2");
+        assert_eq!(a["diengine/task-rank"], "1");
+        assert_eq!(a["diengine/node"], "");
+        let owner = &meta.owner_references.as_ref().expect("owner")[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.name.as_str(), owner.uid.as_str()),
+            ("DIJob", "job-with-tasks", "u-1")
+        );
+        assert_eq!(
+            (owner.controller, owner.block_owner_deletion),
+            (Some(true), Some(true))
+        );
+
+        let spec = pod.spec.as_ref().expect("spec");
+        assert_eq!(spec.restart_policy.as_deref(), Some("Never"));
+        assert_eq!(spec.hostname.as_deref(), Some("job-with-tasks-collector-1"));
+        assert_eq!(spec.subdomain.as_deref(), Some("di-job-with-tasks"));
+        assert_eq!(spec.node_name, None);
+        let volumes: Vec<&str> = spec
+            .volumes
+            .iter()
+            .flatten()
+            .map(|v| v.name.as_str())
+            .collect();
+        assert_eq!(volumes, ["cache-volume"]);
+
+        let env = env_of(&pod, 0);
+        let names: Vec<&str> = env.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "DI_JOB_ID",
+                "DI_SERVER_URL",
+                "DI_RANK",
+                "DI_NODES",
+                "DI_COLLECTOR_NODES"
+            ]
+        );
+        assert_eq!(env[0].1, "default/job-with-tasks");
+        assert_eq!(
+            env[1].1,
+            "http://di-server.di-system.svc.cluster.local:8081"
+        );
+        assert_eq!(env[2].1, "2");
+        // DI-engine finds its own address at DI_NODES[DI_RANK].
+        let nodes: Vec<&str> = env[3].1.split(',').collect();
+        assert_eq!(
+            nodes[2],
+            "job-with-tasks-collector-1.di-job-with-tasks.default.svc.cluster.local"
+        );
+        assert_eq!(env[4].1.split(',').count(), 2);
+    }
+
+    #[test]
+    fn template_metadata_is_kept_but_operator_labels_win_and_user_env_is_replaced() {
+        let job = job();
+        let slot = ReplicaSlot {
+            task_index: 0,
+            local_rank: 0,
+            global_rank: 0,
+        };
+        let pod = build_pod(
+            &job,
+            &slot,
+            &world(),
+            &BuildContext::default(),
+            Some("node-a"),
+        )
+        .expect("pod");
+        let l = pod.metadata.labels.as_ref().expect("labels");
+        assert_eq!(l["team"], "rl");
+        assert_eq!(l["diengine/job"], "job-with-tasks");
+        assert_eq!(
+            pod.metadata.annotations.as_ref().expect("annotations")["a"],
+            "b"
+        );
+        assert_eq!(
+            pod.metadata.annotations.as_ref().expect("annotations")["diengine/node"],
+            "node-a"
+        );
+        let spec = pod.spec.as_ref().expect("spec");
+        assert_eq!(spec.node_name.as_deref(), Some("node-a"));
+        assert_eq!(spec.restart_policy.as_deref(), Some("Never"));
+        for container in 0..2 {
+            let env = env_of(&pod, container);
+            let ranks: Vec<&str> = env
+                .iter()
+                .filter(|(n, _)| n == "DI_RANK")
+                .map(|(_, v)| v.as_str())
+                .collect();
+            assert_eq!(ranks, ["0"], "container {container}");
+            assert!(env.iter().any(|(n, _)| n == "DI_LEARNER_NODES"));
+        }
+        assert_eq!(
+            env_of(&pod, 0)[0],
+            ("NCCL_DEBUG".to_string(), "INFO".to_string())
+        );
+        assert!(
+            build_pod(
+                &job,
+                &ReplicaSlot {
+                    task_index: 5,
+                    local_rank: 0,
+                    global_rank: 0
+                },
+                &world(),
+                &BuildContext::default(),
+                None
+            )
+            .is_none()
+        );
+    }
+
+    #[test]
+    fn service_is_headless_with_di_port() {
+        let svc = build_service(&job());
+        assert_eq!(svc.metadata.name.as_deref(), Some("di-job-with-tasks"));
+        let spec = svc.spec.expect("spec");
+        assert_eq!(spec.cluster_ip.as_deref(), Some("None"));
+        assert_eq!(spec.selector, Some(job_labels("job-with-tasks")));
+        let port = &spec.ports.expect("ports")[0];
+        assert_eq!((port.name.as_deref(), port.port), (Some("di-port"), 22270));
+    }
+}
