@@ -62,6 +62,8 @@ pub const DEFAULT_PORT: i32 = 22270;
 
 /// Spec of a DIJob: a set of tasks (learner, collector, evaluator, or free-form), each a pod
 /// template with a replica count.
+// kube's `printcolumn(...)` repeats `type_ = ...` per column, which clippy sees as duplicates.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[kube(
     group = "diengine.opendilab.org",
