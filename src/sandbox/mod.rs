@@ -11,6 +11,9 @@ pub mod registry;
 pub mod schema;
 pub mod selector;
 pub mod server;
+pub mod sim_loop;
+pub mod sim_pod;
+pub mod sim_sched;
 pub mod store;
 pub mod table;
 
