@@ -3,6 +3,11 @@
 //!
 //! It is a test bed, not the product: operator code never depends on anything here.
 
+pub mod api_core;
+pub mod api_crd;
+pub mod api_kinds;
+pub mod api_proto;
+pub mod api_status;
 pub mod gc;
 pub mod kubelet;
 pub mod openapi;
@@ -35,6 +40,8 @@ pub enum SandboxError {
         #[source]
         source: std::io::Error,
     },
+    #[error("cannot start the simulated cluster: {0}")]
+    Cluster(#[source] kubelet::SimError),
     #[error("invalid sandbox URL {url}: {reason}")]
     BadUrl { url: String, reason: String },
     #[error("cannot build a client for the sandbox: {0}")]
@@ -63,12 +70,124 @@ pub fn write_kubeconfig(path: &Path, server_url: &str) -> Result<(), SandboxErro
 
 /// A kube client for a sandbox at `server_url` (plain HTTP, no credentials).
 pub fn client_for(server_url: &str) -> Result<kube::Client, SandboxError> {
-    let uri: http::Uri = server_url.parse().map_err(|e: http::uri::InvalidUri| {
-        SandboxError::BadUrl {
-            url: server_url.to_string(),
-            reason: e.to_string(),
-        }
-    })?;
+    let uri: http::Uri =
+        server_url
+            .parse()
+            .map_err(|e: http::uri::InvalidUri| SandboxError::BadUrl {
+                url: server_url.to_string(),
+                reason: e.to_string(),
+            })?;
     let config = kube::Config::new(uri);
     kube::Client::try_from(config).map_err(SandboxError::Client)
+}
+
+/// How to start a sandbox.
+#[derive(Clone, Debug)]
+pub struct SandboxOptions {
+    /// Address to serve on (port 0 picks a free one).
+    pub listen: SocketAddr,
+    /// Where to write a kubeconfig for it, if anywhere.
+    pub kubeconfig_out: Option<PathBuf>,
+    /// The simulated cluster; `None` serves the API alone.
+    pub cluster: Option<kubelet::ClusterArgs>,
+}
+
+/// A sandbox running in this process; `stop` shuts it down.
+pub struct RunningSandbox {
+    addr: SocketAddr,
+    url: String,
+    kubeconfig: Option<PathBuf>,
+    shutdown: tokio::sync::watch::Sender<bool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl RunningSandbox {
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://127.0.0.1:<port>`.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    pub fn kubeconfig(&self) -> Option<&Path> {
+        self.kubeconfig.as_deref()
+    }
+
+    /// The kubeconfig path for messages (`-` when none was written).
+    pub fn kubeconfig_display(&self) -> String {
+        self.kubeconfig
+            .as_ref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|| "-".to_string())
+    }
+
+    /// A kube client for this sandbox.
+    pub fn client(&self) -> Result<kube::Client, SandboxError> {
+        client_for(&self.url)
+    }
+
+    /// Stops the simulated cluster and the server and waits for them.
+    pub async fn stop(self) {
+        let _ = self.shutdown.send(true);
+        for task in self.tasks {
+            let _ = task.await;
+        }
+    }
+}
+
+/// Resolves once `true` is sent, or the sender is dropped.
+async fn shutdown_future(mut rx: tokio::sync::watch::Receiver<bool>) {
+    let _ = rx.wait_for(|stop| *stop).await;
+}
+
+/// Starts the API server (and the simulated cluster) in this process. Returns once the server
+/// accepts connections and the simulated nodes exist, so the kubeconfig is usable at once.
+pub async fn launch(options: SandboxOptions) -> Result<RunningSandbox, SandboxError> {
+    let listener = tokio::net::TcpListener::bind(options.listen)
+        .await
+        .map_err(|source| SandboxError::Bind {
+            addr: options.listen,
+            source,
+        })?;
+    let addr = listener.local_addr().map_err(|source| SandboxError::Bind {
+        addr: options.listen,
+        source,
+    })?;
+    let url = format!("http://{addr}");
+    let (shutdown, rx) = tokio::sync::watch::channel(false);
+    let mut tasks = Vec::new();
+
+    let server = server::ApiServer::new(server::ServerOptions::default());
+    let stop = shutdown_future(rx.clone());
+    tasks.push(tokio::spawn(async move {
+        if let Err(error) = server.serve(listener, stop).await {
+            tracing::error!(%error, "sandbox API server stopped");
+        }
+    }));
+
+    if let Some(cluster) = options.cluster {
+        let client = client_for(&url)?;
+        kubelet::ensure_nodes(&client, &cluster)
+            .await
+            .map_err(SandboxError::Cluster)?;
+        let stop = shutdown_future(rx.clone());
+        tasks.push(tokio::spawn(async move {
+            if let Err(error) = kubelet::run_scheduler_and_kubelets(client, cluster, stop).await {
+                tracing::error!(%error, "sandbox cluster simulation stopped");
+            }
+        }));
+    }
+
+    if let Some(path) = &options.kubeconfig_out {
+        write_kubeconfig(path, &url)?;
+    }
+    Ok(RunningSandbox {
+        addr,
+        url,
+        kubeconfig: options.kubeconfig_out,
+        shutdown,
+        tasks,
+    })
 }

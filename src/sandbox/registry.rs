@@ -97,18 +97,114 @@ struct Builtin {
 }
 
 const BUILTINS: &[Builtin] = &[
-    Builtin { group: "", version: "v1", kind: "Namespace", plural: "namespaces", short_names: &["ns"], namespaced: false, subresources: &["status"] },
-    Builtin { group: "", version: "v1", kind: "Node", plural: "nodes", short_names: &["no"], namespaced: false, subresources: &["status"] },
-    Builtin { group: "", version: "v1", kind: "Pod", plural: "pods", short_names: &["po"], namespaced: true, subresources: &["status", "binding", "log"] },
-    Builtin { group: "", version: "v1", kind: "Service", plural: "services", short_names: &["svc"], namespaced: true, subresources: &["status"] },
-    Builtin { group: "", version: "v1", kind: "Endpoints", plural: "endpoints", short_names: &["ep"], namespaced: true, subresources: &[] },
-    Builtin { group: "", version: "v1", kind: "ConfigMap", plural: "configmaps", short_names: &["cm"], namespaced: true, subresources: &[] },
-    Builtin { group: "", version: "v1", kind: "Secret", plural: "secrets", short_names: &[], namespaced: true, subresources: &[] },
-    Builtin { group: "", version: "v1", kind: "ServiceAccount", plural: "serviceaccounts", short_names: &["sa"], namespaced: true, subresources: &[] },
-    Builtin { group: "", version: "v1", kind: "Event", plural: "events", short_names: &["ev"], namespaced: true, subresources: &[] },
-    Builtin { group: "events.k8s.io", version: "v1", kind: "Event", plural: "events", short_names: &["ev"], namespaced: true, subresources: &[] },
-    Builtin { group: "coordination.k8s.io", version: "v1", kind: "Lease", plural: "leases", short_names: &[], namespaced: true, subresources: &[] },
-    Builtin { group: "apiextensions.k8s.io", version: "v1", kind: "CustomResourceDefinition", plural: "customresourcedefinitions", short_names: &["crd", "crds"], namespaced: false, subresources: &["status"] },
+    Builtin {
+        group: "",
+        version: "v1",
+        kind: "Namespace",
+        plural: "namespaces",
+        short_names: &["ns"],
+        namespaced: false,
+        subresources: &["status"],
+    },
+    Builtin {
+        group: "",
+        version: "v1",
+        kind: "Node",
+        plural: "nodes",
+        short_names: &["no"],
+        namespaced: false,
+        subresources: &["status"],
+    },
+    Builtin {
+        group: "",
+        version: "v1",
+        kind: "Pod",
+        plural: "pods",
+        short_names: &["po"],
+        namespaced: true,
+        subresources: &["status", "binding", "log"],
+    },
+    Builtin {
+        group: "",
+        version: "v1",
+        kind: "Service",
+        plural: "services",
+        short_names: &["svc"],
+        namespaced: true,
+        subresources: &["status"],
+    },
+    Builtin {
+        group: "",
+        version: "v1",
+        kind: "Endpoints",
+        plural: "endpoints",
+        short_names: &["ep"],
+        namespaced: true,
+        subresources: &[],
+    },
+    Builtin {
+        group: "",
+        version: "v1",
+        kind: "ConfigMap",
+        plural: "configmaps",
+        short_names: &["cm"],
+        namespaced: true,
+        subresources: &[],
+    },
+    Builtin {
+        group: "",
+        version: "v1",
+        kind: "Secret",
+        plural: "secrets",
+        short_names: &[],
+        namespaced: true,
+        subresources: &[],
+    },
+    Builtin {
+        group: "",
+        version: "v1",
+        kind: "ServiceAccount",
+        plural: "serviceaccounts",
+        short_names: &["sa"],
+        namespaced: true,
+        subresources: &[],
+    },
+    Builtin {
+        group: "",
+        version: "v1",
+        kind: "Event",
+        plural: "events",
+        short_names: &["ev"],
+        namespaced: true,
+        subresources: &[],
+    },
+    Builtin {
+        group: "events.k8s.io",
+        version: "v1",
+        kind: "Event",
+        plural: "events",
+        short_names: &["ev"],
+        namespaced: true,
+        subresources: &[],
+    },
+    Builtin {
+        group: "coordination.k8s.io",
+        version: "v1",
+        kind: "Lease",
+        plural: "leases",
+        short_names: &[],
+        namespaced: true,
+        subresources: &[],
+    },
+    Builtin {
+        group: "apiextensions.k8s.io",
+        version: "v1",
+        kind: "CustomResourceDefinition",
+        plural: "customresourcedefinitions",
+        short_names: &["crd", "crds"],
+        namespaced: false,
+        subresources: &["status"],
+    },
 ];
 
 /// The built-in resources every sandbox serves from start-up.
@@ -130,4 +226,101 @@ pub fn builtin_resources() -> Vec<ResourceInfo> {
             custom: None,
         })
         .collect()
+}
+
+/// The mutable set of served resources: built-ins plus every version served by each
+/// CustomResourceDefinition, replaced as a whole when the CRD changes.
+pub struct Registry {
+    inner: std::sync::RwLock<RegistryInner>,
+}
+
+struct RegistryInner {
+    builtins: Vec<Arc<ResourceInfo>>,
+    /// CRD name → the resources (one per served version) it defines.
+    custom: std::collections::BTreeMap<String, Vec<Arc<ResourceInfo>>>,
+    /// Bumped on every change, so discovery/OpenAPI caches know when to rebuild.
+    generation: u64,
+}
+
+impl Default for Registry {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Registry {
+    /// The built-in resources only. Pods and services are in the `all` category as upstream.
+    pub fn new() -> Self {
+        let builtins = builtin_resources()
+            .into_iter()
+            .map(|mut r| {
+                if r.group.is_empty() && matches!(r.plural.as_str(), "pods" | "services") {
+                    r.categories = vec!["all".to_string()];
+                }
+                Arc::new(r)
+            })
+            .collect();
+        Registry {
+            inner: std::sync::RwLock::new(RegistryInner {
+                builtins,
+                custom: Default::default(),
+                generation: 0,
+            }),
+        }
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, RegistryInner> {
+        self.inner.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Every served resource: built-ins first, then custom ones by CRD name.
+    pub fn all(&self) -> Vec<Arc<ResourceInfo>> {
+        let inner = self.read();
+        inner
+            .builtins
+            .iter()
+            .chain(inner.custom.values().flatten())
+            .cloned()
+            .collect()
+    }
+
+    /// The resource served at `group`/`version` under `plural`.
+    pub fn find(&self, group: &str, version: &str, plural: &str) -> Option<Arc<ResourceInfo>> {
+        let inner = self.read();
+        inner
+            .builtins
+            .iter()
+            .chain(inner.custom.values().flatten())
+            .find(|r| r.group == group && r.version == version && r.plural == plural)
+            .cloned()
+    }
+
+    /// Whether any resource is served in `group` (and `version`, when given).
+    pub fn serves(&self, group: &str, version: Option<&str>) -> bool {
+        let inner = self.read();
+        inner
+            .builtins
+            .iter()
+            .chain(inner.custom.values().flatten())
+            .any(|r| r.group == group && version.is_none_or(|v| r.version == v))
+    }
+
+    /// Changes whenever the set of resources changes.
+    pub fn generation(&self) -> u64 {
+        self.read().generation
+    }
+
+    /// Replaces the resources defined by one CRD (an empty list unregisters it).
+    pub fn set_custom(&self, crd_name: &str, resources: Vec<ResourceInfo>) {
+        let mut inner = self.inner.write().unwrap_or_else(|p| p.into_inner());
+        inner.generation += 1;
+        if resources.is_empty() {
+            inner.custom.remove(crd_name);
+        } else {
+            inner.custom.insert(
+                crd_name.to_string(),
+                resources.into_iter().map(Arc::new).collect(),
+            );
+        }
+    }
 }
