@@ -79,18 +79,31 @@ async fn main() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let kubeconfig = dir.path().join("kubeconfig");
     let mut child = Command::new(env!("CARGO_BIN_EXE_diorch"))
-        .args(["sandbox", "--no-cluster", "--listen", "127.0.0.1:0", "--kubeconfig-out"])
+        .args([
+            "sandbox",
+            "--no-cluster",
+            "--listen",
+            "127.0.0.1:0",
+            "--kubeconfig-out",
+        ])
         .arg(&kubeconfig)
         .env("RUST_LOG", "warn")
         .stdout(Stdio::piped())
         .spawn()?;
     let pid = child.id();
-    let stdout = child.stdout.take().ok_or_else(|| anyhow::anyhow!("no stdout"))?;
+    let stdout = child
+        .stdout
+        .take()
+        .ok_or_else(|| anyhow::anyhow!("no stdout"))?;
     let mut url = String::new();
     for line in BufReader::new(stdout).lines() {
         let line = line?;
         if let Some(rest) = line.strip_prefix("sandbox ready: ") {
-            url = rest.split_whitespace().next().unwrap_or_default().to_string();
+            url = rest
+                .split_whitespace()
+                .next()
+                .unwrap_or_default()
+                .to_string();
             break;
         }
     }
@@ -123,7 +136,8 @@ async fn main() -> anyhow::Result<()> {
         .metadata
         .resource_version
         .unwrap_or_default();
-    let sent: Arc<Mutex<HashMap<String, Instant>>> = Arc::new(Mutex::new(HashMap::with_capacity(pods)));
+    let sent: Arc<Mutex<HashMap<String, Instant>>> =
+        Arc::new(Mutex::new(HashMap::with_capacity(pods)));
     let mut watcher_tasks = Vec::new();
     for _ in 0..watchers {
         let api = pod_api.clone();
@@ -213,7 +227,9 @@ async fn main() -> anyhow::Result<()> {
     let _ = child.kill();
     let _ = child.wait();
 
-    println!("sandbox scale bench: {jobs} DIJobs, {pods} pods, {watchers} watchers, {concurrency} concurrent creates");
+    println!(
+        "sandbox scale bench: {jobs} DIJobs, {pods} pods, {watchers} watchers, {concurrency} concurrent creates"
+    );
     println!(
         "  create DIJobs: {:>8.0} objects/s ({:.2?} total)",
         jobs as f64 / jobs_elapsed.as_secs_f64(),

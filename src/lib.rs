@@ -2,5 +2,6 @@
 
 pub mod api;
 pub mod controller;
+pub mod demo;
 pub mod operator;
 pub mod sandbox;

@@ -9,7 +9,11 @@ use tracing_subscriber::EnvFilter;
 use diorch::operator::{self, ClusterTarget};
 
 #[derive(Parser)]
-#[command(name = "diorch", version, about = "Kubernetes operator for DI-engine DIJobs")]
+#[command(
+    name = "diorch",
+    version,
+    about = "Kubernetes operator for DI-engine DIJobs"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -19,6 +23,12 @@ struct Cli {
 enum Command {
     /// Print the DIJob CustomResourceDefinition (YAML), e.g. `diorch crd | kubectl apply -f -`.
     Crd,
+    /// Run an in-memory Kubernetes API server with simulated nodes, scheduler and kubelet, and
+    /// write a kubeconfig for it; runs until Ctrl-C.
+    Sandbox(SandboxArgs),
+    /// Start a sandbox, install the DIJob CRD, submit DI-orchestrator's atari-dqn-dist sample and
+    /// show what to try next with kubectl; runs until Ctrl-C.
+    Demo(SandboxArgs),
     /// Run the operator against a cluster (the current kubeconfig context by default).
     Run {
         /// Kubeconfig file to use instead of KUBECONFIG / ~/.kube/config / in-cluster config.
@@ -28,6 +38,31 @@ enum Command {
         #[arg(long)]
         context: Option<String>,
     },
+}
+
+#[derive(clap::Args)]
+struct SandboxArgs {
+    /// Address to serve the API on (plain HTTP; port 0 picks a free port).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    listen: std::net::SocketAddr,
+    /// Where to write the kubeconfig for the sandbox.
+    #[arg(long, default_value = "diorch-sandbox.kubeconfig")]
+    kubeconfig_out: PathBuf,
+    /// Serve the API only: no simulated nodes, scheduler or kubelet.
+    #[arg(long)]
+    no_cluster: bool,
+    #[command(flatten)]
+    cluster: diorch::sandbox::kubelet::ClusterArgs,
+}
+
+impl SandboxArgs {
+    fn options(self) -> diorch::sandbox::SandboxOptions {
+        diorch::sandbox::SandboxOptions {
+            listen: self.listen,
+            kubeconfig_out: Some(self.kubeconfig_out),
+            cluster: (!self.no_cluster).then_some(self.cluster),
+        }
+    }
 }
 
 fn init_tracing() {
@@ -54,6 +89,33 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             print!("{}", diorch::api::crd::dijob_crd_yaml()?);
             Ok(())
         }
+        Command::Sandbox(args) => {
+            let sandbox = diorch::sandbox::launch(args.options()).await?;
+            println!(
+                "sandbox ready: {} kubeconfig {}",
+                sandbox.url(),
+                sandbox.kubeconfig_display()
+            );
+            println!(
+                "try: kubectl --kubeconfig {} get nodes",
+                sandbox.kubeconfig_display()
+            );
+            shutdown_signal().await;
+            sandbox.stop().await;
+            Ok(())
+        }
+        Command::Demo(args) => {
+            let sandbox = diorch::sandbox::launch(args.options()).await?;
+            println!(
+                "sandbox ready: {} kubeconfig {}",
+                sandbox.url(),
+                sandbox.kubeconfig_display()
+            );
+            diorch::demo::run(&sandbox).await?;
+            shutdown_signal().await;
+            sandbox.stop().await;
+            Ok(())
+        }
         Command::Run {
             kubeconfig,
             context,
@@ -72,7 +134,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_tracing();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(error) => {
             eprintln!("error: cannot start the async runtime: {error}");

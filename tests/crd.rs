@@ -25,13 +25,20 @@ fn crd_fits_the_client_side_apply_annotation() {
     // together must stay under 256 KiB (262144 bytes).
     let crd = diorch::api::crd::dijob_crd();
     let json = serde_json::to_string(&crd).expect("serialise CRD");
-    assert!(json.len() < 200 * 1024, "CRD is {} bytes as JSON", json.len());
+    assert!(
+        json.len() < 200 * 1024,
+        "CRD is {} bytes as JSON",
+        json.len()
+    );
 }
 
 #[test]
 fn crd_matches_di_orchestrator_names_and_columns() {
     let crd = diorch::api::crd::dijob_crd();
-    assert_eq!(crd.metadata.name.as_deref(), Some("dijobs.diengine.opendilab.org"));
+    assert_eq!(
+        crd.metadata.name.as_deref(),
+        Some("dijobs.diengine.opendilab.org")
+    );
     assert_eq!(crd.spec.group, "diengine.opendilab.org");
     assert_eq!(crd.spec.scope, "Namespaced");
     assert_eq!(crd.spec.names.kind, "DIJob");

@@ -33,11 +33,7 @@ fn simulated_kubelet_runs_and_ends_pods_by_annotation() {
 
     k.ok_stdin(
         &["apply", "-f", "-"],
-        &pod_manifest(
-            "ok",
-            "    sandbox.diorch.io/exit-after: 2s\n",
-            "1",
-        ),
+        &pod_manifest("ok", "    sandbox.diorch.io/exit-after: 2s\n", "1"),
     );
     k.ok_stdin(
         &["apply", "-f", "-"],
@@ -49,7 +45,13 @@ fn simulated_kubelet_runs_and_ends_pods_by_annotation() {
     );
     // Running, with an IP and a Ready condition, before it ends.
     let running = k.wait_for(
-        &["get", "pod", "ok", "-o", "jsonpath={.status.phase} {.status.podIP} {.spec.nodeName}"],
+        &[
+            "get",
+            "pod",
+            "ok",
+            "-o",
+            "jsonpath={.status.phase} {.status.podIP} {.spec.nodeName}",
+        ],
         Duration::from_secs(30),
         |out| out.starts_with("Running ") || out.starts_with("Succeeded "),
     );
@@ -86,7 +88,10 @@ fn simulated_kubelet_runs_and_ends_pods_by_annotation() {
     assert_eq!(state, "3 Error");
 
     // No node has 64 CPUs: the pod stays Pending with PodScheduled=False and an event.
-    k.ok_stdin(&["apply", "-f", "-"], &pod_manifest("huge", "    a: b\n", "64"));
+    k.ok_stdin(
+        &["apply", "-f", "-"],
+        &pod_manifest("huge", "    a: b\n", "64"),
+    );
     k.wait_for(
         &[
             "get",
@@ -110,4 +115,29 @@ fn simulated_kubelet_runs_and_ends_pods_by_annotation() {
     let described = k.ok(&["describe", "pod", "huge"]);
     assert!(described.contains("FailedScheduling"), "{described}");
     assert!(described.contains("Insufficient cpu"), "{described}");
+}
+
+#[test]
+fn demo_installs_the_crd_and_submits_the_sample() {
+    let (sandbox, lines) = SandboxProcess::start_command("demo", &[], "the sandbox runs until");
+    let output = lines.join("\n");
+    assert!(
+        output.contains("installed CRD dijobs.diengine.opendilab.org"),
+        "{output}"
+    );
+    assert!(
+        output.contains("submitted DIJob default/job-with-tasks"),
+        "{output}"
+    );
+    assert!(output.contains("kubectl get dijobs"), "{output}");
+    let k = sandbox.kubectl().in_namespace("default");
+    let tasks = k.ok(&[
+        "get",
+        "dijob",
+        "job-with-tasks",
+        "-o",
+        "jsonpath={.spec.tasks[*].replicas} {.spec.tasks[0].template.metadata.annotations}",
+    ]);
+    assert!(tasks.starts_with("1 1 2 "), "{tasks}");
+    assert!(tasks.contains("sandbox.diorch.io/exit-after"), "{tasks}");
 }

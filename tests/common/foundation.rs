@@ -6,14 +6,20 @@ use std::time::Duration;
 
 use super::{Kubectl, di_orchestrator_samples, repo_root};
 
-const CRD_NAME: &str = "customresourcedefinition.apiextensions.k8s.io/dijobs.diengine.opendilab.org";
+const CRD_NAME: &str =
+    "customresourcedefinition.apiextensions.k8s.io/dijobs.diengine.opendilab.org";
 
 /// `kubectl apply -f crds/` (client side) and wait until the CRD is established.
 pub fn install_crd(k: &Kubectl) {
     let crds = repo_root().join("crds");
     let out = k.ok(&["apply", "-f", crds.to_str().expect("utf-8 path")]);
     assert!(out.contains("dijobs.diengine.opendilab.org"), "{out}");
-    k.ok(&["wait", "--for=condition=Established", "--timeout=60s", CRD_NAME]);
+    k.ok(&[
+        "wait",
+        "--for=condition=Established",
+        "--timeout=60s",
+        CRD_NAME,
+    ]);
 }
 
 /// Creates a namespace for a scenario (idempotent).
@@ -30,17 +36,33 @@ pub fn samples_apply_and_print_columns(k: &Kubectl, ns: &str) {
         assert!(out.contains("dijob.diengine.opendilab.org/"), "{out}");
     }
     let table = k.ok(&["get", "dijobs"]);
-    let header: Vec<&str> = table.lines().next().unwrap_or_default().split_whitespace().collect();
+    let header: Vec<&str> = table
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
     assert_eq!(
         header,
-        ["NAME", "PHASE", "READYREPLICAS", "REPLICAS", "RESTARTS", "RESCHEDULES", "AGE"],
+        [
+            "NAME",
+            "PHASE",
+            "READYREPLICAS",
+            "REPLICAS",
+            "RESTARTS",
+            "RESCHEDULES",
+            "AGE"
+        ],
         "{table}"
     );
     assert!(table.contains("job-with-tasks"), "{table}");
     assert!(table.contains("serial-test"), "{table}");
     // The short name works as DI-orchestrator's does.
     let names = k.ok(&["get", "dijob", "-o", "name"]);
-    assert!(names.contains("dijob.diengine.opendilab.org/serial-test"), "{names}");
+    assert!(
+        names.contains("dijob.diengine.opendilab.org/serial-test"),
+        "{names}"
+    );
     // Schema defaults are applied by the API server.
     let replicas = k.ok(&[
         "get",
@@ -97,7 +119,13 @@ pub fn invalid_dijobs_are_refused(k: &Kubectl, ns: &str) {
         }
     }
     let listed = k.ok(&["get", "dijobs", "-o", "name"]);
-    for name in ["bad-replicas", "bad-policy", "bad-type", "bad-kind", "no-tasks"] {
+    for name in [
+        "bad-replicas",
+        "bad-policy",
+        "bad-type",
+        "bad-kind",
+        "no-tasks",
+    ] {
         assert!(!listed.contains(name), "{name} was stored: {listed}");
     }
 }
@@ -111,7 +139,13 @@ pub fn status_subresource_split(k: &Kubectl, ns: &str) {
         &dijob_manifest("split", "", "type: learner"),
     );
     let generation = |k: &Kubectl| {
-        k.ok(&["get", "dijob", "split", "-o", "jsonpath={.metadata.generation}"])
+        k.ok(&[
+            "get",
+            "dijob",
+            "split",
+            "-o",
+            "jsonpath={.metadata.generation}",
+        ])
     };
     let before = generation(&k);
     k.ok(&[
@@ -157,9 +191,15 @@ pub fn status_subresource_split(k: &Kubectl, ns: &str) {
 pub fn owner_deletion_cascades(k: &Kubectl, ns: &str) {
     let k = k.in_namespace(ns);
     k.ok(&["create", "configmap", "owner", "--from-literal=a=b"]);
-    let uid = k.ok(&["get", "configmap", "owner", "-o", "jsonpath={.metadata.uid}"]);
+    let uid = k.ok(&[
+        "get",
+        "configmap",
+        "owner",
+        "-o",
+        "jsonpath={.metadata.uid}",
+    ]);
     let dependent = format!(
-        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: dependent\n  ownerReferences:\n  - apiVersion: v1\n    kind: ConfigMap\n    name: owner\n    uid: {uid}\n    blockOwnerDeletion: true\n    controller: true\ndata:\n  x: y\n"
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: dependent\n  ownerReferences:\n  - apiVersion: v1\n    kind: ConfigMap\n    name: owner\n    uid: {uid}\n    blockOwnerDeletion: true\n    controller: true\ndata:\n  x: \"z\"\n"
     );
     k.ok_stdin(&["apply", "-f", "-"], &dependent);
     k.ok(&["delete", "configmap", "owner"]);

@@ -23,10 +23,21 @@ impl SandboxProcess {
     /// Starts `diorch sandbox` on a free loopback port with extra flags, and waits until it
     /// prints that it is ready.
     pub fn start(extra_args: &[&str]) -> SandboxProcess {
+        SandboxProcess::start_command("sandbox", extra_args, "sandbox ready: ").0
+    }
+
+    /// Starts `diorch <command>` (`sandbox` or `demo`) and waits for its ready line; also
+    /// returns the first stdout line starting with `until` (or the ready line) and a receiver
+    /// of the later stdout lines.
+    pub fn start_command(
+        command: &str,
+        extra_args: &[&str],
+        until: &str,
+    ) -> (SandboxProcess, Vec<String>) {
         let dir = tempfile::tempdir().expect("tempdir");
         let kubeconfig = dir.path().join("kubeconfig");
         let mut child = Command::new(env!("CARGO_BIN_EXE_diorch"))
-            .arg("sandbox")
+            .arg(command)
             .args(["--listen", "127.0.0.1:0", "--kubeconfig-out"])
             .arg(&kubeconfig)
             .args(extra_args)
@@ -44,26 +55,38 @@ impl SandboxProcess {
             }
         });
         let deadline = Instant::now() + Duration::from_secs(60);
-        let server_url = loop {
+        let mut server_url = String::new();
+        let mut seen = Vec::new();
+        loop {
             let left = deadline.saturating_duration_since(Instant::now());
             match rx.recv_timeout(left) {
                 Ok(line) => {
                     if let Some(url) = line.strip_prefix("sandbox ready: ") {
-                        break url.split_whitespace().next().unwrap_or_default().to_string();
+                        server_url = url
+                            .split_whitespace()
+                            .next()
+                            .unwrap_or_default()
+                            .to_string();
+                    }
+                    let done = line.starts_with(until);
+                    seen.push(line);
+                    if done {
+                        break;
                     }
                 }
                 Err(_) => {
                     let _ = child.kill();
-                    panic!("diorch sandbox did not become ready within 60 s");
+                    panic!("diorch {command} did not print {until:?} within 60 s: {seen:?}");
                 }
             }
-        };
-        SandboxProcess {
+        }
+        let sandbox = SandboxProcess {
             child,
             dir,
             kubeconfig,
             server_url,
-        }
+        };
+        (sandbox, seen)
     }
 
     pub fn kubectl(&self) -> Kubectl {

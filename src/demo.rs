@@ -1,0 +1,125 @@
+//! `diorch demo`: a guided first run on the sandbox. Installs the DIJob CRD, submits
+//! DI-orchestrator's `atari-dqn-dist` sample (with sandbox annotations so its pods finish), and
+//! tells the user what to run next with kubectl.
+//!
+//! It only uses the public Kubernetes API through the kube client, as any user tool would.
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, PostParams};
+use kube::runtime::wait::{await_condition, conditions};
+
+use crate::api::{DIJob, crd::dijob_crd};
+use crate::sandbox::RunningSandbox;
+
+/// The sample the demo submits, verbatim from DI-orchestrator v2.
+pub const SAMPLE: &str = include_str!("../examples/di-orchestrator-samples/atari-dqn-dist.yaml");
+
+/// How long each simulated worker of the demo job runs before it exits successfully.
+const WORKER_RUNTIME: &str = "20s";
+
+#[derive(Debug, thiserror::Error)]
+pub enum DemoError {
+    #[error(transparent)]
+    Sandbox(#[from] crate::sandbox::SandboxError),
+    #[error("cannot install the DIJob CRD: {0}")]
+    InstallCrd(#[source] kube::Error),
+    #[error("the DIJob CRD did not become established: {0}")]
+    CrdNotEstablished(String),
+    #[error("the bundled sample is not a valid DIJob: {0}")]
+    Sample(String),
+    #[error("cannot submit the sample DIJob: {0}")]
+    Submit(#[source] kube::Error),
+}
+
+/// Parses the bundled sample and adds the sandbox annotations that make its workers finish.
+pub fn sample_job() -> Result<DIJob, DemoError> {
+    let docs: Vec<serde_json::Value> =
+        serde_saphyr::from_multiple(SAMPLE).map_err(|e| DemoError::Sample(e.to_string()))?;
+    let doc = docs
+        .into_iter()
+        .find(|d| d["kind"] == "DIJob")
+        .ok_or_else(|| DemoError::Sample("no DIJob document".to_string()))?;
+    let mut job: DIJob =
+        serde_json::from_value(doc).map_err(|e| DemoError::Sample(e.to_string()))?;
+    for task in &mut job.spec.tasks {
+        let metadata = task.template.metadata.get_or_insert_with(Default::default);
+        metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(
+                "sandbox.diorch.io/exit-after".to_string(),
+                WORKER_RUNTIME.to_string(),
+            );
+    }
+    Ok(job)
+}
+
+/// Installs the CRD and submits the sample job into `default`.
+pub async fn run(sandbox: &RunningSandbox) -> Result<(), DemoError> {
+    let client = sandbox.client()?;
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let crd = dijob_crd();
+    let crd_name = crd.metadata.name.clone().unwrap_or_default();
+    match crds.create(&PostParams::default(), &crd).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(status)) if status.code == 409 => {}
+        Err(e) => return Err(DemoError::InstallCrd(e)),
+    }
+    let established = await_condition(crds, &crd_name, conditions::is_crd_established());
+    tokio::time::timeout(std::time::Duration::from_secs(30), established)
+        .await
+        .map_err(|_| DemoError::CrdNotEstablished("timed out after 30 s".to_string()))?
+        .map_err(|e| DemoError::CrdNotEstablished(e.to_string()))?;
+    println!("installed CRD {crd_name}");
+
+    let job = sample_job()?;
+    let name = job.metadata.name.clone().unwrap_or_default();
+    let jobs: Api<DIJob> = Api::namespaced(client, "default");
+    match jobs.create(&PostParams::default(), &job).await {
+        Ok(_) => {
+            println!("submitted DIJob default/{name} (DI-orchestrator's atari-dqn-dist sample)")
+        }
+        Err(kube::Error::Api(status)) if status.code == 409 => {
+            println!("DIJob default/{name} already exists")
+        }
+        Err(e) => return Err(DemoError::Submit(e)),
+    }
+
+    let kubeconfig = sandbox.kubeconfig_display();
+    println!();
+    println!("next, in another terminal:");
+    println!("  export KUBECONFIG={kubeconfig}");
+    println!("  kubectl get dijobs");
+    println!("  kubectl get dijob {name} -o yaml");
+    println!("  kubectl get nodes -o wide");
+    println!("  kubectl apply -f examples/di-orchestrator-samples/dijob-serial.yaml");
+    println!();
+    println!("the sandbox runs until Ctrl-C");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sample_job_gets_exit_annotations_on_every_task() {
+        let job = sample_job().expect("sample parses");
+        assert_eq!(job.metadata.name.as_deref(), Some("job-with-tasks"));
+        assert_eq!(job.spec.tasks.len(), 3);
+        for task in &job.spec.tasks {
+            let annotations = task
+                .template
+                .metadata
+                .as_ref()
+                .and_then(|m| m.annotations.as_ref())
+                .expect("annotations");
+            assert_eq!(
+                annotations
+                    .get("sandbox.diorch.io/exit-after")
+                    .map(String::as_str),
+                Some(WORKER_RUNTIME)
+            );
+        }
+    }
+}
