@@ -141,3 +141,72 @@ fn demo_installs_the_crd_and_submits_the_sample() {
     assert!(tasks.starts_with("1 1 2 "), "{tasks}");
     assert!(tasks.contains("sandbox.diorch.io/exit-after"), "{tasks}");
 }
+
+#[test]
+fn operator_run_refuses_a_cluster_without_the_crd_then_watches_dijobs() {
+    let sandbox = SandboxProcess::start(&["--nodes", "1"]);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_diorch"))
+        .args(["run", "--kubeconfig"])
+        .arg(&sandbox.kubeconfig)
+        .output()
+        .expect("run diorch run");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let error_lines: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error:")).collect();
+    assert_eq!(error_lines.len(), 1, "{stderr}");
+    assert!(
+        error_lines[0].contains("DIJob CRD (dijobs.diengine.opendilab.org) is not installed"),
+        "{stderr}"
+    );
+
+    let k = sandbox.kubectl();
+    common::foundation::install_crd(&k);
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_diorch"))
+        .args(["run", "--kubeconfig"])
+        .arg(&sandbox.kubeconfig)
+        .env("RUST_LOG", "info")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn diorch run");
+    k.in_namespace("default").ok(&[
+        "apply",
+        "-f",
+        common::repo_root()
+            .join("examples/di-orchestrator-samples/dijob-serial.yaml")
+            .to_str()
+            .expect("utf-8"),
+    ]);
+    let stderr = child.stderr.take().expect("stderr");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = tx.send(line);
+        }
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let mut seen = Vec::new();
+    while !seen
+        .iter()
+        .any(|l: &String| l.contains("default/serial-test"))
+    {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(line) => seen.push(line),
+            Err(_) => break,
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        seen.iter().any(|l| l.contains("watching DIJobs")),
+        "{seen:#?}"
+    );
+    assert!(
+        seen.iter().any(|l| l.contains("default/serial-test")),
+        "{seen:#?}"
+    );
+}
