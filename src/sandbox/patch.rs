@@ -234,27 +234,6 @@ fn go_type_name(v: &Value) -> &'static str {
     }
 }
 
-/// `%q` of a string, as Go prints it.
-fn go_quote(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\t' => out.push_str("\\t"),
-            '\r' => out.push_str("\\r"),
-            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
-                out.push_str(&format!("\\x{:02x}", c as u32));
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
-
 /// The kind of a decoded value, as `reflect.TypeOf` distinguishes them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum GoType {
@@ -451,11 +430,15 @@ fn atoi(s: &str) -> Result<i64, String> {
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return Err(format!(
             "strconv.Atoi: parsing {}: invalid syntax",
-            go_quote(s)
+            super::schema::go_quote(s)
         ));
     }
-    s.parse::<i64>()
-        .map_err(|_| format!("strconv.Atoi: parsing {}: value out of range", go_quote(s)))
+    s.parse::<i64>().map_err(|_| {
+        format!(
+            "strconv.Atoi: parsing {}: value out of range",
+            super::schema::go_quote(s)
+        )
+    })
 }
 
 fn invalid_index(idx: i64) -> String {

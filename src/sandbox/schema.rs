@@ -1978,11 +1978,15 @@ fn max_len_error(n: usize) -> String {
     format!("must be no more than {n} characters")
 }
 
+/// `validation.RegexError`; note Go's double space before each " or ".
 fn regex_error(msg: &str, fmt: &str, examples: &[&str]) -> String {
+    if examples.is_empty() {
+        return format!("{msg} (regex used for validation is '{fmt}')");
+    }
     let ex: Vec<String> = examples.iter().map(|e| format!("'{e}', ")).collect();
     format!(
         "{msg} (e.g. {}regex used for validation is '{fmt}')",
-        ex.join("or ")
+        ex.join(" or ")
     )
 }
 
@@ -2355,8 +2359,8 @@ pub fn validate_object_meta_scoped(
 // ---------------------------------------------------------------------------------------------
 // Go value rendering, as field.Error and kube-openapi print values.
 
-/// `strconv.Quote`.
-fn go_quote(s: &str) -> String {
+/// `strconv.Quote`: how Go quotes strings in Kubernetes messages.
+pub fn go_quote(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
     out.push('"');
     for c in s.chars() {

@@ -373,7 +373,7 @@ impl Parser {
         if tok != Token::Identifier {
             return Err(format!("found '{literal}', expected: identifier"));
         }
-        let errs = qualified_name_errors(&literal);
+        let errs = super::schema::is_qualified_name(&literal);
         if !errs.is_empty() {
             return Err(field_invalid("<nil>", &literal, &errs.join("; ")));
         }
@@ -483,7 +483,7 @@ fn new_requirement(key: String, op: Operator, values: Vec<String>) -> Result<Req
         }
     }
     for (i, v) in values.iter().enumerate() {
-        let msgs = label_value_errors(v);
+        let msgs = super::schema::is_valid_label_value(v);
         if !msgs.is_empty() {
             errs.push(field_invalid(
                 &format!("values[{i}][{key}]"),
@@ -504,7 +504,10 @@ fn new_requirement(key: String, op: Operator, values: Vec<String>) -> Result<Req
 
 /// `field.Invalid(path, value, detail).Error()` for a string value.
 fn field_invalid(path: &str, value: &str, detail: &str) -> String {
-    format!("{path}: Invalid value: {}: {detail}", go_quote(value))
+    format!(
+        "{path}: Invalid value: {}: {detail}",
+        super::schema::go_quote(value)
+    )
 }
 
 /// `utilerrors.NewAggregate(...).Error()`: one message alone, several de-duplicated in brackets.
@@ -520,141 +523,6 @@ fn aggregate(errs: Vec<String>) -> String {
     } else {
         format!("[{}]", seen.join(", "))
     }
-}
-
-/// `%q` of a string, as Go prints it.
-fn go_quote(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\t' => out.push_str("\\t"),
-            '\r' => out.push_str("\\r"),
-            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
-                out.push_str(&format!("\\x{:02x}", c as u32));
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
-
-const QUALIFIED_NAME_FMT: &str = "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]";
-const QUALIFIED_NAME_ERR: &str = "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character";
-const LABEL_VALUE_FMT: &str = "(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?";
-const LABEL_VALUE_ERR: &str = "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character";
-const DNS1123_SUBDOMAIN_FMT: &str =
-    "[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*";
-const DNS1123_SUBDOMAIN_ERR: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character";
-
-/// `validation.RegexError`.
-fn regex_error(msg: &str, fmt: &str, examples: &[&str]) -> String {
-    let mut out = format!("{msg} (e.g. ");
-    for (i, e) in examples.iter().enumerate() {
-        if i > 0 {
-            out.push_str(" or ");
-        }
-        out.push_str(&format!("'{e}', "));
-    }
-    out.push_str(&format!("regex used for validation is '{fmt}')"));
-    out
-}
-
-/// `([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]`
-fn is_qualified_token(s: &str) -> bool {
-    let b = s.as_bytes();
-    match (b.first(), b.last()) {
-        (Some(f), Some(l)) => {
-            f.is_ascii_alphanumeric()
-                && l.is_ascii_alphanumeric()
-                && b.iter()
-                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
-        }
-        _ => false,
-    }
-}
-
-fn is_dns1123_subdomain(s: &str) -> bool {
-    s.split('.').all(|label| {
-        let b = label.as_bytes();
-        let edge = |c: &u8| c.is_ascii_lowercase() || c.is_ascii_digit();
-        match (b.first(), b.last()) {
-            (Some(f), Some(l)) => edge(f) && edge(l) && b.iter().all(|c| edge(c) || *c == b'-'),
-            _ => false,
-        }
-    })
-}
-
-/// `validation.IsQualifiedName`: the rules for a label key.
-fn qualified_name_errors(value: &str) -> Vec<String> {
-    let mut errs = Vec::new();
-    let parts: Vec<&str> = value.split('/').collect();
-    let name = match parts.as_slice() {
-        [name] => *name,
-        [prefix, name] => {
-            if prefix.is_empty() {
-                errs.push("prefix part must be non-empty".to_string());
-            } else {
-                if prefix.len() > 253 {
-                    errs.push("prefix part must be no more than 253 characters".to_string());
-                }
-                if !is_dns1123_subdomain(prefix) {
-                    errs.push(format!(
-                        "prefix part {}",
-                        regex_error(
-                            DNS1123_SUBDOMAIN_ERR,
-                            DNS1123_SUBDOMAIN_FMT,
-                            &["example.com"]
-                        )
-                    ));
-                }
-            }
-            *name
-        }
-        _ => {
-            errs.push(format!(
-                "a qualified name {} with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')",
-                regex_error(QUALIFIED_NAME_ERR, QUALIFIED_NAME_FMT, &["MyName", "my.name", "123-abc"])
-            ));
-            return errs;
-        }
-    };
-    if name.is_empty() {
-        errs.push("name part must be non-empty".to_string());
-    } else if name.len() > 63 {
-        errs.push("name part must be no more than 63 characters".to_string());
-    }
-    if !is_qualified_token(name) {
-        errs.push(format!(
-            "name part {}",
-            regex_error(
-                QUALIFIED_NAME_ERR,
-                QUALIFIED_NAME_FMT,
-                &["MyName", "my.name", "123-abc"]
-            )
-        ));
-    }
-    errs
-}
-
-/// `validation.IsValidLabelValue`.
-fn label_value_errors(value: &str) -> Vec<String> {
-    let mut errs = Vec::new();
-    if value.len() > 63 {
-        errs.push("must be no more than 63 characters".to_string());
-    }
-    if !value.is_empty() && !is_qualified_token(value) {
-        errs.push(regex_error(
-            LABEL_VALUE_ERR,
-            LABEL_VALUE_FMT,
-            &["MyValue", "my_value", "12345"],
-        ));
-    }
-    errs
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -833,7 +701,7 @@ pub fn unsupported_field_error(
                 }
                 return Some(format!(
                     "{} is not a known field selector: only \"metadata.name\", \"metadata.namespace\"",
-                    go_quote(label)
+                    super::schema::go_quote(label)
                 ));
             }
             field_value(api_version, kind, &Value::Null, label).is_some()

@@ -128,16 +128,12 @@ fn bytes_response(code: u16, bytes: Vec<u8>, warnings: &[String]) -> Response {
         HeaderValue::from_static("application/json"),
     );
     for w in warnings {
-        let text = format!("299 - {}", go_quote(w));
+        let text = format!("299 - {}", super::schema::go_quote(w));
         if let Ok(v) = HeaderValue::from_str(&text) {
             h.append(header::WARNING, v);
         }
     }
     resp
-}
-
-fn go_quote(s: &str) -> String {
-    serde_json::to_string(s).unwrap_or_default()
 }
 
 impl IntoResponse for ApiError {
