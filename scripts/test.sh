@@ -10,4 +10,8 @@ if ! command -v kubectl >/dev/null 2>&1; then
     exit 1
 fi
 
+if [ -z "${DIORCH_E2E_KUBECONFIG:-}" ]; then
+    echo "note: the real-cluster e2e suite (tests/e2e.rs) will skip itself: set DIORCH_E2E_KUBECONFIG to a kubeconfig to run it"
+fi
+
 cargo test --locked "$@"
