@@ -242,6 +242,11 @@ pub struct DIJobStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allocation: Option<Vec<String>>,
 
+    /// Pod name holding each global rank (`""` = free rank), so ranks stay stable across pod
+    /// re-creation, scaling and operator restarts. Written by diorch only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ranks: Option<Vec<String>>,
+
     /// Profiling data reported by the job's workers, read by scheduling policies.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "crd::preserve_unknown_object")]

@@ -6,3 +6,4 @@
 
 pub mod build;
 pub mod naming;
+pub mod ranks;

@@ -1,0 +1,241 @@
+//! Stable global ranks of a job's replicas (see docs/design/controller.md).
+//!
+//! DI-engine finds its own address at `DI_NODES[DI_RANK]`, so a replica's rank must never change
+//! while it lives, and must come back when its pod is re-created. The rank table maps each rank
+//! to the pod name (slot) holding it; it is persisted in `status.ranks`. Pure data; no I/O.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Index = global rank; entry = pod name of the slot holding it, or `""` for a free rank.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RankTable(Vec<String>);
+
+impl RankTable {
+    /// The table as persisted in `status.ranks` (absent = empty).
+    pub fn from_status(ranks: Option<&[String]>) -> RankTable {
+        let mut table = RankTable(ranks.map(<[String]>::to_vec).unwrap_or_default());
+        table.dedup();
+        table.trim();
+        table
+    }
+
+    /// Rebuilds a table from live pods' `diengine/rank` annotations, for jobs whose status has no
+    /// table (created before diorch, or whose status was lost). Pods with an unparsable,
+    /// negative or already-taken rank are left out: they get a rank like a new slot.
+    pub fn from_pods<'a>(pods: impl IntoIterator<Item = (&'a str, Option<&'a str>)>) -> RankTable {
+        let mut by_rank: BTreeMap<usize, &str> = BTreeMap::new();
+        let mut sorted: Vec<(&str, Option<&str>)> = pods.into_iter().collect();
+        sorted.sort();
+        for (pod, rank) in sorted {
+            if let Some(rank) = rank.and_then(|r| r.parse::<usize>().ok()) {
+                by_rank.entry(rank).or_insert(pod);
+            }
+        }
+        let len = by_rank.keys().next_back().map_or(0, |r| r + 1);
+        let mut entries = vec![String::new(); len];
+        for (rank, pod) in by_rank {
+            entries[rank] = pod.to_string();
+        }
+        let mut table = RankTable(entries);
+        table.dedup();
+        table
+    }
+
+    /// The table for `desired` slots (pod names in spec order): slots that keep existing keep
+    /// their rank, removed slots free theirs, new slots take the lowest free rank in order, and
+    /// trailing free ranks are trimmed.
+    pub fn plan(&self, desired: &[String]) -> RankTable {
+        let wanted: BTreeSet<&str> = desired.iter().map(String::as_str).collect();
+        let mut entries: Vec<String> = self
+            .0
+            .iter()
+            .map(|pod| {
+                if wanted.contains(pod.as_str()) {
+                    pod.clone()
+                } else {
+                    String::new()
+                }
+            })
+            .collect();
+        let placed: BTreeSet<String> = entries.iter().filter(|p| !p.is_empty()).cloned().collect();
+        let mut free = entries
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.is_empty())
+            .map(|(i, _)| i)
+            .collect::<Vec<_>>()
+            .into_iter();
+        for pod in desired.iter().filter(|p| !placed.contains(p.as_str())) {
+            match free.next() {
+                Some(rank) => entries[rank] = pod.clone(),
+                None => entries.push(pod.clone()),
+            }
+        }
+        let mut table = RankTable(entries);
+        table.trim();
+        table
+    }
+
+    /// The rank of `pod`, if it holds one.
+    pub fn rank_of(&self, pod: &str) -> Option<usize> {
+        self.0.iter().position(|p| p == pod)
+    }
+
+    /// Entries by rank (`""` = free), as persisted in `status.ranks`.
+    pub fn entries(&self) -> &[String] {
+        &self.0
+    }
+
+    /// Number of ranks up to the highest one in use (the length of `DI_NODES`).
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Keeps only the first rank of a pod listed twice (a hand-edited status).
+    fn dedup(&mut self) {
+        let mut seen = BTreeSet::new();
+        for entry in &mut self.0 {
+            if !entry.is_empty() && !seen.insert(entry.clone()) {
+                entry.clear();
+            }
+        }
+    }
+
+    fn trim(&mut self) {
+        while self.0.last().is_some_and(String::is_empty) {
+            self.0.pop();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    fn table(v: &[&str]) -> RankTable {
+        RankTable::from_status(Some(&names(v)))
+    }
+
+    #[test]
+    fn first_plan_numbers_slots_in_spec_order_like_di_orchestrator() {
+        let plan = RankTable::default().plan(&names(&[
+            "j-learner-0",
+            "j-evaluator-0",
+            "j-collector-0",
+            "j-collector-1",
+        ]));
+        assert_eq!(
+            plan.entries(),
+            names(&[
+                "j-learner-0",
+                "j-evaluator-0",
+                "j-collector-0",
+                "j-collector-1"
+            ])
+        );
+        assert_eq!(plan.rank_of("j-collector-1"), Some(3));
+    }
+
+    #[test]
+    fn scale_up_appends_new_slots_in_task_order() {
+        // DI-orchestrator's e2e: 1,1,2 → 2,2,3 gives the new pods ranks 4, 5, 6.
+        let before = table(&[
+            "j-learner-0",
+            "j-evaluator-0",
+            "j-collector-0",
+            "j-collector-1",
+        ]);
+        let after = before.plan(&names(&[
+            "j-learner-0",
+            "j-learner-1",
+            "j-evaluator-0",
+            "j-evaluator-1",
+            "j-collector-0",
+            "j-collector-1",
+            "j-collector-2",
+        ]));
+        assert_eq!(after.rank_of("j-learner-1"), Some(4));
+        assert_eq!(after.rank_of("j-evaluator-1"), Some(5));
+        assert_eq!(after.rank_of("j-collector-2"), Some(6));
+        for (rank, pod) in before.entries().iter().enumerate() {
+            assert_eq!(after.rank_of(pod), Some(rank), "{pod} moved");
+        }
+    }
+
+    #[test]
+    fn scale_in_frees_ranks_and_scale_up_fills_the_gap_first() {
+        let before = table(&[
+            "j-learner-0",
+            "j-learner-1",
+            "j-collector-0",
+            "j-collector-1",
+        ]);
+        let shrunk = before.plan(&names(&["j-learner-0", "j-collector-0", "j-collector-1"]));
+        assert_eq!(
+            shrunk.entries(),
+            names(&["j-learner-0", "", "j-collector-0", "j-collector-1"])
+        );
+        assert_eq!(shrunk.len(), 4, "DI_NODES keeps an empty entry for the gap");
+        let grown = shrunk.plan(&names(&[
+            "j-learner-0",
+            "j-collector-0",
+            "j-collector-1",
+            "j-collector-2",
+        ]));
+        assert_eq!(grown.rank_of("j-collector-2"), Some(1));
+        assert_eq!(grown.rank_of("j-collector-1"), Some(3));
+    }
+
+    #[test]
+    fn trailing_free_ranks_are_trimmed() {
+        let before = table(&["j-learner-0", "j-collector-0", "j-collector-1"]);
+        let shrunk = before.plan(&names(&["j-learner-0", "j-collector-0"]));
+        assert_eq!(shrunk.entries(), names(&["j-learner-0", "j-collector-0"]));
+        assert!(RankTable::default().plan(&[]).is_empty());
+    }
+
+    #[test]
+    fn replanning_the_same_slots_changes_nothing() {
+        let before = table(&["a-0", "", "b-0", "b-1"]);
+        let same = before.plan(&names(&["a-0", "b-0", "b-1"]));
+        assert_eq!(same, before);
+    }
+
+    #[test]
+    fn table_is_rebuilt_from_pod_annotations() {
+        let table = RankTable::from_pods([
+            ("j-collector-1", Some("3")),
+            ("j-learner-0", Some("0")),
+            ("j-evaluator-0", Some("x")),
+            ("j-collector-0", Some("3")),
+        ]);
+        // collector-0 and collector-1 both claim 3: the first by name keeps it.
+        assert_eq!(
+            table.entries(),
+            names(&["j-learner-0", "", "", "j-collector-0"])
+        );
+        let plan = table.plan(&names(&[
+            "j-learner-0",
+            "j-evaluator-0",
+            "j-collector-0",
+            "j-collector-1",
+        ]));
+        assert_eq!(plan.rank_of("j-evaluator-0"), Some(1));
+        assert_eq!(plan.rank_of("j-collector-1"), Some(2));
+        assert_eq!(plan.rank_of("j-collector-0"), Some(3));
+    }
+
+    #[test]
+    fn a_pod_listed_twice_in_status_keeps_its_first_rank() {
+        let table = table(&["a-0", "a-0", "b-0", ""]);
+        assert_eq!(table.entries(), names(&["a-0", "", "b-0"]));
+    }
+}
