@@ -10,6 +10,7 @@ use k8s_openapi::api::core::v1::{EnvVar, Pod, PodSpec, Service, ServicePort, Ser
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
 use super::naming;
+use super::ranks::RankTable;
 use crate::api::{self, DIJob, labels};
 
 /// Operator settings that go into every pod (spec section 12 flags).
@@ -81,6 +82,57 @@ pub fn task_name(task: &api::Task) -> String {
         (Some(name), _) if !name.is_empty() => name.clone(),
         (_, Some(t)) => t.as_str().to_string(),
         _ => String::new(),
+    }
+}
+
+/// Every replica slot the spec asks for, in spec order: (pod name, task index, local rank).
+pub fn desired_slots(job: &DIJob) -> Vec<(String, usize, i32)> {
+    let job_name = job.metadata.name.clone().unwrap_or_default();
+    job.spec
+        .tasks
+        .iter()
+        .enumerate()
+        .flat_map(|(index, task)| {
+            let name = task_name(task);
+            let job_name = job_name.clone();
+            (0..task.replicas.max(0))
+                .map(move |local| (naming::pod_name(&job_name, &name, local), index, local))
+        })
+        .collect()
+}
+
+/// The job's world as its pods see it, from the rank table: `DI_NODES` has one FQDN per rank
+/// (`""` for a free rank, so `DI_NODES[DI_RANK]` is always the pod's own), and each task's
+/// FQDNs in rank order.
+pub fn world(job: &DIJob, ranks: &RankTable, ctx: &BuildContext) -> World {
+    let job_name = job.metadata.name.clone().unwrap_or_default();
+    let namespace = job.metadata.namespace.clone().unwrap_or_default();
+    let task_of: BTreeMap<String, String> = desired_slots(job)
+        .into_iter()
+        .filter_map(|(pod, index, _)| job.spec.tasks.get(index).map(|t| (pod, task_name(t))))
+        .collect();
+    let mut nodes = Vec::with_capacity(ranks.len());
+    let mut task_nodes: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut replicas = 0;
+    for pod in ranks.entries() {
+        if pod.is_empty() {
+            nodes.push(String::new());
+            continue;
+        }
+        let fqdn = naming::pod_fqdn(pod, &job_name, &namespace, &ctx.service_domain);
+        if let Some(task) = task_of.get(pod) {
+            task_nodes
+                .entry(task.clone())
+                .or_default()
+                .push(fqdn.clone());
+        }
+        replicas += 1;
+        nodes.push(fqdn);
+    }
+    World {
+        nodes,
+        task_nodes,
+        replicas,
     }
 }
 
@@ -397,6 +449,57 @@ mod tests {
             )
             .is_none()
         );
+    }
+
+    #[test]
+    fn world_from_ranks_puts_each_pod_at_its_rank_and_keeps_gaps() {
+        let job = job();
+        let slots: Vec<String> = desired_slots(&job).into_iter().map(|(p, _, _)| p).collect();
+        assert_eq!(
+            slots,
+            [
+                "job-with-tasks-learner-0",
+                "job-with-tasks-collector-0",
+                "job-with-tasks-collector-1"
+            ]
+        );
+        // Rank 1 was freed by an earlier scale-in.
+        let ranks = RankTable::from_status(Some(&[
+            "job-with-tasks-learner-0".to_string(),
+            String::new(),
+            "job-with-tasks-collector-0".to_string(),
+            "job-with-tasks-collector-1".to_string(),
+        ]));
+        let world = super::world(&job, &ranks, &BuildContext::default());
+        assert_eq!(world.replicas, 3);
+        assert_eq!(world.nodes.len(), 4);
+        assert_eq!(world.nodes[1], "");
+        assert_eq!(world.task_nodes["collector"].len(), 2);
+        for (pod, index, local) in desired_slots(&job) {
+            let rank = ranks.rank_of(&pod).expect("ranked") as i32;
+            let slot = ReplicaSlot {
+                task_index: index,
+                local_rank: local,
+                global_rank: rank,
+            };
+            let built =
+                build_pod(&job, &slot, &world, &BuildContext::default(), None).expect("pod");
+            let env = env_of(&built, 0);
+            let di_rank: usize = env
+                .iter()
+                .find(|(n, _)| n == "DI_RANK")
+                .expect("DI_RANK")
+                .1
+                .parse()
+                .expect("rank");
+            let nodes = &env
+                .iter()
+                .find(|(n, _)| n == "DI_NODES")
+                .expect("DI_NODES")
+                .1;
+            let own = nodes.split(',').nth(di_rank).expect("own entry");
+            assert!(own.starts_with(&format!("{pod}.")), "{pod}: {own}");
+        }
     }
 
     #[test]
