@@ -83,39 +83,30 @@ async fn shutdown_signal() {
     }
 }
 
+/// Runs a sandbox (with the demo on top, if asked) until Ctrl-C. The first stdout line is the
+/// `sandbox ready: <url> kubeconfig <path>` line that scripts and tests wait for.
+async fn serve_sandbox(args: SandboxArgs, demo: bool) -> anyhow::Result<()> {
+    let sandbox = diorch::sandbox::launch(args.options()).await?;
+    let kubeconfig = sandbox.kubeconfig_display();
+    println!("sandbox ready: {} kubeconfig {kubeconfig}", sandbox.url());
+    if demo {
+        diorch::demo::run(&sandbox).await?;
+    } else {
+        println!("try: kubectl --kubeconfig {kubeconfig} get nodes");
+    }
+    shutdown_signal().await;
+    sandbox.stop().await;
+    Ok(())
+}
+
 async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Crd => {
             print!("{}", diorch::api::crd::dijob_crd_yaml()?);
             Ok(())
         }
-        Command::Sandbox(args) => {
-            let sandbox = diorch::sandbox::launch(args.options()).await?;
-            println!(
-                "sandbox ready: {} kubeconfig {}",
-                sandbox.url(),
-                sandbox.kubeconfig_display()
-            );
-            println!(
-                "try: kubectl --kubeconfig {} get nodes",
-                sandbox.kubeconfig_display()
-            );
-            shutdown_signal().await;
-            sandbox.stop().await;
-            Ok(())
-        }
-        Command::Demo(args) => {
-            let sandbox = diorch::sandbox::launch(args.options()).await?;
-            println!(
-                "sandbox ready: {} kubeconfig {}",
-                sandbox.url(),
-                sandbox.kubeconfig_display()
-            );
-            diorch::demo::run(&sandbox).await?;
-            shutdown_signal().await;
-            sandbox.stop().await;
-            Ok(())
-        }
+        Command::Sandbox(args) => serve_sandbox(args, false).await,
+        Command::Demo(args) => serve_sandbox(args, true).await,
         Command::Run {
             kubeconfig,
             context,

@@ -166,52 +166,22 @@ impl Kubectl {
 
     /// Runs kubectl, asserting success; returns stdout.
     pub fn ok(&self, args: &[&str]) -> String {
-        let out = self.run(args);
-        assert!(
-            out.status.success(),
-            "kubectl {} failed: {}{}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        expect_success(args, self.run(args))
     }
 
     /// Runs kubectl with stdin, asserting success; returns stdout.
     pub fn ok_stdin(&self, args: &[&str], stdin: &str) -> String {
-        let out = self.run_stdin(args, stdin);
-        assert!(
-            out.status.success(),
-            "kubectl {} failed: {}{}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        expect_success(args, self.run_stdin(args, stdin))
     }
 
     /// Runs kubectl, asserting failure; returns stderr.
     pub fn fails(&self, args: &[&str]) -> String {
-        let out = self.run(args);
-        assert!(
-            !out.status.success(),
-            "kubectl {} unexpectedly succeeded: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stdout)
-        );
-        String::from_utf8_lossy(&out.stderr).into_owned()
+        expect_failure(args, self.run(args))
     }
 
     /// Runs kubectl with stdin, asserting failure; returns stderr.
     pub fn fails_stdin(&self, args: &[&str], stdin: &str) -> String {
-        let out = self.run_stdin(args, stdin);
-        assert!(
-            !out.status.success(),
-            "kubectl {} unexpectedly succeeded: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stdout)
-        );
-        String::from_utf8_lossy(&out.stderr).into_owned()
+        expect_failure(args, self.run_stdin(args, stdin))
     }
 
     /// Polls `kubectl get ... -o jsonpath=<path>` until `pred` holds (at most `timeout`).
@@ -240,6 +210,27 @@ impl Kubectl {
             args.join(" ")
         );
     }
+}
+
+fn expect_success(args: &[&str], out: Output) -> String {
+    assert!(
+        out.status.success(),
+        "kubectl {} failed: {}{}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn expect_failure(args: &[&str], out: Output) -> String {
+    assert!(
+        !out.status.success(),
+        "kubectl {} unexpectedly succeeded: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stdout)
+    );
+    String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 /// Repository root, for `crds/` and `examples/`.
