@@ -6,4 +6,6 @@
 
 pub mod build;
 pub mod naming;
+pub mod planner;
 pub mod ranks;
+pub mod validate;

@@ -4,7 +4,7 @@
 //! while it lives, and must come back when its pod is re-created. The rank table maps each rank
 //! to the pod name (slot) holding it; it is persisted in `status.ranks`. Pure data; no I/O.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 /// Index = global rank; entry = pod name of the slot holding it, or `""` for a free rank.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -16,28 +16,6 @@ impl RankTable {
         let mut table = RankTable(ranks.map(<[String]>::to_vec).unwrap_or_default());
         table.dedup();
         table.trim();
-        table
-    }
-
-    /// Rebuilds a table from live pods' `diengine/rank` annotations, for jobs whose status has no
-    /// table (created before diorch, or whose status was lost). Pods with an unparsable,
-    /// negative or already-taken rank are left out: they get a rank like a new slot.
-    pub fn from_pods<'a>(pods: impl IntoIterator<Item = (&'a str, Option<&'a str>)>) -> RankTable {
-        let mut by_rank: BTreeMap<usize, &str> = BTreeMap::new();
-        let mut sorted: Vec<(&str, Option<&str>)> = pods.into_iter().collect();
-        sorted.sort();
-        for (pod, rank) in sorted {
-            if let Some(rank) = rank.and_then(|r| r.parse::<usize>().ok()) {
-                by_rank.entry(rank).or_insert(pod);
-            }
-        }
-        let len = by_rank.keys().next_back().map_or(0, |r| r + 1);
-        let mut entries = vec![String::new(); len];
-        for (rank, pod) in by_rank {
-            entries[rank] = pod.to_string();
-        }
-        let mut table = RankTable(entries);
-        table.dedup();
         table
     }
 
@@ -74,6 +52,33 @@ impl RankTable {
         let mut table = RankTable(entries);
         table.trim();
         table
+    }
+
+    /// Adds pods the table does not know at the rank their `diengine/rank` annotation gives, when
+    /// that rank is free: a pod created just before its status write was lost keeps its rank.
+    /// Pods with no usable rank are left to `plan`.
+    pub fn adopt<'a>(
+        &self,
+        pods: impl IntoIterator<Item = (&'a str, Option<&'a str>)>,
+    ) -> RankTable {
+        let mut entries = self.0.clone();
+        let mut sorted: Vec<(&str, Option<&str>)> = pods.into_iter().collect();
+        sorted.sort();
+        for (pod, rank) in sorted {
+            let Some(rank) = rank.and_then(|r| r.parse::<usize>().ok()) else {
+                continue;
+            };
+            if entries.iter().any(|p| p == pod) {
+                continue;
+            }
+            if rank >= entries.len() {
+                entries.resize(rank + 1, String::new());
+            }
+            if entries[rank].is_empty() {
+                entries[rank] = pod.to_string();
+            }
+        }
+        RankTable(entries)
     }
 
     /// The rank of `pod`, if it holds one.
@@ -211,7 +216,7 @@ mod tests {
 
     #[test]
     fn table_is_rebuilt_from_pod_annotations() {
-        let table = RankTable::from_pods([
+        let table = RankTable::default().adopt([
             ("j-collector-1", Some("3")),
             ("j-learner-0", Some("0")),
             ("j-evaluator-0", Some("x")),
@@ -231,6 +236,21 @@ mod tests {
         assert_eq!(plan.rank_of("j-evaluator-0"), Some(1));
         assert_eq!(plan.rank_of("j-collector-1"), Some(2));
         assert_eq!(plan.rank_of("j-collector-0"), Some(3));
+    }
+
+    #[test]
+    fn adopt_keeps_known_ranks_and_fills_only_free_ones() {
+        let table = table(&["j-a-0", "", "j-b-0"]);
+        let adopted = table.adopt([
+            ("j-a-0", Some("5")), // known: keeps rank 0
+            ("j-c-0", Some("2")), // taken by j-b-0: left to plan
+            ("j-d-0", Some("1")), // free: adopted
+            ("j-e-0", Some("4")), // past the end: adopted, gap kept
+        ]);
+        assert_eq!(
+            adopted.entries(),
+            names(&["j-a-0", "j-d-0", "j-b-0", "", "j-e-0"])
+        );
     }
 
     #[test]

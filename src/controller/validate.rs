@@ -1,0 +1,231 @@
+//! Defaulting and validation of a DIJob's tasks, as DI-orchestrator's reconciler does them
+//! (spec section 11), plus the checks it lacks: a job with no replicas, and names that would
+//! make pod hostnames, the service name or label values invalid (spec 15.19). An invalid job is
+//! marked Failed once with the message returned here, instead of burning restarts on pod
+//! creation errors.
+//!
+//! Pure functions of the spec; no API access. The admission webhook reuses them.
+
+use std::collections::BTreeMap;
+
+use serde_json::{Value, json};
+
+use super::{build, naming};
+use crate::api::{DIJob, TaskType};
+
+/// The JSON patch that gives every typed task without a name its type as name, or `None` when
+/// no task needs it. Each `add` is guarded by a `test` of the task's type, so a concurrent
+/// reordering of `spec.tasks` makes the patch fail instead of naming the wrong task.
+pub fn task_name_defaults(job: &DIJob) -> Option<Value> {
+    let mut ops = Vec::new();
+    for (i, task) in job.spec.tasks.iter().enumerate() {
+        let unnamed = task.name.as_deref().is_none_or(str::is_empty);
+        match task.type_ {
+            Some(t) if unnamed && t != TaskType::None => {
+                ops.push(json!({"op": "test", "path": format!("/spec/tasks/{i}/type"), "value": t.as_str()}));
+                ops.push(json!({"op": "add", "path": format!("/spec/tasks/{i}/name"), "value": t.as_str()}));
+            }
+            _ => {}
+        }
+    }
+    (!ops.is_empty()).then_some(Value::Array(ops))
+}
+
+/// Checks the job after task-name defaulting; the error is the condition message of the
+/// resulting Failed phase. DI-orchestrator's three rules come first with its exact messages.
+pub fn validate(job: &DIJob) -> Result<(), String> {
+    let mut seen_types: Vec<TaskType> = Vec::new();
+    let mut names: BTreeMap<String, usize> = BTreeMap::new();
+    for task in &job.spec.tasks {
+        let name = build::task_name(task);
+        match task.type_ {
+            Some(TaskType::None) | None => {
+                if task.name.as_deref().is_none_or(str::is_empty) {
+                    return Err("none type task has no name".to_string());
+                }
+            }
+            Some(t) => {
+                if seen_types.contains(&t) {
+                    return Err(format!(
+                        "the number of {} task is more than one",
+                        t.as_str()
+                    ));
+                }
+                seen_types.push(t);
+            }
+        }
+        *names.entry(name).or_default() += 1;
+    }
+    if let Some((name, _)) = names.iter().find(|(_, count)| **count > 1) {
+        return Err(format!("there is more than one task named {name}"));
+    }
+
+    if job.spec.tasks.is_empty() {
+        return Err("job has no tasks".to_string());
+    }
+    if let Some(task) = job.spec.tasks.iter().find(|t| t.replicas < 1) {
+        return Err(format!(
+            "task {} has {} replicas, must be at least 1",
+            build::task_name(task),
+            task.replicas
+        ));
+    }
+
+    let job_name = job.metadata.name.as_deref().unwrap_or_default();
+    let service = naming::service_name(job_name);
+    if let Some(why) = dns_label_problem(&service) {
+        return Err(format!(
+            "job name {job_name} is not usable: its service name {service} {why}"
+        ));
+    }
+    for task in &job.spec.tasks {
+        let name = build::task_name(task);
+        if let Some(why) = dns_label_problem(&name) {
+            return Err(format!("task name {name} {why}"));
+        }
+        let last = naming::pod_name(job_name, &name, task.replicas.saturating_sub(1));
+        if let Some(why) = dns_label_problem(&last) {
+            return Err(format!(
+                "pod name {last} (the pod's hostname) {why}; shorten the job or task name"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Why `s` is not an RFC 1123 DNS label (what hostnames, subdomains and label values need
+/// here), in the API server's words; `None` if it is one.
+fn dns_label_problem(s: &str) -> Option<String> {
+    if s.len() > naming::MAX_DNS_LABEL {
+        return Some(format!(
+            "must be no more than {} characters",
+            naming::MAX_DNS_LABEL
+        ));
+    }
+    let alnum = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
+    let ok = !s.is_empty()
+        && s.chars().all(|c| alnum(c) || c == '-')
+        && s.starts_with(alnum)
+        && s.ends_with(alnum);
+    (!ok).then(|| {
+        "must be a lowercase RFC 1123 label: lower case alphanumeric characters or '-', \
+         starting and ending with an alphanumeric character"
+            .to_string()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(name: &str, tasks: Value) -> DIJob {
+        serde_json::from_value(json!({
+            "apiVersion": "diengine.opendilab.org/v2alpha1",
+            "kind": "DIJob",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"tasks": tasks}
+        }))
+        .expect("job")
+    }
+
+    #[test]
+    fn typed_tasks_without_names_get_their_type_once() {
+        let j = job(
+            "j",
+            json!([{"type": "learner"}, {"type": "collector", "name": "c"}, {"type": "evaluator", "name": ""}, {"type": "none", "name": "x"}]),
+        );
+        let patch = task_name_defaults(&j).expect("patch");
+        assert_eq!(
+            patch,
+            json!([
+                {"op": "test", "path": "/spec/tasks/0/type", "value": "learner"},
+                {"op": "add", "path": "/spec/tasks/0/name", "value": "learner"},
+                {"op": "test", "path": "/spec/tasks/2/type", "value": "evaluator"},
+                {"op": "add", "path": "/spec/tasks/2/name", "value": "evaluator"},
+            ])
+        );
+        let mut value = serde_json::to_value(&j).expect("json");
+        let patch: json_patch::Patch = serde_json::from_value(patch).expect("json patch");
+        json_patch::patch(&mut value, &patch).expect("applies");
+        let named: DIJob = serde_json::from_value(value).expect("job");
+        assert_eq!(task_name_defaults(&named), None, "defaulting happens once");
+        assert_eq!(validate(&named), Ok(()));
+    }
+
+    #[test]
+    fn di_orchestrator_rules_and_messages() {
+        let cases = [
+            (
+                json!([{"type": "collector", "name": "a"}, {"type": "collector", "name": "b"}]),
+                "the number of collector task is more than one",
+            ),
+            (
+                json!([{"type": "learner", "name": "l"}, {"type": "none"}]),
+                "none type task has no name",
+            ),
+            (
+                json!([{"type": "evaluator", "name": "name-test"}, {"type": "collector", "name": "name-test"}]),
+                "there is more than one task named name-test",
+            ),
+            (
+                json!([{"type": "none", "name": "a"}, {"type": "none", "name": "a"}]),
+                "there is more than one task named a",
+            ),
+        ];
+        for (tasks, message) in cases {
+            assert_eq!(validate(&job("j", tasks)), Err(message.to_string()));
+        }
+        assert_eq!(
+            validate(&job(
+                "j",
+                json!([{"type": "none", "name": "a"}, {"type": "none", "name": "b"}])
+            )),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn empty_jobs_and_bad_names_are_refused_with_a_clear_message() {
+        assert_eq!(
+            validate(&job("j", json!([]))),
+            Err("job has no tasks".to_string())
+        );
+        assert_eq!(
+            validate(&job(
+                "j",
+                json!([{"type": "learner", "name": "l", "replicas": 0}])
+            )),
+            Err("task l has 0 replicas, must be at least 1".to_string())
+        );
+        let long = "a".repeat(55);
+        let err = validate(&job(
+            &long,
+            json!([{"type": "learner", "name": "learner", "replicas": 12}]),
+        ))
+        .expect_err("too long");
+        assert!(
+            err.starts_with(&format!(
+                "pod name {long}-learner-11 (the pod's hostname) must be no more than 63 characters"
+            )),
+            "{err}"
+        );
+        let err =
+            validate(&job("a.b", json!([{"type": "learner", "name": "l"}]))).expect_err("dots");
+        assert!(err.starts_with("job name a.b is not usable"), "{err}");
+        let err = validate(&job("j", json!([{"type": "none", "name": "Under_Score"}])))
+            .expect_err("task name");
+        assert!(
+            err.starts_with("task name Under_Score must be a lowercase RFC 1123 label"),
+            "{err}"
+        );
+        // 61-character service name: fine; pods at the 63 limit: fine.
+        let name = "b".repeat(55);
+        assert_eq!(
+            validate(&job(
+                &name,
+                json!([{"type": "none", "name": "x", "replicas": 10}])
+            )),
+            Ok(())
+        );
+    }
+}
