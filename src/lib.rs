@@ -3,5 +3,6 @@
 pub mod api;
 pub mod controller;
 pub mod demo;
+pub mod metrics;
 pub mod operator;
 pub mod sandbox;

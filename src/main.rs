@@ -37,6 +37,8 @@ enum Command {
         /// Kubeconfig context to use.
         #[arg(long)]
         context: Option<String>,
+        #[command(flatten)]
+        args: operator::RunArgs,
     },
 }
 
@@ -110,13 +112,14 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Run {
             kubeconfig,
             context,
+            args,
         } => {
             let conn = operator::connect(&ClusterTarget {
                 kubeconfig,
                 context,
             })
             .await?;
-            operator::run(conn, shutdown_signal()).await?;
+            operator::run(conn, args, shutdown_signal()).await?;
             Ok(())
         }
     }

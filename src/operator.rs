@@ -4,17 +4,19 @@
 //! Owns client construction and start-up checks. It must not contain reconcile logic (that is
 //! the controller's) and must not know about the sandbox: it treats every API server alike.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 
-use futures::StreamExt;
 use kube::api::ListParams;
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Api, Client, Config};
-
 use tracing::{info, warn};
 
 use crate::api::DIJob;
+use crate::controller::build::BuildContext;
+use crate::controller::executor::{self, Settings};
+use crate::metrics::Metrics;
 
 /// Why the operator could not start or stopped.
 #[derive(Debug, thiserror::Error)]
@@ -47,8 +49,13 @@ pub enum OperatorError {
         #[source]
         source: kube::Error,
     },
-    #[error("the DIJob watch ended unexpectedly")]
-    WatchEnded,
+    #[error("cannot serve {what} on {addr}: {source}")]
+    Bind {
+        what: &'static str,
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// Where to find the cluster.
@@ -117,35 +124,136 @@ pub async fn preflight(conn: &Connection) -> Result<(), OperatorError> {
     }
 }
 
-/// Runs the operator until the watch ends or `shutdown` resolves.
+/// Flags of `diorch run` (DI-orchestrator's spec section 12 names, kube-rs conventions for
+/// the rest).
+#[derive(Clone, Debug, clap::Args)]
+pub struct RunArgs {
+    /// Cluster DNS domain of services, used in the FQDNs of `DI_NODES`.
+    #[arg(long, default_value = crate::controller::naming::DEFAULT_SERVICE_DOMAIN)]
+    pub service_domain_name: String,
+    /// URL of the replica API that workers get in `DI_SERVER_URL`.
+    #[arg(
+        long,
+        default_value = "http://di-server.di-system.svc.cluster.local:8081"
+    )]
+    pub di_server_url: String,
+    /// Sustained API writes per second (0 = no limit). DI-orchestrator's deployment runs with
+    /// 100; client-go's default of 5 would take minutes to start a few hundred pods.
+    #[arg(long, default_value_t = 100.0)]
+    pub qps: f32,
+    /// Writes allowed in a burst above `--qps`.
+    #[arg(long, default_value_t = 200)]
+    pub burst: u32,
+    /// Every DIJob is reconciled again after this long without events (e.g. `1m`, `30s`).
+    #[arg(long, default_value = "1m", value_parser = parse_duration)]
+    pub sync_period: std::time::Duration,
+    /// DIJobs reconciled at the same time (0 = no limit).
+    #[arg(long, default_value_t = 0)]
+    pub concurrency: u16,
+    /// Address of the Prometheus `/metrics` endpoint (`0` disables it).
+    #[arg(long, default_value = ":8443", value_parser = parse_bind_address)]
+    pub metric_addr: BindAddress,
+    /// Address of the `/healthz` and `/readyz` probes (`0` disables them).
+    #[arg(long, default_value = ":8080", value_parser = parse_bind_address)]
+    pub probe_addr: BindAddress,
+}
+
+impl RunArgs {
+    fn settings(&self) -> Settings {
+        Settings {
+            build: BuildContext {
+                service_domain: self.service_domain_name.clone(),
+                server_url: self.di_server_url.clone(),
+            },
+            qps: self.qps,
+            burst: self.burst,
+            sync_period: self.sync_period,
+            concurrency: self.concurrency,
+            ..Settings::default()
+        }
+    }
+}
+
+/// Go-style durations as DI-orchestrator takes them (`1m0s`, `30s`, `1h`).
+pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    let d: jiff::SignedDuration = s
+        .parse()
+        .map_err(|e| format!("invalid duration {s:?} (e.g. 1m, 30s): {e}"))?;
+    std::time::Duration::try_from(d).map_err(|_| format!("duration {s:?} must not be negative"))
+}
+
+/// An endpoint's address, or `None` when disabled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BindAddress(pub Option<SocketAddr>);
+
+/// Bind addresses as controller-runtime takes them: `:8080` for every interface, `host:port`,
+/// or `0` to disable.
+pub fn parse_bind_address(s: &str) -> Result<BindAddress, String> {
+    if s == "0" {
+        return Ok(BindAddress(None));
+    }
+    let full = if s.starts_with(':') {
+        format!("0.0.0.0{s}")
+    } else {
+        s.to_string()
+    };
+    full.parse()
+        .map(|a| BindAddress(Some(a)))
+        .map_err(|e| format!("invalid address {s:?} (e.g. :8080, 127.0.0.1:8080, 0): {e}"))
+}
+
+/// Runs the operator until `shutdown` resolves: the DIJob controller, and the metrics and probe
+/// endpoints.
 pub async fn run(
     conn: Connection,
-    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    args: RunArgs,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) -> Result<(), OperatorError> {
     preflight(&conn).await?;
-    info!(server = %conn.url, "connected; watching DIJobs");
-    let jobs: Api<DIJob> = Api::all(conn.client);
-    let (reader, writer) = reflector::store::<DIJob>();
-    let stream = reflector(writer, watcher(jobs, watcher::Config::default()))
-        .default_backoff()
-        .applied_objects();
-    futures::pin_mut!(stream);
-    let shutdown = shutdown;
-    futures::pin_mut!(shutdown);
-    loop {
-        tokio::select! {
-            _ = &mut shutdown => {
-                info!("shutting down");
-                return Ok(());
+    info!(server = %conn.url, "connected; running the DIJob controller");
+    let metrics = Arc::new(Metrics::new());
+    for (what, addr) in [
+        ("metrics", args.metric_addr.0),
+        ("probes", args.probe_addr.0),
+    ] {
+        let Some(addr) = addr else { continue };
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|source| OperatorError::Bind { what, addr, source })?;
+        let bound = listener.local_addr().unwrap_or(addr);
+        info!(what, address = %bound, "serving");
+        let router = metrics.clone().router();
+        tokio::spawn(async move {
+            if let Err(error) = axum::serve(listener, router).await {
+                warn!(what, %error, "endpoint stopped");
             }
-            next = stream.next() => match next {
-                Some(Ok(job)) => {
-                    let phase = job.status.as_ref().and_then(|s| s.phase).map(|p| p.as_str()).unwrap_or("");
-                    info!(job = %format!("{}/{}", job.metadata.namespace.as_deref().unwrap_or(""), job.metadata.name.as_deref().unwrap_or("")), phase, cached = reader.len(), "DIJob observed");
-                }
-                Some(Err(error)) => warn!(%error, "DIJob watch error; retrying with backoff"),
-                None => return Err(OperatorError::WatchEnded),
-            }
-        }
+        });
+    }
+    executor::run(conn.client, args.settings(), metrics, shutdown).await;
+    info!("shut down");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn go_style_flags_parse() {
+        assert_eq!(
+            parse_duration("1m0s"),
+            Ok(std::time::Duration::from_secs(60))
+        );
+        assert_eq!(
+            parse_duration("30s"),
+            Ok(std::time::Duration::from_secs(30))
+        );
+        assert!(parse_duration("soon").is_err());
+        assert_eq!(
+            parse_bind_address(":8443"),
+            Ok(BindAddress(Some("0.0.0.0:8443".parse().expect("addr"))))
+        );
+        assert_eq!(parse_bind_address("0"), Ok(BindAddress(None)));
+        assert!(parse_bind_address("nowhere").is_err());
     }
 }

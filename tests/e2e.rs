@@ -6,6 +6,7 @@ mod common;
 
 use std::path::PathBuf;
 
+use common::controller::{self as scenario, OperatorProcess};
 use common::{Kubectl, foundation};
 
 fn target() -> Option<(PathBuf, tempfile::TempDir)> {
@@ -43,4 +44,35 @@ fn e2e_foundation() {
     foundation::invalid_dijobs_are_refused(&k, &ns);
     foundation::status_subresource_split(&k, &ns);
     foundation::owner_deletion_cascades(&k, &ns);
+}
+
+/// The controller scenarios against the real cluster, with `diorch run` started here against it.
+/// No kubelet follows sandbox annotations there, so the scenarios end pods through the pod
+/// status subresource.
+type Scenario = fn(&Kubectl, &str);
+
+#[test]
+fn e2e_controller() {
+    let Some((kubeconfig, scratch)) = target() else {
+        return;
+    };
+    let k = Kubectl::new(&kubeconfig, scratch.path());
+    foundation::install_crd(&k);
+    let _operator = OperatorProcess::start(&kubeconfig);
+    let scenarios: [(&str, Scenario); 8] = [
+        ("lifecycle", scenario::runs_to_success),
+        ("backoff", scenario::failing_worker_restarts_then_fails),
+        ("cleanup", scenario::clean_pod_policies),
+        ("selfheal", scenario::hand_deleted_pod_comes_back_once),
+        ("scaling", scenario::scales_up_and_down),
+        ("rolling", scenario::template_edit_rolls_pods),
+        ("cascade", scenario::deleting_the_job_cascades),
+        ("validation", scenario::validation_cases),
+    ];
+    for (name, run) in scenarios {
+        let ns = format!("diorch-e2e-{name}-{}", std::process::id());
+        foundation::create_namespace(&k, &ns);
+        let _guard = NamespaceGuard(&k, &ns);
+        run(&k, &ns);
+    }
 }

@@ -162,7 +162,14 @@ fn operator_run_refuses_a_cluster_without_the_crd_then_watches_dijobs() {
     let k = sandbox.kubectl();
     common::foundation::install_crd(&k);
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_diorch"))
-        .args(["run", "--kubeconfig"])
+        .args([
+            "run",
+            "--metric-addr",
+            "0",
+            "--probe-addr",
+            "0",
+            "--kubeconfig",
+        ])
         .arg(&sandbox.kubeconfig)
         .env("RUST_LOG", "info")
         .stderr(std::process::Stdio::piped())

@@ -5,7 +5,11 @@
 //! events and DIJob status; placement decisions belong to the allocator.
 
 pub mod build;
+pub mod cache;
+pub mod executor;
+pub mod expectations;
 pub mod naming;
 pub mod planner;
 pub mod ranks;
+pub mod throttle;
 pub mod validate;

@@ -264,6 +264,27 @@ pub fn plan(job: &DIJob, observed: &Observed<'_>, ctx: &BuildContext, now: &Time
     plan
 }
 
+/// A plan that only marks the job Failed with `message`: for errors found while carrying out a
+/// plan that retrying cannot fix (the API server refusing a pod as invalid).
+pub fn fail(job: &DIJob, message: String, now: &Time) -> Plan {
+    let current = job.status.clone().unwrap_or_default();
+    if current.phase.is_some_and(Phase::is_terminal) {
+        return Plan::default();
+    }
+    let ctx = BuildContext::default();
+    let mut out = Planner {
+        job,
+        ctx: &ctx,
+        now,
+        status: current.clone(),
+        plan: Plan::default(),
+    };
+    out.transition(Phase::Failed, "JobFailed", message);
+    let mut plan = out.plan;
+    plan.status = Some(out.status);
+    plan
+}
+
 struct Planner<'a> {
     job: &'a DIJob,
     ctx: &'a BuildContext,
@@ -1594,6 +1615,26 @@ mod tests {
         });
         pod.status = Some(status);
         assert!(!still_running(&pod));
+    }
+
+    #[test]
+    fn fail_marks_an_active_job_failed_once() {
+        let sim = Sim::running(job());
+        let plan = fail(
+            &sim.job,
+            "pod j-learner-0 failed to create: bad".into(),
+            &t(9),
+        );
+        let status = plan.status.expect("status");
+        assert_eq!(status.phase, Some(Phase::Failed));
+        assert_eq!(status.completion_timestamp, Some(t(9)));
+        assert_eq!(
+            plan.events[0].message,
+            "pod j-learner-0 failed to create: bad"
+        );
+        let mut done = sim.job.clone();
+        done.status = Some(status);
+        assert_eq!(fail(&done, "again".into(), &t(10)), Plan::default());
     }
 
     #[test]

@@ -1,0 +1,662 @@
+//! The executor: runs the kube-runtime Controller for DIJobs over trimmed reflector caches of
+//! DIJobs, their pods and services, and carries out the planner's plans.
+//!
+//! Owns every API write of the lifecycle controller (status through the status subresource with
+//! resourceVersion guard, pod and service creates and deletes, Events), their rate limit, the
+//! expectations that keep a lagging cache from causing duplicates, and the per-job error
+//! backoff. Decides nothing itself: what to write comes from `planner::plan`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use futures::{StreamExt, future};
+use k8s_openapi::api::core::v1::{ObjectReference, Pod, Service};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::runtime::controller::{self, Action as Requeue, Controller};
+use kube::runtime::events::{Event, EventType as KubeEventType, Recorder, Reporter};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, Resource, ResourceExt};
+use thiserror::Error;
+
+use super::build::BuildContext;
+use super::cache::{self, PodIndex};
+use super::expectations::Expectations;
+use super::naming;
+use super::planner::{self, Action, EventType, Observed, Plan};
+use super::throttle::Throttle;
+use crate::api::{DIJob, labels};
+use crate::metrics::{ActionLabels, ErrorLabels, Metrics, PhaseLabels, ResultLabels};
+
+/// Controller settings (spec section 12 flags and kube-rs conventions).
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub build: BuildContext,
+    /// Client-side write rate limit; `<= 0` disables it.
+    pub qps: f32,
+    pub burst: u32,
+    /// Every job is reconciled again after this long without events.
+    pub sync_period: Duration,
+    /// Jobs reconciled at once (0 = unbounded).
+    pub concurrency: u16,
+    /// Name the operator records Events as (`reportingController`).
+    pub reporter: String,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            build: BuildContext::default(),
+            qps: 100.0,
+            burst: 200,
+            sync_period: Duration::from_secs(60),
+            concurrency: 0,
+            reporter: labels::OPERATOR_NAME.to_string(),
+        }
+    }
+}
+
+/// A reconcile that could not finish; kube-runtime hands it to `error_policy`.
+#[derive(Debug, Error)]
+pub enum Error {
+    #[error("writing the status of {job}: {source}")]
+    Status {
+        job: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("defaulting the task names of {job}: {source}")]
+    Patch {
+        job: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("the planned spec patch of {job} is not a JSON patch: {source}")]
+    Plan {
+        job: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("{failed} of the writes for {job} failed, first: {first}")]
+    Writes {
+        job: String,
+        failed: usize,
+        kind: &'static str,
+        first: String,
+    },
+}
+
+impl Error {
+    fn kind(&self) -> &'static str {
+        match self {
+            Error::Status { .. } => "status",
+            Error::Patch { .. } | Error::Plan { .. } => "patch",
+            Error::Writes { kind, .. } => kind,
+        }
+    }
+}
+
+/// Shared state of the reconciles.
+pub struct Context {
+    client: Client,
+    pods: Store<Pod>,
+    services: Store<Service>,
+    index: PodIndex,
+    caches_ready: AtomicBool,
+    expectations: Expectations,
+    recorder: Recorder,
+    throttle: Throttle,
+    settings: Settings,
+    metrics: Arc<Metrics>,
+    failures: std::sync::Mutex<HashMap<String, u32>>,
+}
+
+fn job_key(job: &DIJob) -> String {
+    format!(
+        "{}/{}",
+        job.metadata.namespace.as_deref().unwrap_or_default(),
+        job.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+fn is_status(err: &kube::Error, code: u16) -> bool {
+    matches!(err, kube::Error::Api(status) if status.code == code)
+}
+
+/// Runs the DIJob controller until `shutdown` resolves.
+pub async fn run(
+    client: Client,
+    settings: Settings,
+    metrics: Arc<Metrics>,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) {
+    let owned = watcher::Config::default().labels(&format!(
+        "{}={}",
+        labels::OPERATOR,
+        labels::OPERATOR_NAME
+    ));
+    let (job_store, job_writer) = reflector::store::<DIJob>();
+    let (pod_store, pod_writer) = reflector::store::<Pod>();
+    let (svc_store, svc_writer) = reflector::store::<Service>();
+    let index = PodIndex::default();
+
+    let ctx = Arc::new(Context {
+        client: client.clone(),
+        pods: pod_store.clone(),
+        services: svc_store.clone(),
+        index: index.clone(),
+        caches_ready: AtomicBool::new(false),
+        expectations: Expectations::default(),
+        recorder: Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: settings.reporter.clone(),
+                instance: std::env::var("POD_NAME").ok(),
+            },
+        ),
+        throttle: Throttle::new(settings.qps, settings.burst),
+        settings: settings.clone(),
+        metrics,
+        failures: std::sync::Mutex::new(HashMap::new()),
+    });
+
+    let forget = ctx.clone();
+    let jobs = watcher(
+        Api::<DIJob>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .modify(cache::trim_job)
+    .reflect(job_writer)
+    .inspect(move |event| {
+        if let Ok(watcher::Event::Delete(job)) = event {
+            let key = job_key(job);
+            forget.expectations.remove(&key);
+            forget.failures().remove(&key);
+        }
+    })
+    .applied_objects();
+    let pods = watcher(Api::<Pod>::all(client.clone()), owned.clone())
+        .default_backoff()
+        .modify(cache::trim_pod)
+        .inspect(move |event| {
+            if let Ok(event) = event {
+                index.apply(event);
+            }
+        })
+        .reflect(pod_writer)
+        .touched_objects();
+    let services = watcher(Api::<Service>::all(client), owned)
+        .default_backoff()
+        .modify(cache::trim_service)
+        .reflect(svc_writer)
+        .touched_objects();
+
+    // Reconciling from a half-filled pod cache would see a running job's pods as gone.
+    let ready = ctx.clone();
+    let stores = (job_store.clone(), pod_store, svc_store);
+    tokio::spawn(async move {
+        let synced = future::try_join3(
+            stores.0.wait_until_ready(),
+            stores.1.wait_until_ready(),
+            stores.2.wait_until_ready(),
+        )
+        .await;
+        if synced.is_ok() {
+            ready.caches_ready.store(true, Ordering::Release);
+            ready.metrics.set_ready(true);
+            tracing::info!("caches synced; reconciling DIJobs");
+        }
+    });
+
+    Controller::for_stream(jobs, job_store)
+        .owns_stream(pods)
+        .owns_stream(services)
+        .with_config(controller::Config::default().concurrency(settings.concurrency))
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(err) = result {
+                tracing::debug!(error = %err, "controller event");
+            }
+        })
+        .await;
+}
+
+impl Context {
+    fn failures(&self) -> std::sync::MutexGuard<'_, HashMap<String, u32>> {
+        // Poisoning only follows a panic elsewhere; the counts stay meaningful.
+        self.failures.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn count(&self, result: &'static str) {
+        self.metrics
+            .controller
+            .reconciles
+            .get_or_create(&ResultLabels { result })
+            .inc();
+    }
+
+    fn count_action(&self, action: &'static str) {
+        self.metrics
+            .controller
+            .actions
+            .get_or_create(&ActionLabels { action })
+            .inc();
+    }
+}
+
+async fn reconcile(job: Arc<DIJob>, ctx: Arc<Context>) -> Result<Requeue, Error> {
+    let started = Instant::now();
+    let result = reconcile_inner(&job, &ctx).await;
+    ctx.metrics
+        .controller
+        .duration
+        .observe(started.elapsed().as_secs_f64());
+    match &result {
+        Ok(_) => {
+            ctx.failures().remove(&job_key(&job));
+        }
+        Err(_) => ctx.count("error"),
+    }
+    result
+}
+
+async fn reconcile_inner(job: &DIJob, ctx: &Context) -> Result<Requeue, Error> {
+    let key = job_key(job);
+    let namespace = job.metadata.namespace.clone().unwrap_or_default();
+    let name = job.metadata.name.clone().unwrap_or_default();
+    if job.metadata.deletion_timestamp.is_some() {
+        // Garbage collection removes the pods and the service through owner references.
+        ctx.expectations.remove(&key);
+        return Ok(Requeue::await_change());
+    }
+    if !ctx.caches_ready.load(Ordering::Acquire) {
+        ctx.count("requeue");
+        return Ok(Requeue::requeue(Duration::from_millis(500)));
+    }
+
+    let pods: Vec<Arc<Pod>> = ctx
+        .index
+        .pods_of(&namespace, &naming::job_label_value(&name))
+        .iter()
+        .filter_map(|pod| ctx.pods.get(&ObjectRef::new(pod).within(&namespace)))
+        .collect();
+    let pod_refs: Vec<&Pod> = pods.iter().map(AsRef::as_ref).collect();
+    if !ctx.expectations.satisfied(&key, &pod_refs, Instant::now()) {
+        tracing::debug!(job = %key, "waiting for the cache to show this operator's own writes");
+        ctx.count("requeue");
+        return Ok(Requeue::requeue(Duration::from_secs(1)));
+    }
+    let service = ctx
+        .services
+        .get(&ObjectRef::new(&naming::service_name(&name)).within(&namespace));
+    let observed = Observed {
+        pods: pod_refs,
+        service: service.as_deref(),
+    };
+    let now = Time(jiff::Timestamp::now());
+    let plan = planner::plan(job, &observed, &ctx.settings.build, &now);
+    let jobs: Api<DIJob> = Api::namespaced(ctx.client.clone(), &namespace);
+
+    if let Some(patch) = &plan.spec_patch {
+        let patch: json_patch::Patch =
+            serde_json::from_value(patch.clone()).map_err(|source| Error::Plan {
+                job: key.clone(),
+                source,
+            })?;
+        ctx.throttle.acquire().await;
+        jobs.patch(&name, &PatchParams::default(), &Patch::<()>::Json(patch))
+            .await
+            .map_err(|source| Error::Patch {
+                job: key.clone(),
+                source,
+            })?;
+        tracing::info!(job = %key, actions = %plan.summary(), "reconciled");
+        ctx.count("ok");
+        return Ok(Requeue::await_change());
+    }
+
+    if plan.status_first() && !write_status(ctx, &jobs, job, &plan).await? {
+        ctx.count("requeue");
+        return Ok(Requeue::requeue(Duration::from_millis(200)));
+    }
+    let outcome = execute(ctx, job, &key, &plan).await;
+    if !plan.status_first() && !write_status(ctx, &jobs, job, &plan).await? {
+        ctx.count("requeue");
+        return Ok(Requeue::requeue(Duration::from_millis(200)));
+    }
+    publish(ctx, job, &plan.events);
+    if let Some(t) = &plan.transition {
+        ctx.metrics
+            .controller
+            .transitions
+            .get_or_create(&PhaseLabels {
+                phase: t.to.as_str(),
+            })
+            .inc();
+    }
+    let phase = plan
+        .status
+        .as_ref()
+        .or(job.status.as_ref())
+        .and_then(|s| s.phase)
+        .map_or("", |p| p.as_str());
+    if plan.transition.is_some() || !plan.actions.is_empty() {
+        tracing::info!(job = %key, phase, actions = %plan.summary(), "reconciled");
+    } else {
+        tracing::debug!(job = %key, phase, actions = "none", "reconciled");
+    }
+
+    if let Some(message) = outcome.invalid {
+        // The API server refused a pod as invalid: retrying cannot help, the job fails once.
+        let failed = planner::fail(job, message, &now);
+        if write_status(ctx, &jobs, job, &failed).await? {
+            publish(ctx, job, &failed.events);
+        }
+    }
+    if let Some(err) = outcome.error {
+        return Err(err);
+    }
+    ctx.count("ok");
+    Ok(Requeue::requeue(ctx.settings.sync_period))
+}
+
+/// Writes `plan.status` (if any) with the cached resourceVersion as guard. `Ok(false)` on a
+/// conflict: the cache is behind, and the next pass plans from the newer job.
+async fn write_status(
+    ctx: &Context,
+    jobs: &Api<DIJob>,
+    job: &DIJob,
+    plan: &Plan,
+) -> Result<bool, Error> {
+    let Some(status) = &plan.status else {
+        return Ok(true);
+    };
+    let update = DIJob {
+        metadata: ObjectMeta {
+            name: job.metadata.name.clone(),
+            namespace: job.metadata.namespace.clone(),
+            resource_version: job.metadata.resource_version.clone(),
+            ..ObjectMeta::default()
+        },
+        spec: job.spec.clone(),
+        status: Some(status.clone()),
+    };
+    ctx.throttle.acquire().await;
+    let name = job.metadata.name.as_deref().unwrap_or_default();
+    match jobs
+        .replace_status(name, &PostParams::default(), &update)
+        .await
+    {
+        Ok(_) => Ok(true),
+        Err(err) if is_status(&err, 409) => {
+            tracing::debug!(job = %job_key(job), "status conflict; replanning from the newer job");
+            Ok(false)
+        }
+        Err(source) => Err(Error::Status {
+            job: job_key(job),
+            source,
+        }),
+    }
+}
+
+#[derive(Default)]
+struct Outcome {
+    error: Option<Error>,
+    /// The first pod the API server refused as invalid, as a condition message.
+    invalid: Option<String>,
+}
+
+/// Carries out the plan's pod and service writes concurrently, tracking expectations and
+/// recording DI-orchestrator's SuccessfulCreate / FailedCreate / SuccessfulDelete /
+/// FailedDelete Events.
+async fn execute(ctx: &Context, job: &DIJob, key: &str, plan: &Plan) -> Outcome {
+    let namespace = job.metadata.namespace.clone().unwrap_or_default();
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
+    let services: Api<Service> = Api::namespaced(ctx.client.clone(), &namespace);
+    let creates: Vec<String> = plan
+        .actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::CreatePod(p) => p.metadata.name.clone(),
+            _ => None,
+        })
+        .collect();
+    let deletes: Vec<String> = plan
+        .actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::DeletePod { uid, .. } => Some(uid.clone()),
+            _ => None,
+        })
+        .collect();
+    ctx.expectations
+        .expect(key, &creates, &deletes, Instant::now());
+
+    let results = future::join_all(plan.actions.iter().map(|action| {
+        let pods = pods.clone();
+        let services = services.clone();
+        async move {
+            ctx.throttle.acquire().await;
+            let (kind, what, result) = match action {
+                Action::CreatePod(pod) => {
+                    let name = pod.metadata.name.clone().unwrap_or_default();
+                    let result = pods.create(&PostParams::default(), pod).await.map(|_| ());
+                    if result.is_err() {
+                        ctx.expectations.forget(key, Some(&name), None);
+                    }
+                    ctx.count_action("create_pod");
+                    ("create", format!("pod {name}"), result)
+                }
+                Action::DeletePod {
+                    name, uid, grace, ..
+                } => {
+                    let params = DeleteParams {
+                        grace_period_seconds: *grace,
+                        preconditions: Some(Preconditions {
+                            uid: Some(uid.clone()),
+                            resource_version: None,
+                        }),
+                        ..DeleteParams::default()
+                    };
+                    let result = pods.delete(name, &params).await.map(|_| ());
+                    if result.is_err() {
+                        ctx.expectations.forget(key, None, Some(uid));
+                    }
+                    ctx.count_action("delete_pod");
+                    ("delete", format!("pod {name}"), result)
+                }
+                Action::CreateService(svc) => {
+                    let name = svc.metadata.name.clone().unwrap_or_default();
+                    let result = services
+                        .create(&PostParams::default(), svc)
+                        .await
+                        .map(|_| ());
+                    ctx.count_action("create_service");
+                    ("create", format!("service {name}"), result)
+                }
+                Action::DeleteService { name, uid } => {
+                    let params = DeleteParams {
+                        preconditions: Some(Preconditions {
+                            uid: Some(uid.clone()),
+                            resource_version: None,
+                        }),
+                        ..DeleteParams::default()
+                    };
+                    let result = services.delete(name, &params).await.map(|_| ());
+                    ctx.count_action("delete_service");
+                    ("delete", format!("service {name}"), result)
+                }
+            };
+            (kind, what, result)
+        }
+    }))
+    .await;
+
+    let mut outcome = Outcome::default();
+    let mut events = Vec::new();
+    let mut failed = 0;
+    for (kind, what, result) in results {
+        let (reason, event_type, message) = match (&result, kind) {
+            (Ok(()), "create") => (
+                "SuccessfulCreate",
+                EventType::Normal,
+                format!("{what} was successfully created"),
+            ),
+            (Ok(()), _) => (
+                "SuccessfulDelete",
+                EventType::Normal,
+                format!("{what} was successfully deleted"),
+            ),
+            // Already there (a create the cache had not shown yet) or already gone: the goal is met.
+            (Err(err), "create") if is_status(err, 409) => continue,
+            (Err(err), "delete") if is_status(err, 404) || is_status(err, 409) => continue,
+            (Err(err), "create") => {
+                if is_status(err, 422) && what.starts_with("pod ") && outcome.invalid.is_none() {
+                    outcome.invalid =
+                        Some(format!("{what} failed to create: {}", api_message(err)));
+                }
+                (
+                    "FailedCreate",
+                    EventType::Warning,
+                    format!("failed to create {what} error: {}", api_message(err)),
+                )
+            }
+            (Err(err), _) => (
+                "FailedDelete",
+                EventType::Warning,
+                format!("failed to delete {what} error: {}", api_message(err)),
+            ),
+        };
+        if let Err(err) = &result {
+            failed += 1;
+            tracing::warn!(job = %key, object = %what, error = %err, "write failed");
+            if outcome.error.is_none() {
+                outcome.error = Some(Error::Writes {
+                    job: key.to_string(),
+                    failed: 0,
+                    kind,
+                    first: format!("{what}: {}", api_message(err)),
+                });
+            }
+        }
+        events.push((
+            planner::JobEvent {
+                type_: event_type,
+                reason,
+                message,
+            },
+            Some(related(job, &what)),
+        ));
+    }
+    if let Some(Error::Writes { failed: n, .. }) = outcome.error.as_mut() {
+        *n = failed;
+    }
+    // An invalid pod fails the job; that is not a reconcile error to retry.
+    if outcome.invalid.is_some() && failed == 1 {
+        outcome.error = None;
+    }
+    publish_related(ctx, job, events);
+    outcome
+}
+
+/// A reference to the pod or service `what` ("pod <name>" / "service <name>") of `job`, so each
+/// object's Events stay apart instead of folding into one series.
+fn related(job: &DIJob, what: &str) -> ObjectReference {
+    let (kind, name) = what.split_once(' ').unwrap_or(("Pod", what));
+    ObjectReference {
+        api_version: Some("v1".to_string()),
+        kind: Some(if kind == "service" { "Service" } else { "Pod" }.to_string()),
+        name: Some(name.to_string()),
+        namespace: job.metadata.namespace.clone(),
+        ..ObjectReference::default()
+    }
+}
+
+fn api_message(err: &kube::Error) -> String {
+    match err {
+        kube::Error::Api(status) => status.message.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// Records the plan's phase Events on the job.
+fn publish(ctx: &Context, job: &DIJob, events: &[planner::JobEvent]) {
+    publish_related(ctx, job, events.iter().map(|e| (e.clone(), None)).collect());
+}
+
+/// Records Events on the job in the background: a slow events API must not hold up pods.
+fn publish_related(
+    ctx: &Context,
+    job: &DIJob,
+    events: Vec<(planner::JobEvent, Option<ObjectReference>)>,
+) {
+    if events.is_empty() {
+        return;
+    }
+    let recorder = ctx.recorder.clone();
+    let reference = job.object_ref(&());
+    let events: Vec<Event> = events
+        .into_iter()
+        .map(|(e, related)| Event {
+            type_: match e.type_ {
+                EventType::Normal => KubeEventType::Normal,
+                EventType::Warning => KubeEventType::Warning,
+            },
+            reason: e.reason.to_string(),
+            note: Some(e.message),
+            action: "Reconcile".to_string(),
+            secondary: related,
+        })
+        .collect();
+    let job = job.name_any();
+    tokio::spawn(async move {
+        for event in events {
+            if let Err(err) = recorder.publish(&event, &reference).await {
+                tracing::debug!(job, reason = event.reason, error = %err, "could not record event");
+            }
+        }
+    });
+}
+
+/// Per-job exponential backoff (0.5 s doubling to 5 min), a metric and a log line per error.
+fn error_policy(job: Arc<DIJob>, err: &Error, ctx: Arc<Context>) -> Requeue {
+    let key = job_key(&job);
+    ctx.metrics
+        .controller
+        .errors
+        .get_or_create(&ErrorLabels { kind: err.kind() })
+        .inc();
+    let failures = {
+        let mut map = ctx.failures();
+        let n = map.entry(key.clone()).or_insert(0);
+        *n = n.saturating_add(1);
+        *n
+    };
+    let delay = backoff(failures);
+    tracing::warn!(job = %key, error = %err, failures, retry_in = ?delay, "reconcile failed");
+    Requeue::requeue(delay)
+}
+
+/// 0.5 s after the first failure, doubling, at most 5 minutes.
+fn backoff(failures: u32) -> Duration {
+    let exp = failures.saturating_sub(1).min(16);
+    Duration::from_millis(500u64.saturating_mul(1 << exp)).min(Duration::from_secs(300))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_per_failure_up_to_five_minutes() {
+        let delays: Vec<u64> = (1..=4).map(|n| backoff(n).as_millis() as u64).collect();
+        assert_eq!(delays, [500, 1000, 2000, 4000]);
+        assert_eq!(backoff(30), Duration::from_secs(300));
+        assert_eq!(backoff(u32::MAX), Duration::from_secs(300));
+    }
+}

@@ -1,0 +1,154 @@
+//! The DIJob lifecycle controller end to end: the real `diorch run` binary against the sandbox
+//! (the real `diorch sandbox` binary with its simulated kubelet), driven with kubectl. The same
+//! scenarios run against a real cluster in `tests/e2e.rs`.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use common::controller::{self as scenario, OperatorProcess};
+use common::{SandboxProcess, foundation};
+
+/// A sandbox with the CRD installed and the operator running.
+fn cluster() -> (SandboxProcess, OperatorProcess) {
+    let sandbox = SandboxProcess::start(&["--nodes", "4", "--pod-start-delay", "100ms"]);
+    foundation::install_crd(&sandbox.kubectl());
+    let operator = OperatorProcess::start(&sandbox.kubeconfig);
+    (sandbox, operator)
+}
+
+#[test]
+fn job_runs_then_succeeds() {
+    let (sandbox, operator) = cluster();
+    scenario::runs_to_success(&sandbox.kubectl(), "default");
+    // One structured log line per reconcile that acted, naming the job and its actions.
+    let lines = operator.lines();
+    assert!(
+        lines.iter().any(|l| l.contains("reconciled")
+            && l.contains("job=default/lifecycle")
+            && l.contains("create pod lifecycle-learner-0")),
+        "{lines:#?}"
+    );
+}
+
+#[test]
+fn failing_worker_restarts_once_then_fails() {
+    let (sandbox, _operator) = cluster();
+    scenario::failing_worker_restarts_then_fails(&sandbox.kubectl(), "default");
+}
+
+#[test]
+fn clean_pod_policies_leave_the_right_pods() {
+    let (sandbox, _operator) = cluster();
+    scenario::clean_pod_policies(&sandbox.kubectl(), "default");
+}
+
+#[test]
+fn hand_deleted_pod_comes_back_once_with_its_rank() {
+    let (sandbox, _operator) = cluster();
+    scenario::hand_deleted_pod_comes_back_once(&sandbox.kubectl(), "default");
+}
+
+#[test]
+fn editing_replicas_scales_up_and_down() {
+    let (sandbox, _operator) = cluster();
+    scenario::scales_up_and_down(&sandbox.kubectl(), "default");
+}
+
+#[test]
+fn template_edit_rolls_only_that_tasks_pods() {
+    let (sandbox, _operator) = cluster();
+    scenario::template_edit_rolls_pods(&sandbox.kubectl(), "default");
+}
+
+#[test]
+fn deleting_the_job_deletes_pods_and_service() {
+    let (sandbox, _operator) = cluster();
+    scenario::deleting_the_job_cascades(&sandbox.kubectl(), "default");
+}
+
+#[test]
+fn invalid_jobs_fail_with_di_orchestrator_messages() {
+    let (sandbox, _operator) = cluster();
+    scenario::validation_cases(&sandbox.kubectl(), "default");
+}
+
+#[test]
+fn sandbox_workers_finishing_by_annotation_complete_the_job() {
+    // The demo's path: workers end on their own (simulated kubelet), not by status patches.
+    let (sandbox, _operator) = cluster();
+    let k = sandbox.kubectl().in_namespace("default");
+    let manifest = scenario::standard_job("timed", "").replace(
+        "    template:\n",
+        "    template:\n      metadata:\n        annotations:\n          sandbox.diorch.io/exit-after: 2s\n",
+    );
+    scenario::apply(&k, &manifest);
+    scenario::wait_phase(&k, "timed", "Running");
+    scenario::wait_phase(&k, "timed", "Succeeded");
+    // Template metadata reaches the pods (DI-orchestrator dropped it).
+    let annotation = scenario::jsonpath(
+        &k,
+        "pod/timed-learner-0",
+        "{.metadata.annotations.sandbox\\.diorch\\.io/exit-after}",
+    );
+    assert_eq!(annotation, "2s");
+}
+
+#[test]
+fn operator_killed_mid_creation_and_restarted_leaves_exactly_the_right_pods() {
+    let sandbox = SandboxProcess::start(&["--nodes", "8", "--node-pods", "200"]);
+    let k = sandbox.kubectl();
+    foundation::install_crd(&k);
+    let k = k.in_namespace("default");
+    let jobs = 30;
+    let mut manifests = String::new();
+    for i in 0..jobs {
+        manifests.push_str(&scenario::standard_job(&format!("crash-{i}"), ""));
+        manifests.push_str("---\n");
+    }
+    scenario::apply(&k, &manifests);
+    // Kill the operator as soon as it has started creating pods, several times.
+    for round in 0..3 {
+        let operator = OperatorProcess::start(&sandbox.kubeconfig);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let before = count_pods(&k);
+        while count_pods(&k) <= before && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        println!(
+            "round {round}: killing the operator at {} pods",
+            count_pods(&k)
+        );
+        operator.kill();
+    }
+    let _operator = OperatorProcess::start(&sandbox.kubeconfig);
+    for i in 0..jobs {
+        let job = format!("crash-{i}");
+        scenario::wait_phase(&k, &job, "Running");
+        let pods = scenario::pods(&k, &job);
+        assert_eq!(pods.len(), 4, "{job}: {:?}", pods.keys());
+        scenario::assert_ranks_consistent("default", &job, &pods);
+        let counters = scenario::jsonpath(
+            &k,
+            &format!("dijob/{job}"),
+            "{.status.restarts} {.status.reschedules}",
+        );
+        assert_eq!(counters, "0 0", "{job}: no phantom restart or reschedule");
+    }
+    // No pod was ever created twice under one name: every pod ever made is still there.
+    let all = k.ok(&[
+        "get",
+        "pods",
+        "-o",
+        "jsonpath={range .items[*]}{.metadata.name}{\"\\n\"}{end}",
+    ]);
+    let names: Vec<&str> = all.lines().collect();
+    let unique: BTreeSet<&str> = names.iter().copied().collect();
+    assert_eq!(names.len(), unique.len());
+    assert_eq!(names.len(), jobs * 4);
+}
+
+fn count_pods(k: &common::Kubectl) -> usize {
+    k.ok(&["get", "pods", "-o", "name"]).lines().count()
+}
