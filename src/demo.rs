@@ -1,21 +1,33 @@
-//! `diorch demo`: a guided first run on the sandbox. Installs the DIJob CRD, submits
-//! DI-orchestrator's `atari-dqn-dist` sample (with sandbox annotations so its pods finish), and
-//! tells the user what to run next with kubectl.
+//! `diorch demo`: a guided first run on the sandbox. Installs the DIJob CRD, starts the operator
+//! in-process, submits DI-orchestrator's `atari-dqn-dist` sample (with sandbox annotations so
+//! its pods finish), prints the job's phases live until it completes, and tells the user what
+//! to run next with kubectl.
 //!
 //! It only uses the public Kubernetes API through the kube client, as any user tool would.
 
+use clap::Parser;
+use futures::StreamExt;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, PostParams};
 use kube::runtime::wait::{await_condition, conditions};
+use kube::runtime::watcher;
 
 use crate::api::{DIJob, crd::dijob_crd};
+use crate::operator::{self, Connection, RunArgs};
 use crate::sandbox::RunningSandbox;
 
 /// The sample the demo submits, verbatim from DI-orchestrator v2.
 pub const SAMPLE: &str = include_str!("../examples/di-orchestrator-samples/atari-dqn-dist.yaml");
 
 /// How long each simulated worker of the demo job runs before it exits successfully.
-const WORKER_RUNTIME: &str = "20s";
+const WORKER_RUNTIME: &str = "10s";
+
+/// The operator's default flags, with its HTTP endpoints off (the demo needs no ports).
+#[derive(Parser)]
+struct DemoOperator {
+    #[command(flatten)]
+    args: RunArgs,
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum DemoError {
@@ -29,6 +41,10 @@ pub enum DemoError {
     Sample(String),
     #[error("cannot submit the sample DIJob: {0}")]
     Submit(#[source] kube::Error),
+    #[error("cannot configure the operator: {0}")]
+    Operator(String),
+    #[error("the sample job did not complete within {0} s")]
+    Timeout(u64),
 }
 
 /// Parses the bundled sample and adds the sandbox annotations that make its workers finish.
@@ -72,9 +88,27 @@ pub async fn run(sandbox: &RunningSandbox) -> Result<(), DemoError> {
         .map_err(|e| DemoError::CrdNotEstablished(e.to_string()))?;
     println!("installed CRD {crd_name}");
 
+    let args = DemoOperator::try_parse_from(["demo", "--metric-addr", "0", "--probe-addr", "0"])
+        .map_err(|e| DemoError::Operator(e.to_string()))?
+        .args;
+    let conn = Connection {
+        client: client.clone(),
+        url: sandbox.url().to_string(),
+    };
+    tokio::spawn(async move {
+        if let Err(error) = operator::run(conn, args, std::future::pending()).await {
+            tracing::error!(%error, "the operator stopped");
+        }
+    });
+    println!("started the diorch operator");
+
     let job = sample_job()?;
     let name = job.metadata.name.clone().unwrap_or_default();
     let jobs: Api<DIJob> = Api::namespaced(client, "default");
+    // Watch before submitting, so that no phase is missed.
+    let (listed, is_listed) = tokio::sync::oneshot::channel();
+    let following = tokio::spawn(follow(jobs.clone(), name.clone(), listed));
+    let _ = is_listed.await;
     match jobs.create(&PostParams::default(), &job).await {
         Ok(_) => {
             println!("submitted DIJob default/{name} (DI-orchestrator's atari-dqn-dist sample)")
@@ -85,17 +119,67 @@ pub async fn run(sandbox: &RunningSandbox) -> Result<(), DemoError> {
         Err(e) => return Err(DemoError::Submit(e)),
     }
 
+    following
+        .await
+        .map_err(|e| DemoError::Operator(format!("the job watch stopped: {e}")))??;
+
     let kubeconfig = sandbox.kubeconfig_display();
     println!();
     println!("next, in another terminal:");
     println!("  export KUBECONFIG={kubeconfig}");
     println!("  kubectl get dijobs");
     println!("  kubectl get dijob {name} -o yaml");
+    println!("  kubectl describe dijob {name}");
+    println!("  kubectl get pods -l diengine/job={name} -o wide");
     println!("  kubectl get nodes -o wide");
     println!("  kubectl apply -f examples/di-orchestrator-samples/dijob-serial.yaml");
     println!();
     println!("the sandbox runs until Ctrl-C");
     Ok(())
+}
+
+/// Prints the job's phase and ready replicas each time they change, until it completes.
+/// `listed` fires once the watch is established.
+async fn follow(
+    jobs: Api<DIJob>,
+    name: String,
+    listed: tokio::sync::oneshot::Sender<()>,
+) -> Result<(), DemoError> {
+    const LIMIT: u64 = 120;
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let mut stream = watcher(jobs, config).boxed();
+    let mut listed = Some(listed);
+    let mut last = None;
+    let watch = async {
+        while let Some(Ok(event)) = stream.next().await {
+            let job = match event {
+                watcher::Event::InitDone => {
+                    if let Some(tx) = listed.take() {
+                        let _ = tx.send(());
+                    }
+                    continue;
+                }
+                watcher::Event::Apply(job) | watcher::Event::InitApply(job) => job,
+                _ => continue,
+            };
+            let status = job.status.unwrap_or_default();
+            let Some(phase) = status.phase else { continue };
+            let now = (phase, status.ready_replicas, status.replicas);
+            if last != Some(now) {
+                println!(
+                    "  {name}: {phase} ({}/{} replicas ready)",
+                    status.ready_replicas, status.replicas
+                );
+                last = Some(now);
+            }
+            if phase.is_terminal() {
+                return;
+            }
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(LIMIT), watch)
+        .await
+        .map_err(|_| DemoError::Timeout(LIMIT))
 }
 
 #[cfg(test)]

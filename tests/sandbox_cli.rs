@@ -118,7 +118,7 @@ fn simulated_kubelet_runs_and_ends_pods_by_annotation() {
 }
 
 #[test]
-fn demo_installs_the_crd_and_submits_the_sample() {
+fn demo_runs_the_sample_job_to_success_with_the_operator_in_process() {
     let (sandbox, lines) = SandboxProcess::start_command("demo", &[], "the sandbox runs until");
     let output = lines.join("\n");
     assert!(
@@ -130,6 +130,19 @@ fn demo_installs_the_crd_and_submits_the_sample() {
         "{output}"
     );
     assert!(output.contains("kubectl get dijobs"), "{output}");
+    // The in-process operator ran the job; its phases were shown live, in order.
+    let phases: Vec<&str> = output
+        .lines()
+        .filter_map(|l| l.strip_prefix("  job-with-tasks: "))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    let mut distinct = phases.clone();
+    distinct.dedup();
+    assert_eq!(
+        distinct,
+        ["Pending", "Starting", "Running", "Succeeded"],
+        "{output}"
+    );
     let k = sandbox.kubectl().in_namespace("default");
     let tasks = k.ok(&[
         "get",
