@@ -5,37 +5,20 @@
 //!
 //! `cargo bench --bench sandbox_scale` (env: JOBS, PODS, WATCHERS, CONCURRENCY to change sizes).
 
+mod common;
+
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Api;
 use kube::api::{ListParams, PostParams, WatchEvent, WatchParams};
-use kube::{Api, Client};
 
+use common::{env_usize, rss_mib};
 use diorch::api::DIJob;
-
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn rss_mib(pid: u32) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|kb| kb.parse::<f64>().ok())
-        .map(|kb| kb / 1024.0)
-        .unwrap_or(f64::NAN)
-}
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     if sorted.is_empty() {
@@ -76,39 +59,9 @@ async fn main() -> anyhow::Result<()> {
     let watchers = env_usize("WATCHERS", 10);
     let concurrency = env_usize("CONCURRENCY", 32);
 
-    let dir = tempfile::tempdir()?;
-    let kubeconfig = dir.path().join("kubeconfig");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_diorch"))
-        .args([
-            "sandbox",
-            "--no-cluster",
-            "--listen",
-            "127.0.0.1:0",
-            "--kubeconfig-out",
-        ])
-        .arg(&kubeconfig)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::piped())
-        .spawn()?;
-    let pid = child.id();
-    let stdout = child
-        .stdout
-        .take()
-        .ok_or_else(|| anyhow::anyhow!("no stdout"))?;
-    let mut url = String::new();
-    for line in BufReader::new(stdout).lines() {
-        let line = line?;
-        if let Some(rest) = line.strip_prefix("sandbox ready: ") {
-            url = rest
-                .split_whitespace()
-                .next()
-                .unwrap_or_default()
-                .to_string();
-            break;
-        }
-    }
-    anyhow::ensure!(!url.is_empty(), "sandbox did not start");
-    let client = Client::try_from(kube::Config::new(url.parse()?))?;
+    let sandbox = common::Sandbox::start()?;
+    let pid = sandbox.pid();
+    let client = sandbox.client.clone();
     let idle_rss = rss_mib(pid);
 
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
@@ -224,8 +177,7 @@ async fn main() -> anyhow::Result<()> {
     let selector_elapsed = selector_t.elapsed();
 
     let loaded_rss = rss_mib(pid);
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(sandbox);
 
     println!(
         "sandbox scale bench: {jobs} DIJobs, {pods} pods, {watchers} watchers, {concurrency} concurrent creates"

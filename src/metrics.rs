@@ -49,6 +49,7 @@ pub struct ControllerMetrics {
     pub actions: Family<ActionLabels, Counter>,
     pub transitions: Family<PhaseLabels, Counter>,
     pub duration: Histogram,
+    pub events_dropped: Counter,
 }
 
 /// Every metric of the process, plus readiness.
@@ -73,6 +74,7 @@ impl Metrics {
             actions: Family::default(),
             transitions: Family::default(),
             duration: Histogram::new(exponential_buckets(0.0005, 2.0, 14)),
+            events_dropped: Counter::default(),
         };
         registry.register(
             "reconciles",
@@ -98,6 +100,11 @@ impl Metrics {
             "reconcile_duration_seconds",
             "Time spent in one DIJob reconcile",
             controller.duration.clone(),
+        );
+        registry.register(
+            "events_dropped",
+            "Events not recorded because the event queue was full",
+            controller.events_dropped.clone(),
         );
         Metrics {
             registry,

@@ -147,8 +147,9 @@ pub struct RunArgs {
     /// Every DIJob is reconciled again after this long without events (e.g. `1m`, `30s`).
     #[arg(long, default_value = "1m", value_parser = parse_duration)]
     pub sync_period: std::time::Duration,
-    /// DIJobs reconciled at the same time (0 = no limit).
-    #[arg(long, default_value_t = 0)]
+    /// DIJobs reconciled at the same time (0 = no limit). Each reconcile issues its writes in
+    /// parallel, so this also bounds the connections the operator opens.
+    #[arg(long, default_value_t = 16)]
     pub concurrency: u16,
     /// Address of the Prometheus `/metrics` endpoint (`0` disables it).
     #[arg(long, default_value = ":8443", value_parser = parse_bind_address)]

@@ -19,11 +19,11 @@ use kube::runtime::controller::{self, Action as Requeue, Controller};
 use kube::runtime::events::{Event, EventType as KubeEventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client, Resource, ResourceExt};
+use kube::{Api, Client, Resource};
 use thiserror::Error;
 
 use super::build::BuildContext;
-use super::cache::{self, PodIndex};
+use super::cache::{self, CachedJob, CachedPod, PodIndex};
 use super::expectations::Expectations;
 use super::naming;
 use super::planner::{self, Action, EventType, Observed, Plan};
@@ -53,7 +53,7 @@ impl Default for Settings {
             qps: 100.0,
             burst: 200,
             sync_period: Duration::from_secs(60),
-            concurrency: 0,
+            concurrency: 16,
             reporter: labels::OPERATOR_NAME.to_string(),
         }
     }
@@ -73,6 +73,12 @@ pub enum Error {
         job: String,
         #[source]
         source: kube::Error,
+    },
+    #[error("the cached spec of {job} does not decode as a DIJob spec: {source}")]
+    Decode {
+        job: String,
+        #[source]
+        source: serde_json::Error,
     },
     #[error("the planned spec patch of {job} is not a JSON patch: {source}")]
     Plan {
@@ -94,6 +100,7 @@ impl Error {
         match self {
             Error::Status { .. } => "status",
             Error::Patch { .. } | Error::Plan { .. } => "patch",
+            Error::Decode { .. } => "decode",
             Error::Writes { kind, .. } => kind,
         }
     }
@@ -102,23 +109,25 @@ impl Error {
 /// Shared state of the reconciles.
 pub struct Context {
     client: Client,
-    pods: Store<Pod>,
+    pods: Store<CachedPod>,
     services: Store<Service>,
     index: PodIndex,
     caches_ready: AtomicBool,
     expectations: Expectations,
-    recorder: Recorder,
+    /// Events waiting to be recorded by the background worker.
+    events: tokio::sync::mpsc::Sender<(Event, ObjectReference)>,
     throttle: Throttle,
     settings: Settings,
     metrics: Arc<Metrics>,
     failures: std::sync::Mutex<HashMap<String, u32>>,
 }
 
-fn job_key(job: &DIJob) -> String {
+fn job_key(job: &impl Resource) -> String {
+    let meta = job.meta();
     format!(
         "{}/{}",
-        job.metadata.namespace.as_deref().unwrap_or_default(),
-        job.metadata.name.as_deref().unwrap_or_default()
+        meta.namespace.as_deref().unwrap_or_default(),
+        meta.name.as_deref().unwrap_or_default()
     )
 }
 
@@ -138,8 +147,8 @@ pub async fn run(
         labels::OPERATOR,
         labels::OPERATOR_NAME
     ));
-    let (job_store, job_writer) = reflector::store::<DIJob>();
-    let (pod_store, pod_writer) = reflector::store::<Pod>();
+    let (job_store, job_writer) = reflector::store::<CachedJob>();
+    let (pod_store, pod_writer) = reflector::store::<CachedPod>();
     let (svc_store, svc_writer) = reflector::store::<Service>();
     let index = PodIndex::default();
 
@@ -150,13 +159,13 @@ pub async fn run(
         index: index.clone(),
         caches_ready: AtomicBool::new(false),
         expectations: Expectations::default(),
-        recorder: Recorder::new(
+        events: spawn_event_worker(Recorder::new(
             client.clone(),
             Reporter {
                 controller: settings.reporter.clone(),
                 instance: std::env::var("POD_NAME").ok(),
             },
-        ),
+        )),
         throttle: Throttle::new(settings.qps, settings.burst),
         settings: settings.clone(),
         metrics,
@@ -165,7 +174,7 @@ pub async fn run(
 
     let forget = ctx.clone();
     let jobs = watcher(
-        Api::<DIJob>::all(client.clone()),
+        Api::<CachedJob>::all(client.clone()),
         watcher::Config::default(),
     )
     .default_backoff()
@@ -179,7 +188,7 @@ pub async fn run(
         }
     })
     .applied_objects();
-    let pods = watcher(Api::<Pod>::all(client.clone()), owned.clone())
+    let pods = watcher(Api::<CachedPod>::all(client.clone()), owned.clone())
         .default_backoff()
         .modify(cache::trim_pod)
         .inspect(move |event| {
@@ -249,16 +258,23 @@ impl Context {
     }
 }
 
-async fn reconcile(job: Arc<DIJob>, ctx: Arc<Context>) -> Result<Requeue, Error> {
+async fn reconcile(cached: Arc<CachedJob>, ctx: Arc<Context>) -> Result<Requeue, Error> {
     let started = Instant::now();
-    let result = reconcile_inner(&job, &ctx).await;
+    let job = cached;
+    let result = match job.decode() {
+        Ok(typed) => reconcile_inner(&typed, &ctx).await,
+        Err(source) => Err(Error::Decode {
+            job: job_key(job.as_ref()),
+            source,
+        }),
+    };
     ctx.metrics
         .controller
         .duration
         .observe(started.elapsed().as_secs_f64());
     match &result {
         Ok(_) => {
-            ctx.failures().remove(&job_key(&job));
+            ctx.failures().remove(&job_key(job.as_ref()));
         }
         Err(_) => ctx.count("error"),
     }
@@ -279,13 +295,13 @@ async fn reconcile_inner(job: &DIJob, ctx: &Context) -> Result<Requeue, Error> {
         return Ok(Requeue::requeue(Duration::from_millis(500)));
     }
 
-    let pods: Vec<Arc<Pod>> = ctx
+    let pods: Vec<Arc<CachedPod>> = ctx
         .index
         .pods_of(&namespace, &naming::job_label_value(&name))
         .iter()
         .filter_map(|pod| ctx.pods.get(&ObjectRef::new(pod).within(&namespace)))
         .collect();
-    let pod_refs: Vec<&Pod> = pods.iter().map(AsRef::as_ref).collect();
+    let pod_refs: Vec<&CachedPod> = pods.iter().map(AsRef::as_ref).collect();
     if !ctx.expectations.satisfied(&key, &pod_refs, Instant::now()) {
         tracing::debug!(job = %key, "waiting for the cache to show this operator's own writes");
         ctx.count("requeue");
@@ -589,20 +605,35 @@ fn publish(ctx: &Context, job: &DIJob, events: &[planner::JobEvent]) {
     publish_related(ctx, job, events.iter().map(|e| (e.clone(), None)).collect());
 }
 
-/// Records Events on the job in the background: a slow events API must not hold up pods.
+/// Events queued beyond this are dropped (and counted): under a burst, pods come first.
+const EVENT_QUEUE: usize = 4096;
+
+/// Records queued Events a few at a time, so that during a burst they take a small share of the
+/// API server next to the pod writes.
+fn spawn_event_worker(recorder: Recorder) -> tokio::sync::mpsc::Sender<(Event, ObjectReference)> {
+    let (tx, rx) = tokio::sync::mpsc::channel::<(Event, ObjectReference)>(EVENT_QUEUE);
+    tokio::spawn(
+        tokio_stream::wrappers::ReceiverStream::new(rx).for_each_concurrent(4, move |(event, reference)| {
+            let recorder = recorder.clone();
+            async move {
+                if let Err(err) = recorder.publish(&event, &reference).await {
+                    tracing::debug!(object = ?reference.name, reason = event.reason, error = %err, "could not record event");
+                }
+            }
+        }),
+    );
+    tx
+}
+
+/// Queues Events on the job; a slow events API must not hold up pods.
 fn publish_related(
     ctx: &Context,
     job: &DIJob,
     events: Vec<(planner::JobEvent, Option<ObjectReference>)>,
 ) {
-    if events.is_empty() {
-        return;
-    }
-    let recorder = ctx.recorder.clone();
     let reference = job.object_ref(&());
-    let events: Vec<Event> = events
-        .into_iter()
-        .map(|(e, related)| Event {
+    for (e, related) in events {
+        let event = Event {
             type_: match e.type_ {
                 EventType::Normal => KubeEventType::Normal,
                 EventType::Warning => KubeEventType::Warning,
@@ -611,21 +642,16 @@ fn publish_related(
             note: Some(e.message),
             action: "Reconcile".to_string(),
             secondary: related,
-        })
-        .collect();
-    let job = job.name_any();
-    tokio::spawn(async move {
-        for event in events {
-            if let Err(err) = recorder.publish(&event, &reference).await {
-                tracing::debug!(job, reason = event.reason, error = %err, "could not record event");
-            }
+        };
+        if ctx.events.try_send((event, reference.clone())).is_err() {
+            ctx.metrics.controller.events_dropped.inc();
         }
-    });
+    }
 }
 
 /// Per-job exponential backoff (0.5 s doubling to 5 min), a metric and a log line per error.
-fn error_policy(job: Arc<DIJob>, err: &Error, ctx: Arc<Context>) -> Requeue {
-    let key = job_key(&job);
+fn error_policy(job: Arc<CachedJob>, err: &Error, ctx: Arc<Context>) -> Requeue {
+    let key = job_key(job.as_ref());
     ctx.metrics
         .controller
         .errors

@@ -11,7 +11,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Pod;
+use super::cache::CachedPod;
 
 /// How long an expectation waits for its watch event.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
@@ -79,7 +79,7 @@ impl Expectations {
 
     /// Whether the cache (`pods` of the job) shows everything expected for `job`; met
     /// expectations are dropped, and all of them expire after the timeout.
-    pub fn satisfied(&self, job: &str, pods: &[&Pod], now: Instant) -> bool {
+    pub fn satisfied(&self, job: &str, pods: &[&CachedPod], now: Instant) -> bool {
         let mut jobs = self.jobs();
         let Some(pending) = jobs.get_mut(job) else {
             return true;
@@ -118,8 +118,8 @@ mod tests {
     use super::*;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-    fn pod(name: &str, uid: &str) -> Pod {
-        let mut p = Pod::default();
+    fn pod(name: &str, uid: &str) -> CachedPod {
+        let mut p = CachedPod::default();
         p.metadata.name = Some(name.into());
         p.metadata.uid = Some(uid.into());
         p

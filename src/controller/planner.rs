@@ -13,6 +13,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use serde_json::Value;
 
 use super::build::{self, BuildContext, ReplicaSlot};
+use super::cache::CachedPod;
 use super::ranks::RankTable;
 use super::validate;
 use crate::api::{CleanPodPolicy, DIJob, DIJobStatus, JobCondition, Phase, labels};
@@ -26,7 +27,7 @@ pub const TEMPLATE_HASH_ANNOTATION: &str = "diorch.io/template-hash";
 #[derive(Clone, Debug, Default)]
 pub struct Observed<'a> {
     /// Every cached pod in the job's namespace carrying its `diengine/job` label, owned or not.
-    pub pods: Vec<&'a Pod>,
+    pub pods: Vec<&'a CachedPod>,
     /// The cached service named `di-<job>`, if any.
     pub service: Option<&'a Service>,
 }
@@ -148,7 +149,7 @@ pub enum PodState {
 }
 
 /// Classifies a pod that is not being deleted.
-pub fn pod_state(pod: &Pod, preemptible: bool) -> PodState {
+pub fn pod_state(pod: &CachedPod, preemptible: bool) -> PodState {
     let status = pod.status.as_ref();
     let phase = status.and_then(|s| s.phase.as_deref()).unwrap_or("Pending");
     match phase {
@@ -183,14 +184,14 @@ pub fn pod_state(pod: &Pod, preemptible: bool) -> PodState {
     }
 }
 
-fn is_ready(pod: &Pod) -> bool {
+fn is_ready(pod: &CachedPod) -> bool {
     pod.status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
         .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
-fn is_terminating(pod: &Pod) -> bool {
+fn is_terminating(pod: &CachedPod) -> bool {
     pod.metadata.deletion_timestamp.is_some()
 }
 
@@ -202,7 +203,7 @@ fn owned_by(meta: &ObjectMeta, uid: &str) -> bool {
     })
 }
 
-fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
+fn annotation<'a>(pod: &'a CachedPod, key: &str) -> Option<&'a str> {
     pod.metadata
         .annotations
         .as_ref()
@@ -233,7 +234,7 @@ pub fn plan(job: &DIJob, observed: &Observed<'_>, ctx: &BuildContext, now: &Time
     let current = job.status.clone().unwrap_or_default();
     let phase = current.phase;
     let uid = job.metadata.uid.clone().unwrap_or_default();
-    let owned: Vec<&Pod> = observed
+    let owned: Vec<&CachedPod> = observed
         .pods
         .iter()
         .copied()
@@ -310,7 +311,7 @@ struct Slot<'a> {
     pod_name: String,
     task_index: usize,
     local_rank: i32,
-    live: Option<&'a Pod>,
+    live: Option<&'a CachedPod>,
     /// A pod of this name exists but is being deleted, or is not the job's: the name is taken.
     blocked: bool,
 }
@@ -374,7 +375,7 @@ impl Planner<'_> {
 
     /// Succeeded and Failed are absorbing (15.11, Kubeflow Trainer's recurring bug): clean up by
     /// policy, never create.
-    fn terminal(&mut self, owned: &[&Pod], service: Option<&Service>) {
+    fn terminal(&mut self, owned: &[&CachedPod], service: Option<&Service>) {
         if self.status.completion_timestamp.is_none() {
             self.status.completion_timestamp = Some(self.now.clone());
         }
@@ -398,7 +399,7 @@ impl Planner<'_> {
         }
     }
 
-    fn active(&mut self, owned: &[&Pod], observed: &Observed<'_>) {
+    fn active(&mut self, owned: &[&CachedPod], observed: &Observed<'_>) {
         let job = self.job;
         let preemptible = job.spec.preemptible;
         let uid = job.metadata.uid.as_deref().unwrap_or_default();
@@ -413,7 +414,7 @@ impl Planner<'_> {
         // Slots and ranks.
         let desired = build::desired_slots(job);
         let desired_names: Vec<String> = desired.iter().map(|(n, _, _)| n.clone()).collect();
-        let live: BTreeMap<&str, &Pod> = owned
+        let live: BTreeMap<&str, &CachedPod> = owned
             .iter()
             .filter(|p| !is_terminating(p))
             .map(|p| (p.metadata.name.as_deref().unwrap_or_default(), *p))
@@ -471,7 +472,7 @@ impl Planner<'_> {
         }
         replace.dedup_by(|a, b| std::ptr::eq(a.0, b.0));
         let desired_set: BTreeSet<&str> = slots.iter().map(|s| s.pod_name.as_str()).collect();
-        let mut extra: Vec<&Pod> = live
+        let mut extra: Vec<&CachedPod> = live
             .iter()
             .filter(|(name, _)| !desired_set.contains(*name))
             .map(|(_, p)| *p)
@@ -641,7 +642,7 @@ impl Planner<'_> {
 
     /// The persisted rank table, plus the ranks of live pods it does not know (created just
     /// before a lost status write, or by DI-orchestrator before a migration).
-    fn rank_table(&self, live: &BTreeMap<&str, &Pod>) -> RankTable {
+    fn rank_table(&self, live: &BTreeMap<&str, &CachedPod>) -> RankTable {
         let persisted = RankTable::from_status(self.status.ranks.as_deref());
         let unknown = live
             .iter()
@@ -685,7 +686,7 @@ fn phase_event(phase: Phase) -> (EventType, &'static str) {
 
 /// cleanPodPolicy `Running` (spec 8): phase Running or Pending, no container terminated and
 /// none in CrashLoopBackOff.
-fn still_running(pod: &Pod) -> bool {
+fn still_running(pod: &CachedPod) -> bool {
     let status = pod.status.as_ref();
     let phase = status.and_then(|s| s.phase.as_deref()).unwrap_or("Pending");
     if phase != "Running" && phase != "Pending" {
@@ -705,7 +706,7 @@ fn still_running(pod: &Pod) -> bool {
         })
 }
 
-fn delete_pod(pod: &Pod, why: &'static str) -> Action {
+fn delete_pod(pod: &CachedPod, why: &'static str) -> Action {
     let stopped = matches!(
         pod.status.as_ref().and_then(|s| s.phase.as_deref()),
         Some("Succeeded" | "Failed")
@@ -778,8 +779,9 @@ mod tests {
         }
 
         fn plan(&self) -> Plan {
+            let cached: Vec<CachedPod> = self.pods.iter().cloned().map(CachedPod::from).collect();
             let observed = Observed {
-                pods: self.pods.iter().collect(),
+                pods: cached.iter().collect(),
                 service: self.service.as_ref(),
             };
             plan(
@@ -890,7 +892,7 @@ mod tests {
                 .iter()
                 .find(|p| p.metadata.name.as_deref() == Some(name))
                 .expect("pod");
-            annotation(pod, labels::ANNOTATION_RANK)
+            pod_annotation(pod, labels::ANNOTATION_RANK)
                 .expect("rank")
                 .parse()
                 .expect("number")
@@ -926,6 +928,14 @@ mod tests {
             ),
             ..Default::default()
         }
+    }
+
+    fn pod_annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
+        pod.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(key))
+            .map(String::as_str)
     }
 
     fn env(pod: &Pod, name: &str) -> String {
@@ -1021,7 +1031,7 @@ mod tests {
         );
         assert_eq!(env(collector, "DI_JOB_ID"), "default/j");
         assert_eq!(
-            annotation(collector, TEMPLATE_HASH_ANNOTATION),
+            pod_annotation(collector, TEMPLATE_HASH_ANNOTATION),
             Some(template_hash(&sim.job, 2).as_str())
         );
         assert_rank_consistency(&sim);
@@ -1342,7 +1352,10 @@ mod tests {
             .find(|p| p.metadata.name.as_deref() == Some("j-collector-2"))
             .expect("pod");
         assert_eq!(env(newest, "DI_NODES").split(',').count(), 7);
-        assert_eq!(annotation(newest, labels::ANNOTATION_REPLICAS), Some("7"));
+        assert_eq!(
+            pod_annotation(newest, labels::ANNOTATION_REPLICAS),
+            Some("7")
+        );
         assert_rank_consistency(&sim);
     }
 
@@ -1614,7 +1627,7 @@ mod tests {
             ..Default::default()
         });
         pod.status = Some(status);
-        assert!(!still_running(&pod));
+        assert!(!still_running(&CachedPod::from(pod)));
     }
 
     #[test]

@@ -1,0 +1,93 @@
+//! Shared pieces of the bench binaries: a `diorch sandbox --no-cluster` process and its
+//! resident memory.
+#![allow(dead_code)] // each bench uses its own subset
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+
+use kube::Client;
+
+/// A running `diorch sandbox --no-cluster` (the real binary), killed on drop.
+pub struct Sandbox {
+    pub child: Child,
+    pub client: Client,
+    pub kubeconfig: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Sandbox {
+    pub fn start() -> anyhow::Result<Sandbox> {
+        let dir = tempfile::tempdir()?;
+        let kubeconfig = dir.path().join("kubeconfig");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_diorch"))
+            .args([
+                "sandbox",
+                "--no-cluster",
+                "--listen",
+                "127.0.0.1:0",
+                "--kubeconfig-out",
+            ])
+            .arg(&kubeconfig)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .spawn()?;
+        let stdout = child
+            .stdout
+            .take()
+            .ok_or_else(|| anyhow::anyhow!("no stdout"))?;
+        let mut url = String::new();
+        let mut lines = BufReader::new(stdout).lines();
+        for line in lines.by_ref() {
+            let line = line?;
+            if let Some(rest) = line.strip_prefix("sandbox ready: ") {
+                url = rest
+                    .split_whitespace()
+                    .next()
+                    .unwrap_or_default()
+                    .to_string();
+                break;
+            }
+        }
+        // Keep reading, so the sandbox never writes into a closed pipe.
+        std::thread::spawn(move || lines.for_each(drop));
+        anyhow::ensure!(!url.is_empty(), "sandbox did not start");
+        let client = Client::try_from(kube::Config::new(url.parse()?))?;
+        Ok(Sandbox {
+            child,
+            client,
+            kubeconfig,
+            _dir: dir,
+        })
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Sandbox {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Resident memory of a process, in MiB.
+pub fn rss_mib(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|kb| kb.parse::<f64>().ok())
+        .map(|kb| kb / 1024.0)
+        .unwrap_or(f64::NAN)
+}
+
+pub fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
