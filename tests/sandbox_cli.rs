@@ -156,7 +156,7 @@ fn demo_runs_the_sample_job_to_success_with_the_operator_in_process() {
 }
 
 #[test]
-fn operator_run_refuses_a_cluster_without_the_crd_then_watches_dijobs() {
+fn operator_run_refuses_a_cluster_without_the_crd_then_reconciles_dijobs() {
     let sandbox = SandboxProcess::start(&["--nodes", "1"]);
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_diorch"))
         .args(["run", "--kubeconfig"])
@@ -222,7 +222,8 @@ fn operator_run_refuses_a_cluster_without_the_crd_then_watches_dijobs() {
     let _ = child.kill();
     let _ = child.wait();
     assert!(
-        seen.iter().any(|l| l.contains("watching DIJobs")),
+        seen.iter()
+            .any(|l| l.contains("running the DIJob controller")),
         "{seen:#?}"
     );
     assert!(

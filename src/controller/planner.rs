@@ -1312,14 +1312,143 @@ mod tests {
     }
 
     #[test]
-    fn a_pod_deleted_while_starting_uses_starting_message() {
+    fn deleting_the_last_rank_pod_while_starting_reschedules_back_to_starting() {
+        // Spec 14: Starting, replicas [1,1,2], delete the last-rank pod.
         let mut sim = Sim::new(job());
         sim.settle();
-        sim.pods.pop();
+        sim.pods
+            .retain(|p| p.metadata.name.as_deref() != Some("j-collector-1"));
         let plan = sim.step();
         assert_eq!(
             plan.transition.map(|t| t.message),
             Some("job is rescheduling since replicas or allocation changed.".to_string())
+        );
+        sim.settle();
+        assert_eq!(sim.phase(), Some(Phase::Starting));
+        assert_eq!(sim.status().reschedules, 1);
+        assert_eq!(sim.rank("j-collector-1"), 3);
+    }
+
+    #[test]
+    fn restarting_also_removes_pods_beyond_the_spec() {
+        let mut sim = Sim::running(job());
+        sim.set_pod("j-learner-0", "Failed", false);
+        sim.step();
+        assert_eq!(sim.phase(), Some(Phase::Restarting));
+        // The user scales the collectors in while the job restarts.
+        sim.job.spec.tasks[2].replicas = 1;
+        let plan = sim.step();
+        assert!(
+            plan.actions.iter().any(|a| matches!(a, Action::DeletePod { name, why: "scaled in", .. } if name == "j-collector-1")),
+            "{:?}",
+            plan.actions
+        );
+        sim.settle();
+        assert_eq!(sim.phase(), Some(Phase::Starting));
+        assert_eq!(
+            sim.names(),
+            ["j-collector-0", "j-evaluator-0", "j-learner-0"]
+        );
+        assert_eq!((sim.status().restarts, sim.status().reschedules), (1, 0));
+    }
+
+    #[test]
+    fn a_changed_allocation_moves_only_the_misplaced_pods_of_a_preemptible_job() {
+        let mut job = job_with(json!({"preemptible": true}));
+        job.status = Some(DIJobStatus {
+            allocation: Some(["n1", "n2", "n3", "n4"].map(String::from).to_vec()),
+            ..Default::default()
+        });
+        let mut sim = Sim::new(job);
+        sim.settle();
+        let node = |sim: &Sim, name: &str| {
+            sim.pods
+                .iter()
+                .find(|p| p.metadata.name.as_deref() == Some(name))
+                .and_then(|p| p.spec.as_ref())
+                .and_then(|s| s.node_name.clone())
+        };
+        assert_eq!(node(&sim, "j-collector-0").as_deref(), Some("n3"));
+        sim.all("Running", true);
+        sim.settle();
+        let before = sim
+            .pods
+            .iter()
+            .map(|p| p.metadata.uid.clone())
+            .collect::<Vec<_>>();
+        if let Some(status) = sim.job.status.as_mut() {
+            status.allocation = Some(["n1", "n2", "n9", "n4"].map(String::from).to_vec());
+        }
+        let plan = sim.step();
+        let tr = plan.transition.expect("transition");
+        assert_eq!(
+            tr.message,
+            "job is rescheduling since replicas changed, replicas: 4, allocation: [n1 n2 n9 n4]."
+        );
+        sim.settle();
+        assert_eq!(node(&sim, "j-collector-0").as_deref(), Some("n9"));
+        assert_eq!(sim.rank("j-collector-0"), 2);
+        let after = sim
+            .pods
+            .iter()
+            .map(|p| p.metadata.uid.clone())
+            .collect::<Vec<_>>();
+        assert_eq!(
+            before.iter().filter(|u| after.contains(u)).count(),
+            3,
+            "only one pod moved"
+        );
+    }
+
+    #[test]
+    fn phase_events_use_di_orchestrators_reasons_types_and_messages() {
+        let table = [
+            (Phase::Pending, EventType::Normal, "job created."),
+            (
+                Phase::Starting,
+                EventType::Normal,
+                "job is starting since all replicas are created.",
+            ),
+            (
+                Phase::Running,
+                EventType::Normal,
+                "job is running since all replicas are ready.",
+            ),
+            (
+                Phase::Restarting,
+                EventType::Warning,
+                "job is restarting since conditions changed.",
+            ),
+            (
+                Phase::Rescheduling,
+                EventType::Warning,
+                "job is rescheduling since replicas or allocation changed.",
+            ),
+            (
+                Phase::Failed,
+                EventType::Warning,
+                "job is failed since some replicas are failed.",
+            ),
+            (
+                Phase::Succeeded,
+                EventType::Normal,
+                "job is succeeded since all the replicas are succeeded.",
+            ),
+        ];
+        for (phase, type_, message) in table {
+            assert_eq!(phase_event(phase), (type_, message), "{phase}");
+        }
+        // Through the planner: a pod failure past the backoff limit.
+        let mut sim = Sim::running(job_with(json!({"backoffLimit": 0})));
+        sim.set_pod("j-learner-0", "Failed", false);
+        let plan = sim.step();
+        assert_eq!(
+            plan.events,
+            vec![JobEvent {
+                type_: EventType::Warning,
+                reason: "JobFailed",
+                message: "job is failed since some replicas are failed.".into()
+            }]
         );
     }
 

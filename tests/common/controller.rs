@@ -110,11 +110,32 @@ pub fn jsonpath(k: &Kubectl, what: &str, path: &str) -> String {
 
 pub fn wait_phase(k: &Kubectl, job: &str, phase: &str) {
     let target = format!("dijob/{job}");
-    k.wait_for(
-        &["get", &target, "-o", "jsonpath={.status.phase}"],
-        T,
-        |p| p == phase,
-    );
+    let deadline = std::time::Instant::now() + T;
+    loop {
+        let out = k.run(&["get", &target, "-o", "jsonpath={.status.phase}"]);
+        if out.status.success() && String::from_utf8_lossy(&out.stdout) == phase {
+            return;
+        }
+        if std::time::Instant::now() > deadline {
+            let yaml = k.run(&["get", &target, "-o", "yaml"]);
+            let pods = k.run(&[
+                "get",
+                "pods",
+                "-l",
+                &format!("diengine/job={job}"),
+                "-o",
+                "wide",
+            ]);
+            panic!(
+                "{job} did not reach {phase} within {T:?}; last: {:?} {:?}\n{}\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr),
+                String::from_utf8_lossy(&yaml.stdout),
+                String::from_utf8_lossy(&pods.stdout)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
 
 /// The job's live (not terminating) pods as JSON, by name.
