@@ -174,20 +174,7 @@ fn operator_run_refuses_a_cluster_without_the_crd_then_reconciles_dijobs() {
 
     let k = sandbox.kubectl();
     common::foundation::install_crd(&k);
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_diorch"))
-        .args([
-            "run",
-            "--metric-addr",
-            "0",
-            "--probe-addr",
-            "0",
-            "--kubeconfig",
-        ])
-        .arg(&sandbox.kubeconfig)
-        .env("RUST_LOG", "info")
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn diorch run");
+    let operator = common::controller::OperatorProcess::start(&sandbox.kubeconfig);
     k.in_namespace("default").ok(&[
         "apply",
         "-f",
@@ -196,38 +183,25 @@ fn operator_run_refuses_a_cluster_without_the_crd_then_reconciles_dijobs() {
             .to_str()
             .expect("utf-8"),
     ]);
-    let stderr = child.stderr.take().expect("stderr");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        use std::io::BufRead;
-        for line in std::io::BufReader::new(stderr)
-            .lines()
-            .map_while(Result::ok)
-        {
-            let _ = tx.send(line);
-        }
-    });
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    let mut seen = Vec::new();
-    while !seen
+    while !operator
+        .lines()
         .iter()
-        .any(|l: &String| l.contains("default/serial-test"))
+        .any(|l| l.contains("default/serial-test"))
+        && std::time::Instant::now() < deadline
     {
-        let left = deadline.saturating_duration_since(std::time::Instant::now());
-        match rx.recv_timeout(left) {
-            Ok(line) => seen.push(line),
-            Err(_) => break,
-        }
+        std::thread::sleep(Duration::from_millis(100));
     }
-    let _ = child.kill();
-    let _ = child.wait();
+    let seen = operator.lines();
+    operator.kill();
     assert!(
         seen.iter()
             .any(|l| l.contains("running the DIJob controller")),
         "{seen:#?}"
     );
     assert!(
-        seen.iter().any(|l| l.contains("default/serial-test")),
+        seen.iter()
+            .any(|l| l.contains("reconciled") && l.contains("job=default/serial-test")),
         "{seen:#?}"
     );
 }
