@@ -16,6 +16,15 @@ use crate::api::{DIJob, crd::dijob_crd};
 use crate::operator::{self, Connection, RunArgs};
 use crate::sandbox::RunningSandbox;
 
+/// Prints a line to stdout, ignoring a closed stdout (a pipe whose reader went away must not
+/// panic the process, as `println!` would).
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
 /// The sample the demo submits, verbatim from DI-orchestrator v2.
 pub const SAMPLE: &str = include_str!("../examples/di-orchestrator-samples/atari-dqn-dist.yaml");
 
@@ -86,7 +95,7 @@ pub async fn run(sandbox: &RunningSandbox) -> Result<(), DemoError> {
         .await
         .map_err(|_| DemoError::CrdNotEstablished("timed out after 30 s".to_string()))?
         .map_err(|e| DemoError::CrdNotEstablished(e.to_string()))?;
-    println!("installed CRD {crd_name}");
+    say!("installed CRD {crd_name}");
 
     let args = DemoOperator::try_parse_from(["demo", "--metric-addr", "0", "--probe-addr", "0"])
         .map_err(|e| DemoError::Operator(e.to_string()))?
@@ -100,7 +109,7 @@ pub async fn run(sandbox: &RunningSandbox) -> Result<(), DemoError> {
             tracing::error!(%error, "the operator stopped");
         }
     });
-    println!("started the diorch operator");
+    say!("started the diorch operator");
 
     let job = sample_job()?;
     let name = job.metadata.name.clone().unwrap_or_default();
@@ -111,10 +120,10 @@ pub async fn run(sandbox: &RunningSandbox) -> Result<(), DemoError> {
     let _ = is_listed.await;
     match jobs.create(&PostParams::default(), &job).await {
         Ok(_) => {
-            println!("submitted DIJob default/{name} (DI-orchestrator's atari-dqn-dist sample)")
+            say!("submitted DIJob default/{name} (DI-orchestrator's atari-dqn-dist sample)")
         }
         Err(kube::Error::Api(status)) if status.code == 409 => {
-            println!("DIJob default/{name} already exists")
+            say!("DIJob default/{name} already exists")
         }
         Err(e) => return Err(DemoError::Submit(e)),
     }
@@ -124,17 +133,17 @@ pub async fn run(sandbox: &RunningSandbox) -> Result<(), DemoError> {
         .map_err(|e| DemoError::Operator(format!("the job watch stopped: {e}")))??;
 
     let kubeconfig = sandbox.kubeconfig_display();
-    println!();
-    println!("next, in another terminal:");
-    println!("  export KUBECONFIG={kubeconfig}");
-    println!("  kubectl get dijobs");
-    println!("  kubectl get dijob {name} -o yaml");
-    println!("  kubectl describe dijob {name}");
-    println!("  kubectl get pods -l diengine/job={name} -o wide");
-    println!("  kubectl get nodes -o wide");
-    println!("  kubectl apply -f examples/di-orchestrator-samples/dijob-serial.yaml");
-    println!();
-    println!("the sandbox runs until Ctrl-C");
+    say!();
+    say!("next, in another terminal:");
+    say!("  export KUBECONFIG={kubeconfig}");
+    say!("  kubectl get dijobs");
+    say!("  kubectl get dijob {name} -o yaml");
+    say!("  kubectl describe dijob {name}");
+    say!("  kubectl get pods -l diengine/job={name} -o wide");
+    say!("  kubectl get nodes -o wide");
+    say!("  kubectl apply -f examples/di-orchestrator-samples/dijob-serial.yaml");
+    say!();
+    say!("the sandbox runs until Ctrl-C");
     Ok(())
 }
 
@@ -166,7 +175,7 @@ async fn follow(
             let Some(phase) = status.phase else { continue };
             let now = (phase, status.ready_replicas, status.replicas);
             if last != Some(now) {
-                println!(
+                say!(
                     "  {name}: {phase} ({}/{} replicas ready)",
                     status.ready_replicas, status.replicas
                 );

@@ -67,6 +67,15 @@ impl SandboxArgs {
     }
 }
 
+/// Prints a line to stdout, ignoring a closed stdout (a pipe whose reader went away must not
+/// panic the process, as `println!` would).
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
 fn init_tracing() {
     // kube's client logs every failed request at ERROR; the operator reports those itself.
     let filter = EnvFilter::try_from_default_env()
@@ -90,11 +99,11 @@ async fn shutdown_signal() {
 async fn serve_sandbox(args: SandboxArgs, demo: bool) -> anyhow::Result<()> {
     let sandbox = diorch::sandbox::launch(args.options()).await?;
     let kubeconfig = sandbox.kubeconfig_display();
-    println!("sandbox ready: {} kubeconfig {kubeconfig}", sandbox.url());
+    say!("sandbox ready: {} kubeconfig {kubeconfig}", sandbox.url());
     if demo {
         diorch::demo::run(&sandbox).await?;
     } else {
-        println!("try: kubectl --kubeconfig {kubeconfig} get nodes");
+        say!("try: kubectl --kubeconfig {kubeconfig} get nodes");
     }
     shutdown_signal().await;
     sandbox.stop().await;
