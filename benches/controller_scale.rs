@@ -121,6 +121,8 @@ impl Operator {
                 "0",
                 "--probe-addr",
                 "0",
+                "--server-bind-address",
+                "0",
                 "--kubeconfig",
             ])
             .arg(&sandbox.kubeconfig)

@@ -97,9 +97,17 @@ pub async fn run(sandbox: &RunningSandbox) -> Result<(), DemoError> {
         .map_err(|e| DemoError::CrdNotEstablished(e.to_string()))?;
     say!("installed CRD {crd_name}");
 
-    let args = DemoOperator::try_parse_from(["demo", "--metric-addr", "0", "--probe-addr", "0"])
-        .map_err(|e| DemoError::Operator(e.to_string()))?
-        .args;
+    let args = DemoOperator::try_parse_from([
+        "demo",
+        "--metric-addr",
+        "0",
+        "--probe-addr",
+        "0",
+        "--server-bind-address",
+        "127.0.0.1:0",
+    ])
+    .map_err(|e| DemoError::Operator(e.to_string()))?
+    .args;
     let conn = Connection {
         client: client.clone(),
         url: sandbox.url().to_string(),
@@ -177,7 +185,8 @@ async fn follow(
             if last != Some(now) {
                 say!(
                     "  {name}: {phase} ({}/{} replicas ready)",
-                    status.ready_replicas, status.replicas
+                    status.ready_replicas,
+                    status.replicas
                 );
                 last = Some(now);
             }

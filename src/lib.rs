@@ -6,3 +6,4 @@ pub mod demo;
 pub mod metrics;
 pub mod operator;
 pub mod sandbox;
+pub mod server;

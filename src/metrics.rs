@@ -52,10 +52,33 @@ pub struct ControllerMetrics {
     pub events_dropped: Counter,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    /// The matched route pattern (empty when none matched).
+    pub route: String,
+    pub method: String,
+    pub code: u16,
+}
+
+/// Metrics of the replica API server.
+pub struct ServerMetrics {
+    pub requests: Family<RequestLabels, Counter>,
+    pub duration: Histogram,
+}
+
+impl ServerMetrics {
+    /// Records one answered request.
+    pub fn observe(&self, labels: RequestLabels, seconds: f64) {
+        self.requests.get_or_create(&labels).inc();
+        self.duration.observe(seconds);
+    }
+}
+
 /// Every metric of the process, plus readiness.
 pub struct Metrics {
     registry: Registry,
     pub controller: ControllerMetrics,
+    pub server: ServerMetrics,
     ready: AtomicBool,
 }
 
@@ -106,9 +129,24 @@ impl Metrics {
             "Events not recorded because the event queue was full",
             controller.events_dropped.clone(),
         );
+        let server = ServerMetrics {
+            requests: Family::default(),
+            duration: Histogram::new(exponential_buckets(0.0001, 2.0, 14)),
+        };
+        registry.register(
+            "http_requests",
+            "Replica API requests by route, method and status code",
+            server.requests.clone(),
+        );
+        registry.register(
+            "http_request_duration_seconds",
+            "Replica API request latency",
+            server.duration.clone(),
+        );
         Metrics {
             registry,
             controller,
+            server,
             ready: AtomicBool::new(false),
         }
     }

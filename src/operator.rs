@@ -157,6 +157,9 @@ pub struct RunArgs {
     /// Address of the `/healthz` and `/readyz` probes (`0` disables them).
     #[arg(long, default_value = ":8080", value_parser = parse_bind_address)]
     pub probe_addr: BindAddress,
+    /// Address of the di-server compatible replica API (`0` disables it).
+    #[arg(short = 's', long, default_value = ":8081", value_parser = parse_bind_address)]
+    pub server_bind_address: BindAddress,
 }
 
 impl RunArgs {
@@ -230,7 +233,31 @@ pub async fn run(
             }
         });
     }
-    executor::run(conn.client, args.settings(), metrics, shutdown).await;
+    let client = conn.client.clone();
+    let (caches, controller) =
+        executor::start(conn.client, args.settings(), metrics.clone(), shutdown);
+    if let Some(addr) = args.server_bind_address.0 {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|source| OperatorError::Bind {
+                what: "the replica API",
+                addr,
+                source,
+            })?;
+        let bound = listener.local_addr().unwrap_or(addr);
+        info!(address = %bound, "serving the replica API");
+        let router = crate::server::router(crate::server::ServerState {
+            caches,
+            client,
+            metrics,
+        });
+        tokio::spawn(async move {
+            if let Err(error) = axum::serve(listener, router).await {
+                warn!(%error, "the replica API stopped");
+            }
+        });
+    }
+    controller.await;
     info!("shut down");
     Ok(())
 }

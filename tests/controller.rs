@@ -33,6 +33,57 @@ fn job_runs_then_succeeds() {
 }
 
 #[test]
+fn replica_api_serves_a_running_job_from_the_cache_and_stores_profilings() {
+    let (sandbox, operator) = cluster();
+    let k = sandbox.kubectl().in_namespace("default");
+    scenario::apply(&k, &scenario::standard_job("api", ""));
+    scenario::wait_phase(&k, "api", "Running");
+    let api = operator.api_url();
+    let pods = scenario::pods(&k, "api");
+    // The pod IPs by rank, as DI-engine workers read them.
+    let mut want = vec![String::new(); 4];
+    for pod in pods.values() {
+        let ip = pod["status"]["podIP"].as_str().expect("pod IP");
+        want[scenario::rank(pod) as usize] = format!("{ip}:22270");
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, body) = scenario::http(&api, "GET", "/v2alpha1/job/default.api/replicas", "");
+        assert_eq!(status, 200, "{body}");
+        if body["data"] == serde_json::json!(want) {
+            assert_eq!(body["message"], "successfully get replicas");
+            break;
+        }
+        assert!(Instant::now() < deadline, "replicas {body}, want {want:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (status, body) = scenario::http(&api, "GET", "/v2alpha1/job/default.nope/replicas", "");
+    assert_eq!((status, body["code"].as_i64()), (404, Some(1)));
+    let (status, body) = scenario::http(
+        &api,
+        "POST",
+        "/v2alpha1/default.api/profilings",
+        r#"{"data": {"collector": {"throughput": 12.5}}}"#,
+    );
+    assert_eq!(
+        (status, body["message"].as_str()),
+        (200, Some("successfully report profilings"))
+    );
+    let stored = scenario::jsonpath(&k, "dijob/api", "{.status.profilings.collector.throughput}");
+    assert_eq!(stored, "12.5");
+    // The operator's own status writes keep what workers reported.
+    k.ok(&["delete", "pod", "api-learner-0", "--wait=false"]);
+    k.wait_for(
+        &["get", "dijob/api", "-o", "jsonpath={.status.reschedules}"],
+        scenario::T,
+        |r| r == "1",
+    );
+    scenario::wait_phase(&k, "api", "Running");
+    let stored = scenario::jsonpath(&k, "dijob/api", "{.status.profilings.collector.throughput}");
+    assert_eq!(stored, "12.5");
+}
+
+#[test]
 fn failing_worker_restarts_once_then_fails() {
     let (sandbox, _operator) = cluster();
     scenario::failing_worker_restarts_then_fails(&sandbox.kubectl(), "default");

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use futures::{StreamExt, future};
+use futures::{FutureExt, StreamExt, future};
 use k8s_openapi::api::core::v1::{ObjectReference, Pod, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
@@ -109,10 +109,8 @@ impl Error {
 /// Shared state of the reconciles.
 pub struct Context {
     client: Client,
-    pods: Store<CachedPod>,
+    caches: Caches,
     services: Store<Service>,
-    index: PodIndex,
-    caches_ready: AtomicBool,
     expectations: Expectations,
     /// Events waiting to be recorded by the background worker.
     events: tokio::sync::mpsc::Sender<(Event, ObjectReference)>,
@@ -135,6 +133,32 @@ fn is_status(err: &kube::Error, code: u16) -> bool {
     matches!(err, kube::Error::Api(status) if status.code == code)
 }
 
+/// Read access to the controller's caches, for the replica API.
+#[derive(Clone)]
+pub struct Caches {
+    pub jobs: Store<CachedJob>,
+    pub pods: Store<CachedPod>,
+    pub index: PodIndex,
+    /// Set once every cache has synced.
+    pub ready: Arc<AtomicBool>,
+}
+
+impl Caches {
+    /// The cached pods labelled with `job` in `namespace`.
+    pub fn pods_of(&self, namespace: &str, job: &str) -> Vec<Arc<CachedPod>> {
+        self.index
+            .pods_of(namespace, &naming::job_label_value(job))
+            .iter()
+            .filter_map(|pod| self.pods.get(&ObjectRef::new(pod).within(namespace)))
+            .collect()
+    }
+
+    /// The cached job `namespace/name`.
+    pub fn job(&self, namespace: &str, name: &str) -> Option<Arc<CachedJob>> {
+        self.jobs.get(&ObjectRef::new(name).within(namespace))
+    }
+}
+
 /// Runs the DIJob controller until `shutdown` resolves.
 pub async fn run(
     client: Client,
@@ -142,6 +166,17 @@ pub async fn run(
     metrics: Arc<Metrics>,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
+    start(client, settings, metrics, shutdown).1.await
+}
+
+/// Sets up the DIJob controller: returns its caches and the future that runs it until
+/// `shutdown` resolves. Must be called within the tokio runtime.
+pub fn start(
+    client: Client,
+    settings: Settings,
+    metrics: Arc<Metrics>,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) -> (Caches, futures::future::BoxFuture<'static, ()>) {
     let owned = watcher::Config::default().labels(&format!(
         "{}={}",
         labels::OPERATOR,
@@ -154,10 +189,13 @@ pub async fn run(
 
     let ctx = Arc::new(Context {
         client: client.clone(),
-        pods: pod_store.clone(),
+        caches: Caches {
+            jobs: job_store.clone(),
+            pods: pod_store.clone(),
+            index: index.clone(),
+            ready: Arc::new(AtomicBool::new(false)),
+        },
         services: svc_store.clone(),
-        index: index.clone(),
-        caches_ready: AtomicBool::new(false),
         expectations: Expectations::default(),
         events: spawn_event_worker(Recorder::new(
             client.clone(),
@@ -204,6 +242,7 @@ pub async fn run(
         .reflect(svc_writer)
         .touched_objects();
 
+    let caches = ctx.caches.clone();
     // Reconciling from a half-filled pod cache would see a running job's pods as gone.
     let ready = ctx.clone();
     let stores = (job_store.clone(), pod_store, svc_store);
@@ -215,13 +254,13 @@ pub async fn run(
         )
         .await;
         if synced.is_ok() {
-            ready.caches_ready.store(true, Ordering::Release);
+            ready.caches.ready.store(true, Ordering::Release);
             ready.metrics.set_ready(true);
             tracing::info!("caches synced; reconciling DIJobs");
         }
     });
 
-    Controller::for_stream(jobs, job_store)
+    let controller = Controller::for_stream(jobs, job_store)
         .owns_stream(pods)
         .owns_stream(services)
         .with_config(controller::Config::default().concurrency(settings.concurrency))
@@ -231,8 +270,8 @@ pub async fn run(
             if let Err(err) = result {
                 tracing::debug!(error = %err, "controller event");
             }
-        })
-        .await;
+        });
+    (caches, controller.boxed())
 }
 
 impl Context {
@@ -290,17 +329,12 @@ async fn reconcile_inner(job: &DIJob, ctx: &Context) -> Result<Requeue, Error> {
         ctx.expectations.remove(&key);
         return Ok(Requeue::await_change());
     }
-    if !ctx.caches_ready.load(Ordering::Acquire) {
+    if !ctx.caches.ready.load(Ordering::Acquire) {
         ctx.count("requeue");
         return Ok(Requeue::requeue(Duration::from_millis(500)));
     }
 
-    let pods: Vec<Arc<CachedPod>> = ctx
-        .index
-        .pods_of(&namespace, &naming::job_label_value(&name))
-        .iter()
-        .filter_map(|pod| ctx.pods.get(&ObjectRef::new(pod).within(&namespace)))
-        .collect();
+    let pods = ctx.caches.pods_of(&namespace, &name);
     let pod_refs: Vec<&CachedPod> = pods.iter().map(AsRef::as_ref).collect();
     if !ctx.expectations.satisfied(&key, &pod_refs, Instant::now()) {
         tracing::debug!(job = %key, "waiting for the cache to show this operator's own writes");

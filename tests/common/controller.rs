@@ -31,6 +31,8 @@ impl OperatorProcess {
                 "0",
                 "--probe-addr",
                 "0",
+                "--server-bind-address",
+                "127.0.0.1:0",
                 "--kubeconfig",
             ])
             .arg(kubeconfig)
@@ -60,6 +62,28 @@ impl OperatorProcess {
 
     pub fn lines(&self) -> Vec<String> {
         self.log.lock().expect("log").clone()
+    }
+
+    /// `http://<addr>` of the replica API, from the operator's log.
+    pub fn api_url(&self) -> String {
+        let deadline = std::time::Instant::now() + T;
+        loop {
+            let found = self.lines().iter().find_map(|l| {
+                l.contains("serving the replica API")
+                    .then(|| l.split("address=").nth(1))
+                    .flatten()
+                    .and_then(|a| a.split_whitespace().next())
+                    .map(|a| format!("http://{a}"))
+            });
+            if let Some(url) = found {
+                return url;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no replica API address in the log"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 }
 
@@ -643,4 +667,25 @@ pub fn validation_cases(k: &Kubectl, ns: &str) {
         jsonpath(&k, &format!("dijob/{long}"), "{.status.restarts}"),
         "0"
     );
+}
+
+/// One HTTP/1.1 request over a fresh connection: (status code, body as JSON).
+pub fn http(url: &str, method: &str, path: &str, body: &str) -> (u16, Value) {
+    use std::io::{Read, Write};
+    let addr = url.trim_start_matches("http://");
+    let mut stream = std::net::TcpStream::connect(addr).expect("connect to the replica API");
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).expect("send");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).expect("read");
+    let status = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = response.split("\r\n\r\n").nth(1).unwrap_or("");
+    (status, serde_json::from_str(body).unwrap_or(Value::Null))
 }

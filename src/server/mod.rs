@@ -1,0 +1,449 @@
+//! The replica API: di-server compatible HTTP endpoints for DI-engine workers (spec section 10),
+//! served by `diorch run` from the controller's caches.
+//!
+//! Owns HTTP routing, job-id parsing, the `{"success","code","message","data"}` envelope, and the
+//! request metrics. Reads jobs and pods only from the reflector caches; its one write is the
+//! profilings merge into a job's status. It never creates or deletes pods: scaling goes through
+//! the job, and the controller does the pod work.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, MatchedPath, Path, Query, Request, State};
+use axum::http::{StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use kube::api::{Patch, PatchParams};
+use kube::{Api, Client};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::api::{DEFAULT_CONTAINER_NAME, DEFAULT_PORT, DEFAULT_PORT_NAME, DIJob, labels};
+use crate::controller::cache::CachedPod;
+use crate::controller::executor::Caches;
+use crate::metrics::{Metrics, RequestLabels};
+
+/// Largest request body accepted (profilings are merged into the job's status).
+pub const MAX_BODY: usize = 64 * 1024;
+
+/// What the handlers share.
+#[derive(Clone)]
+pub struct ServerState {
+    pub caches: Caches,
+    pub client: Client,
+    pub metrics: Arc<Metrics>,
+}
+
+/// The routes: DI-orchestrator's code serves `/v2alpha1/job/{id}/…`, its design document shows
+/// `/v2alpha1/{id}/…`; both work.
+pub fn router(state: ServerState) -> Router {
+    let metrics = state.metrics.clone();
+    let mut router = Router::new();
+    for prefix in ["/v2alpha1/job/{id}", "/v2alpha1/{id}"] {
+        router = router
+            .route(
+                &format!("{prefix}/replicas"),
+                get(get_replicas).post(add_replicas).delete(delete_replicas),
+            )
+            .route(&format!("{prefix}/profilings"), post(post_profilings));
+    }
+    router
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .route(
+            "/metrics",
+            get(|State(s): State<ServerState>| async move {
+                (
+                    [(
+                        header::CONTENT_TYPE,
+                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                    )],
+                    s.metrics.encode(),
+                )
+            }),
+        )
+        .route_layer(middleware::from_fn_with_state(metrics, track))
+        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .with_state(state)
+}
+
+async fn track(State(metrics): State<Arc<Metrics>>, request: Request, next: Next) -> Response {
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|p| p.as_str().to_string())
+        .unwrap_or_default();
+    let method = request.method().to_string();
+    let started = Instant::now();
+    let response = next.run(request).await;
+    metrics.server.observe(
+        RequestLabels {
+            route,
+            method,
+            code: response.status().as_u16(),
+        },
+        started.elapsed().as_secs_f64(),
+    );
+    response
+}
+
+async fn readyz(State(s): State<ServerState>) -> Response {
+    if s.caches.ready.load(Ordering::Acquire) {
+        (StatusCode::OK, "ok").into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "caches not synced").into_response()
+    }
+}
+
+/// di-server's envelope: `code` 0 on success, 1 on failure.
+pub fn envelope(status: StatusCode, message: impl Into<String>, data: Value) -> Response {
+    let ok = status.is_success();
+    let body = json!({
+        "success": ok,
+        "code": if ok { 0 } else { 1 },
+        "message": message.into(),
+        "data": data,
+    });
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json; charset=utf-8")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+/// A refused request: its status and the envelope's message.
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub message: String,
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        envelope(self.status, self.message, Value::Null)
+    }
+}
+
+fn fail(status: StatusCode, message: impl Into<String>) -> ApiError {
+    ApiError {
+        status,
+        message: message.into(),
+    }
+}
+
+/// A job id: `namespace.name`, optionally `.generation`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobId {
+    pub namespace: String,
+    pub name: String,
+    pub generation: Option<i64>,
+}
+
+/// Parses a job id. Names of jobs diorch runs contain no dot (they must be DNS labels), so the
+/// id splits unambiguously.
+pub fn parse_job_id(id: &str) -> Result<JobId, String> {
+    let parts: Vec<&str> = id.split('.').collect();
+    let bad =
+        || format!("job id {id} must be in namespace.name format (or namespace.name.generation)");
+    match parts.as_slice() {
+        [ns, name] if !ns.is_empty() && !name.is_empty() => Ok(JobId {
+            namespace: ns.to_string(),
+            name: name.to_string(),
+            generation: None,
+        }),
+        [ns, name, generation] if !ns.is_empty() && !name.is_empty() => Ok(JobId {
+            namespace: ns.to_string(),
+            name: name.to_string(),
+            generation: Some(generation.parse().map_err(|_| bad())?),
+        }),
+        _ => Err(bad()),
+    }
+}
+
+/// The cached job named by `id`, or the error response.
+fn find_job(state: &ServerState, id: &str) -> Result<(JobId, DIJob), ApiError> {
+    let id = parse_job_id(id).map_err(|m| fail(StatusCode::BAD_REQUEST, m))?;
+    let not_found = || {
+        fail(
+            StatusCode::NOT_FOUND,
+            format!("dijobs.diengine.opendilab.org \"{}\" not found", id.name),
+        )
+    };
+    let cached = state
+        .caches
+        .job(&id.namespace, &id.name)
+        .ok_or_else(not_found)?;
+    let job = cached.decode().map_err(|e| {
+        fail(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("cached job does not decode: {e}"),
+        )
+    })?;
+    if let Some(want) = id.generation {
+        let have = job.metadata.generation.unwrap_or_default();
+        if want != have {
+            return Err(fail(
+                StatusCode::CONFLICT,
+                format!(
+                    "job {}/{} is at generation {have}, not {want}: use {}.{}.{have} or {}.{}",
+                    id.namespace, id.name, id.namespace, id.name, id.namespace, id.name
+                ),
+            ));
+        }
+    }
+    Ok((id, job))
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct ReplicasQuery {
+    #[serde(default)]
+    detail: bool,
+}
+
+/// One live replica of a job, by rank.
+struct Replica {
+    rank: usize,
+    pod: Arc<CachedPod>,
+    address: String,
+}
+
+fn live_replicas(state: &ServerState, job: &DIJob) -> Vec<Replica> {
+    let namespace = job.metadata.namespace.as_deref().unwrap_or_default();
+    let name = job.metadata.name.as_deref().unwrap_or_default();
+    let uid = job.metadata.uid.as_deref().unwrap_or_default();
+    let mut replicas: Vec<Replica> = state
+        .caches
+        .pods_of(namespace, name)
+        .into_iter()
+        .filter(|p| {
+            p.metadata.deletion_timestamp.is_none()
+                && p.metadata
+                    .owner_references
+                    .as_ref()
+                    .is_some_and(|r| r.iter().any(|o| o.uid == uid))
+                && !matches!(
+                    p.status.as_ref().and_then(|s| s.phase.as_deref()),
+                    Some("Succeeded" | "Failed")
+                )
+        })
+        .filter_map(|pod| {
+            let ip = pod.status.as_ref()?.pod_ip.clone()?;
+            let rank = pod
+                .metadata
+                .annotations
+                .as_ref()?
+                .get(labels::ANNOTATION_RANK)?
+                .parse()
+                .ok()?;
+            let port = worker_port(&pod);
+            Some(Replica {
+                rank,
+                address: format!("{ip}:{port}"),
+                pod,
+            })
+        })
+        .collect();
+    replicas.sort_by_key(|r| r.rank);
+    replicas
+}
+
+/// The `di-port` of `di-container`, else 22270 (spec section 10).
+fn worker_port(pod: &CachedPod) -> i32 {
+    pod.spec
+        .as_ref()
+        .and_then(|s| {
+            s.containers
+                .iter()
+                .find(|c| c.name == DEFAULT_CONTAINER_NAME)
+        })
+        .and_then(|c| c.ports.as_ref())
+        .and_then(|ports| {
+            ports
+                .iter()
+                .find(|p| p.name.as_deref() == Some(DEFAULT_PORT_NAME))
+        })
+        .map_or(DEFAULT_PORT, |p| p.container_port)
+}
+
+/// GET replicas: `"ip:port"` per rank (a rank with no live pod is `""`; no replica at all is
+/// `null`, as di-server answers); `?detail=true` adds pod, task, phase and node per replica.
+async fn get_replicas(
+    State(state): State<ServerState>,
+    Path(id): Path<String>,
+    Query(query): Query<ReplicasQuery>,
+) -> Result<Response, ApiError> {
+    let (_, job) = find_job(&state, &id)?;
+    let replicas = live_replicas(&state, &job);
+    const MESSAGE: &str = "successfully get replicas";
+    if query.detail {
+        let data: Vec<Value> = replicas
+            .iter()
+            .map(|r| {
+                let meta = &r.pod.metadata;
+                json!({
+                    "rank": r.rank,
+                    "address": r.address,
+                    "pod": meta.name,
+                    "task": meta.labels.as_ref().and_then(|l| l.get(labels::TASK_NAME)),
+                    "type": meta.labels.as_ref().and_then(|l| l.get(labels::TASK_TYPE)),
+                    "phase": r.pod.status.as_ref().and_then(|s| s.phase.clone()),
+                    "node": r.pod.spec.as_ref().and_then(|s| s.node_name.clone()),
+                })
+            })
+            .collect();
+        return Ok(envelope(StatusCode::OK, MESSAGE, Value::Array(data)));
+    }
+    if replicas.is_empty() {
+        return Ok(envelope(StatusCode::OK, MESSAGE, Value::Null));
+    }
+    let ranks = job
+        .status
+        .as_ref()
+        .and_then(|s| s.ranks.as_ref())
+        .map_or(0, Vec::len);
+    let len = replicas.last().map_or(0, |r| r.rank + 1).max(ranks);
+    let mut data = vec![String::new(); len];
+    for r in replicas {
+        data[r.rank] = r.address;
+    }
+    Ok(envelope(StatusCode::OK, MESSAGE, json!(data)))
+}
+
+/// Decodes a JSON body, answering malformed or oversized input with the envelope.
+fn json_body(body: Result<Bytes, BytesRejection>) -> Result<Value, ApiError> {
+    let bytes = body.map_err(|rejection| {
+        let status = rejection.status();
+        let message = if status == StatusCode::PAYLOAD_TOO_LARGE {
+            format!("request body is larger than {MAX_BODY} bytes")
+        } else {
+            rejection.body_text()
+        };
+        fail(status, message)
+    })?;
+    if bytes.is_empty() {
+        return Err(fail(StatusCode::BAD_REQUEST, "request body is empty: EOF"));
+    }
+    serde_json::from_slice(&bytes).map_err(|e| {
+        fail(
+            StatusCode::BAD_REQUEST,
+            format!("request body is not valid JSON: {e}"),
+        )
+    })
+}
+
+/// `{"replicas": n}` with 1 ≤ n ≤ 10 000, or (DELETE only) `{"pods": [...]}`.
+fn scale_request(body: &Value, allow_pods: bool) -> Result<(), String> {
+    let object = body
+        .as_object()
+        .ok_or_else(|| "request body must be a JSON object like {\"replicas\": 1}".to_string())?;
+    if allow_pods && let Some(pods) = object.get("pods") {
+        return pods
+            .as_array()
+            .filter(|a| !a.is_empty() && a.iter().all(Value::is_string))
+            .map(|_| ())
+            .ok_or_else(|| "pods must be a non-empty list of pod names".to_string());
+    }
+    match object.get("replicas") {
+        None => Err("replicas is required, e.g. {\"replicas\": 1}".to_string()),
+        Some(n) => match n.as_i64() {
+            Some(n) if (1..=10_000).contains(&n) => Ok(()),
+            Some(n) => Err(format!("replicas must be between 1 and 10000, got {n}")),
+            None => Err(format!("replicas must be an integer, got {n}")),
+        },
+    }
+}
+
+async fn scale(
+    state: ServerState,
+    id: String,
+    body: Result<Bytes, BytesRejection>,
+    delete: bool,
+) -> Result<Response, ApiError> {
+    let (id, job) = find_job(&state, &id)?;
+    let body = json_body(body)?;
+    scale_request(&body, delete).map_err(|message| fail(StatusCode::BAD_REQUEST, message))?;
+    if !job.spec.preemptible {
+        return Err(fail(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "job {}/{} is not preemptible: scale it by editing spec.tasks[].replicas (kubectl edit dijob {} -n {})",
+                id.namespace, id.name, id.name, id.namespace
+            ),
+        ));
+    }
+    Err(fail(
+        StatusCode::NOT_IMPLEMENTED,
+        format!(
+            "scaling preemptible jobs through this API needs the allocator, which this diorch version does not have yet; edit spec.tasks[].replicas of {}/{} instead",
+            id.namespace, id.name
+        ),
+    ))
+}
+
+async fn add_replicas(
+    State(state): State<ServerState>,
+    Path(id): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    scale(state, id, body, false).await
+}
+
+async fn delete_replicas(
+    State(state): State<ServerState>,
+    Path(id): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    scale(state, id, body, true).await
+}
+
+/// POST profilings: `{"data": {...}}` (or a bare object) merged into `status.profilings`.
+async fn post_profilings(
+    State(state): State<ServerState>,
+    Path(id): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let (id, _) = find_job(&state, &id)?;
+    let body = json_body(body)?;
+    let data = match body.get("data") {
+        Some(data) => data.clone(),
+        None => body,
+    };
+    if !data.is_object() {
+        return Err(fail(
+            StatusCode::BAD_REQUEST,
+            "profilings must be a JSON object, e.g. {\"data\": {\"throughput\": 1.5}}",
+        ));
+    }
+    let jobs: Api<DIJob> = Api::namespaced(state.client.clone(), &id.namespace);
+    let patch = json!({"status": {"profilings": data}});
+    match jobs
+        .patch_status(&id.name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) => Ok(envelope(
+            StatusCode::OK,
+            "successfully report profilings",
+            Value::Null,
+        )),
+        Err(kube::Error::Api(status)) if status.code == 404 => Err(fail(
+            StatusCode::NOT_FOUND,
+            format!("dijobs.diengine.opendilab.org \"{}\" not found", id.name),
+        )),
+        Err(e) => {
+            tracing::warn!(job = %format!("{}/{}", id.namespace, id.name), error = %e, "profilings write failed");
+            Err(fail(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("cannot write profilings: {e}"),
+            ))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

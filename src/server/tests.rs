@@ -1,0 +1,383 @@
+//! Handler tests: every route and error of the replica API through `Router::oneshot`, with
+//! caches filled by hand.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use axum::body::Body;
+use axum::http::{Method, Request, StatusCode};
+use http_body_util::BodyExt;
+use kube::runtime::{reflector, watcher};
+use serde_json::{Value, json};
+use tower::ServiceExt;
+
+use super::*;
+use crate::controller::cache::{CachedJob, PodIndex};
+
+fn job(name: &str, preemptible: bool, ranks: &[&str]) -> Value {
+    json!({
+        "apiVersion": "diengine.opendilab.org/v2alpha1", "kind": "DIJob",
+        "metadata": {"name": name, "namespace": "ns", "uid": format!("uid-{name}"), "generation": 3},
+        "spec": {"preemptible": preemptible, "tasks": [
+            {"name": "learner", "type": "learner", "replicas": 1, "template": {}},
+            {"name": "collector", "type": "collector", "replicas": 3, "template": {}}
+        ]},
+        "status": {"phase": "Running", "ranks": ranks}
+    })
+}
+
+fn pod(
+    job: &str,
+    name: &str,
+    rank: usize,
+    ip: Option<&str>,
+    phase: &str,
+    port: Option<i32>,
+) -> Value {
+    let mut container = json!({"name": "di-container"});
+    if let Some(port) = port {
+        container["ports"] = json!([{"name": "di-port", "containerPort": port}]);
+    }
+    json!({
+        "metadata": {"name": name, "namespace": "ns", "uid": format!("pod-{name}"),
+            "labels": {"diengine/job": job, "diengine/task-name": name.split('-').nth(1), "diengine/task-type": "collector"},
+            "annotations": {"diengine/rank": rank.to_string()},
+            "ownerReferences": [{"apiVersion": "diengine.opendilab.org/v2alpha1", "kind": "DIJob", "name": job, "uid": format!("uid-{job}"), "controller": true}]},
+        "spec": {"nodeName": "node-1", "containers": [container]},
+        "status": {"phase": phase, "podIP": ip}
+    })
+}
+
+fn state(jobs: Vec<Value>, pods: Vec<Value>, ready: bool) -> ServerState {
+    let (job_store, mut job_writer) = reflector::store::<CachedJob>();
+    for j in jobs {
+        let j: CachedJob = serde_json::from_value(j).expect("job");
+        job_writer.apply_watcher_event(&watcher::Event::Apply(j));
+    }
+    let (pod_store, mut pod_writer) = reflector::store::<CachedPod>();
+    let index = PodIndex::default();
+    for p in pods {
+        let p: CachedPod = serde_json::from_value(p).expect("pod");
+        let event = watcher::Event::Apply(p);
+        index.apply(&event);
+        pod_writer.apply_watcher_event(&event);
+    }
+    let config = kube::Config::new("http://127.0.0.1:9".parse().expect("url"));
+    ServerState {
+        caches: Caches {
+            jobs: job_store,
+            pods: pod_store,
+            index,
+            ready: Arc::new(AtomicBool::new(ready)),
+        },
+        client: Client::try_from(config).expect("client"),
+        metrics: Arc::new(Metrics::new()),
+    }
+}
+
+fn standard() -> ServerState {
+    let mut terminating = pod("j", "j-collector-2", 4, Some("10.0.0.9"), "Running", None);
+    terminating["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+    state(
+        vec![
+            job(
+                "j",
+                false,
+                &["j-learner-0", "j-collector-0", "", "j-collector-1"],
+            ),
+            job("p", true, &[]),
+            job("empty", false, &[]),
+        ],
+        vec![
+            pod(
+                "j",
+                "j-learner-0",
+                0,
+                Some("10.0.0.1"),
+                "Running",
+                Some(1234),
+            ),
+            pod("j", "j-collector-0", 1, Some("10.0.0.2"), "Running", None),
+            pod("j", "j-collector-1", 3, Some("10.0.0.3"), "Pending", None),
+            pod("j", "j-collector-5", 5, Some("10.0.0.5"), "Failed", None),
+            pod("j", "j-collector-6", 6, None, "Pending", None),
+            terminating,
+        ],
+        true,
+    )
+}
+
+async fn call(
+    state: &ServerState,
+    method: Method,
+    uri: &str,
+    body: &str,
+) -> (StatusCode, Value, axum::http::HeaderMap) {
+    let request = Request::builder()
+        .method(method)
+        .uri(uri)
+        .header("content-type", "application/json")
+        .body(Body::from(body.to_string()))
+        .expect("request");
+    let response = router(state.clone())
+        .oneshot(request)
+        .await
+        .expect("response");
+    let status = response.status();
+    let headers = response.headers().clone();
+    let bytes = response
+        .into_body()
+        .collect()
+        .await
+        .expect("body")
+        .to_bytes();
+    let value = serde_json::from_slice(&bytes)
+        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
+    (status, value, headers)
+}
+
+#[tokio::test]
+async fn get_replicas_lists_live_addresses_by_rank_with_gaps_on_both_routes() {
+    let s = standard();
+    for uri in [
+        "/v2alpha1/job/ns.j/replicas",
+        "/v2alpha1/ns.j/replicas",
+        "/v2alpha1/job/ns.j.3/replicas",
+    ] {
+        let (status, body, headers) = call(&s, Method::GET, uri, "").await;
+        assert_eq!(status, StatusCode::OK, "{uri}");
+        assert_eq!(headers["content-type"], "application/json; charset=utf-8");
+        assert_eq!(
+            body,
+            json!({"success": true, "code": 0, "message": "successfully get replicas",
+                   "data": ["10.0.0.1:1234", "10.0.0.2:22270", "", "10.0.0.3:22270"]}),
+            "{uri}: failed, terminating and IP-less pods are left out; the free rank 2 is empty"
+        );
+    }
+    let (_, body, _) = call(&s, Method::GET, "/v2alpha1/job/ns.empty/replicas", "").await;
+    assert_eq!(
+        body["data"],
+        Value::Null,
+        "no replica at all is null, as di-server answers"
+    );
+}
+
+#[tokio::test]
+async fn get_replicas_detail_describes_each_replica() {
+    let (status, body, _) = call(
+        &standard(),
+        Method::GET,
+        "/v2alpha1/job/ns.j/replicas?detail=true",
+        "",
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let data = body["data"].as_array().expect("array");
+    assert_eq!(data.len(), 3);
+    assert_eq!(
+        data[0],
+        json!({"rank": 0, "address": "10.0.0.1:1234", "pod": "j-learner-0", "task": "learner", "type": "collector", "phase": "Running", "node": "node-1"})
+    );
+    assert_eq!(data[2]["rank"], 3);
+}
+
+#[tokio::test]
+async fn bad_ids_unknown_jobs_and_stale_generations_are_refused_clearly() {
+    let s = standard();
+    let cases = [
+        (
+            "/v2alpha1/job/j/replicas",
+            StatusCode::BAD_REQUEST,
+            "job id j must be in namespace.name format (or namespace.name.generation)",
+        ),
+        (
+            "/v2alpha1/job/ns.j.x/replicas",
+            StatusCode::BAD_REQUEST,
+            "job id ns.j.x must be in namespace.name format (or namespace.name.generation)",
+        ),
+        (
+            "/v2alpha1/job/a.b.c.d/replicas",
+            StatusCode::BAD_REQUEST,
+            "job id a.b.c.d must be in namespace.name format (or namespace.name.generation)",
+        ),
+        (
+            "/v2alpha1/job/ns.nope/replicas",
+            StatusCode::NOT_FOUND,
+            "dijobs.diengine.opendilab.org \"nope\" not found",
+        ),
+        (
+            "/v2alpha1/job/ns.j.2/replicas",
+            StatusCode::CONFLICT,
+            "job ns/j is at generation 3, not 2: use ns.j.3 or ns.j",
+        ),
+    ];
+    for (uri, want, message) in cases {
+        let (status, body, _) = call(&s, Method::GET, uri, "").await;
+        assert_eq!(status, want, "{uri}");
+        assert_eq!(
+            body,
+            json!({"success": false, "code": 1, "message": message, "data": null}),
+            "{uri}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn scaling_bodies_are_checked_and_non_preemptible_jobs_are_told_how_to_scale() {
+    let s = standard();
+    let bad = [
+        ("", "request body is empty: EOF"),
+        (
+            "{",
+            "request body is not valid JSON: EOF while parsing an object at line 1 column 1",
+        ),
+        (
+            "[1]",
+            "request body must be a JSON object like {\"replicas\": 1}",
+        ),
+        ("{}", "replicas is required, e.g. {\"replicas\": 1}"),
+        (
+            "{\"replicas\": 0}",
+            "replicas must be between 1 and 10000, got 0",
+        ),
+        (
+            "{\"replicas\": -2}",
+            "replicas must be between 1 and 10000, got -2",
+        ),
+        (
+            "{\"replicas\": 100000}",
+            "replicas must be between 1 and 10000, got 100000",
+        ),
+        (
+            "{\"replicas\": \"2\"}",
+            "replicas must be an integer, got \"2\"",
+        ),
+    ];
+    for (body, message) in bad {
+        let (status, got, _) = call(&s, Method::POST, "/v2alpha1/job/ns.j/replicas", body).await;
+        assert_eq!(
+            (status, got["message"].as_str()),
+            (StatusCode::BAD_REQUEST, Some(message)),
+            "{body}"
+        );
+    }
+    let (_, got, _) = call(
+        &s,
+        Method::DELETE,
+        "/v2alpha1/job/ns.j/replicas",
+        "{\"pods\": []}",
+    )
+    .await;
+    assert_eq!(got["message"], "pods must be a non-empty list of pod names");
+    for method in [Method::POST, Method::DELETE] {
+        let (status, got, _) = call(
+            &s,
+            method,
+            "/v2alpha1/job/ns.j/replicas",
+            "{\"replicas\": 1}",
+        )
+        .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        assert_eq!(
+            got["message"],
+            "job ns/j is not preemptible: scale it by editing spec.tasks[].replicas (kubectl edit dijob j -n ns)"
+        );
+    }
+    let (status, got, _) = call(
+        &s,
+        Method::POST,
+        "/v2alpha1/ns.p/replicas",
+        "{\"replicas\": 2}",
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_IMPLEMENTED);
+    assert!(
+        got["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("needs the allocator"))
+    );
+    let (status, _, _) = call(
+        &s,
+        Method::POST,
+        "/v2alpha1/ns.nope/replicas",
+        "{\"replicas\": 2}",
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn oversized_bodies_wrong_methods_and_unknown_paths() {
+    let s = standard();
+    let big = format!("{{\"data\": {{\"x\": \"{}\"}}}}", "a".repeat(MAX_BODY));
+    let (status, got, _) = call(&s, Method::POST, "/v2alpha1/job/ns.j/profilings", &big).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(
+        got["message"],
+        format!("request body is larger than {MAX_BODY} bytes")
+    );
+    let (status, _, headers) = call(&s, Method::PUT, "/v2alpha1/job/ns.j/replicas", "").await;
+    assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
+    let allow = headers
+        .get("allow")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    for m in ["GET", "POST", "DELETE"] {
+        assert!(allow.contains(m), "Allow: {allow}");
+    }
+    let (status, _, _) = call(&s, Method::GET, "/v2alpha1/job/ns.j/nothing", "").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn profilings_must_be_an_object_of_a_known_job() {
+    let s = standard();
+    let (status, got, _) = call(
+        &s,
+        Method::POST,
+        "/v2alpha1/job/ns.j/profilings",
+        "{\"data\": [1]}",
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(
+        got["message"],
+        "profilings must be a JSON object, e.g. {\"data\": {\"throughput\": 1.5}}"
+    );
+    let (status, _, _) = call(&s, Method::POST, "/v2alpha1/job/ns.nope/profilings", "{}").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn readiness_follows_the_caches_and_requests_are_counted() {
+    let s = state(vec![], vec![], false);
+    let (status, _, _) = call(&s, Method::GET, "/readyz", "").await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    s.caches.ready.store(true, Ordering::Release);
+    let (status, _, _) = call(&s, Method::GET, "/readyz", "").await;
+    assert_eq!(status, StatusCode::OK);
+    call(&s, Method::GET, "/v2alpha1/job/ns.x/replicas", "").await;
+    let (_, metrics, _) = call(&s, Method::GET, "/metrics", "").await;
+    let text = metrics.as_str().unwrap_or_default().to_string();
+    assert!(
+        text.contains("diorch_http_requests_total{route=\"/v2alpha1/job/{id}/replicas\",method=\"GET\",code=\"404\"} 1"),
+        "{text}"
+    );
+}
+
+#[test]
+fn job_ids_parse_with_and_without_generation() {
+    assert_eq!(
+        parse_job_id("ns.job"),
+        Ok(JobId {
+            namespace: "ns".into(),
+            name: "job".into(),
+            generation: None
+        })
+    );
+    assert_eq!(parse_job_id("ns.job.7").map(|i| i.generation), Ok(Some(7)));
+    assert!(parse_job_id(".job").is_err());
+    assert!(parse_job_id("ns.").is_err());
+    assert!(parse_job_id("ns/job").is_err());
+}
