@@ -24,6 +24,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::api::{DEFAULT_CONTAINER_NAME, DEFAULT_PORT, DEFAULT_PORT_NAME, DIJob, labels};
+use crate::controller::cache::CachedJob;
 use crate::controller::cache::CachedPod;
 use crate::controller::executor::Caches;
 use crate::metrics::{Metrics, RequestLabels};
@@ -167,7 +168,8 @@ pub fn parse_job_id(id: &str) -> Result<JobId, String> {
 }
 
 /// The cached job named by `id`, or the error response.
-fn find_job(state: &ServerState, id: &str) -> Result<(JobId, DIJob), ApiError> {
+/// The cached job named by `id` (its spec still encoded: most requests never need it).
+fn find_job(state: &ServerState, id: &str) -> Result<(JobId, Arc<CachedJob>), ApiError> {
     let id = parse_job_id(id).map_err(|m| fail(StatusCode::BAD_REQUEST, m))?;
     let not_found = || {
         fail(
@@ -175,16 +177,10 @@ fn find_job(state: &ServerState, id: &str) -> Result<(JobId, DIJob), ApiError> {
             format!("dijobs.diengine.opendilab.org \"{}\" not found", id.name),
         )
     };
-    let cached = state
+    let job = state
         .caches
         .job(&id.namespace, &id.name)
         .ok_or_else(not_found)?;
-    let job = cached.decode().map_err(|e| {
-        fail(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("cached job does not decode: {e}"),
-        )
-    })?;
     if let Some(want) = id.generation {
         let have = job.metadata.generation.unwrap_or_default();
         if want != have {
@@ -213,7 +209,7 @@ struct Replica {
     address: String,
 }
 
-fn live_replicas(state: &ServerState, job: &DIJob) -> Vec<Replica> {
+fn live_replicas(state: &ServerState, job: &CachedJob) -> Vec<Replica> {
     let namespace = job.metadata.namespace.as_deref().unwrap_or_default();
     let name = job.metadata.name.as_deref().unwrap_or_default();
     let uid = job.metadata.uid.as_deref().unwrap_or_default();
@@ -365,9 +361,15 @@ async fn scale(
     body: Result<Bytes, BytesRejection>,
     delete: bool,
 ) -> Result<Response, ApiError> {
-    let (id, job) = find_job(&state, &id)?;
+    let (id, cached) = find_job(&state, &id)?;
     let body = json_body(body)?;
     scale_request(&body, delete).map_err(|message| fail(StatusCode::BAD_REQUEST, message))?;
+    let job = cached.decode().map_err(|e| {
+        fail(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("cached job does not decode: {e}"),
+        )
+    })?;
     if !job.spec.preemptible {
         return Err(fail(
             StatusCode::BAD_REQUEST,
