@@ -381,3 +381,65 @@ fn job_ids_parse_with_and_without_generation() {
     assert!(parse_job_id("ns.").is_err());
     assert!(parse_job_id("ns/job").is_err());
 }
+
+mod fuzz {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn method() -> impl Strategy<Value = Method> {
+        prop_oneof![
+            Just(Method::GET),
+            Just(Method::POST),
+            Just(Method::DELETE),
+            Just(Method::PUT),
+        ]
+    }
+
+    fn body() -> impl Strategy<Value = Vec<u8>> {
+        prop_oneof![
+            proptest::collection::vec(any::<u8>(), 0..256),
+            "\\{\"(replicas|pods|data|task)\": (-?[0-9]{1,20}|\"[a-z-]{0,10}\"|\\[\\]|\\{\\}|null|true|1e400)\\}"
+                .prop_map(String::into_bytes),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(300))]
+
+        /// Whatever the path, method and body: no panic, and every answer on an API route is
+        /// di-server's envelope with a status that says what went wrong.
+        #[test]
+        fn any_request_gets_an_envelope_or_a_routing_error(
+            id in "[a-z0-9.%/-]{0,24}",
+            route in prop_oneof![Just("/v2alpha1/job/"), Just("/v2alpha1/")],
+            tail in prop_oneof![Just("/replicas"), Just("/profilings"), Just("/replicas?detail=true")],
+            method in method(),
+            body in body(),
+        ) {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+            let (status, value) = runtime.block_on(async {
+                let s = standard();
+                let request = Request::builder()
+                    .method(method)
+                    .uri(format!("{route}{id}{tail}"))
+                    .body(Body::from(body))
+                    .expect("request");
+                let response = router(s).oneshot(request).await.expect("response");
+                let status = response.status();
+                let bytes = response.into_body().collect().await.expect("body").to_bytes();
+                (status, serde_json::from_slice::<Value>(&bytes).ok())
+            });
+            prop_assert!(status != StatusCode::INTERNAL_SERVER_ERROR);
+            if let Some(v) = value {
+                prop_assert_eq!(v["success"].as_bool(), Some(status.is_success()));
+                prop_assert!(v["message"].is_string());
+            } else {
+                // Only the router's own answers are not envelopes.
+                prop_assert!(
+                    matches!(status, StatusCode::NOT_FOUND | StatusCode::METHOD_NOT_ALLOWED | StatusCode::BAD_REQUEST),
+                    "status {}", status
+                );
+            }
+        }
+    }
+}
