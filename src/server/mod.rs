@@ -40,6 +40,9 @@ pub struct ServerState {
     pub metrics: Arc<Metrics>,
 }
 
+/// The OpenAPI document of these routes, served at `/openapi.json` (checked in under `docs/`).
+pub const OPENAPI: &str = include_str!("../../docs/replica-api.openapi.json");
+
 /// The routes: DI-orchestrator's code serves `/v2alpha1/job/{id}/…`, its design document shows
 /// `/v2alpha1/{id}/…`; both work.
 pub fn router(state: ServerState) -> Router {
@@ -56,6 +59,10 @@ pub fn router(state: ServerState) -> Router {
     router
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
+        .route(
+            "/openapi.json",
+            get(|| async { ([(header::CONTENT_TYPE, "application/json")], OPENAPI) }),
+        )
         .route(
             "/metrics",
             get(|State(s): State<ServerState>| async move {

@@ -443,3 +443,38 @@ mod fuzz {
         }
     }
 }
+
+#[tokio::test]
+async fn the_openapi_document_matches_the_routes() {
+    let s = standard();
+    let doc: Value = serde_json::from_str(OPENAPI).expect("valid JSON");
+    let (status, served, _) = call(&s, Method::GET, "/openapi.json", "").await;
+    assert_eq!((status, &served), (StatusCode::OK, &doc));
+    let paths = doc["paths"].as_object().expect("paths");
+    // Every documented operation is routed (never 404 or 405)...
+    for (path, item) in paths {
+        let uri = path.replace("{id}", "ns.j");
+        for method in ["get", "post", "delete", "put"] {
+            let documented = item.get(method).is_some();
+            let m = Method::from_bytes(method.to_uppercase().as_bytes()).expect("method");
+            let (status, _, _) = call(&s, m, &uri, "{\"replicas\": 1}").await;
+            let routed =
+                status != StatusCode::METHOD_NOT_ALLOWED && status != StatusCode::NOT_FOUND;
+            assert_eq!(documented, routed, "{method} {path}: {status}");
+        }
+    }
+    // ...and every route is documented.
+    for route in [
+        "/v2alpha1/job/{id}/replicas",
+        "/v2alpha1/{id}/replicas",
+        "/v2alpha1/job/{id}/profilings",
+        "/v2alpha1/{id}/profilings",
+        "/healthz",
+        "/readyz",
+        "/metrics",
+        "/openapi.json",
+    ] {
+        assert!(paths.contains_key(route), "{route} undocumented");
+    }
+    assert_eq!(paths.len(), 8);
+}
