@@ -57,6 +57,35 @@ fn replica_api_serves_a_running_job_from_the_cache_and_stores_profilings() {
         assert!(Instant::now() < deadline, "replicas {body}, want {want:?}");
         std::thread::sleep(Duration::from_millis(100));
     }
+    // The same through the CLI client.
+    let cli = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_diorch"))
+            .args(["replicas", "--server", &api])
+            .args(args)
+            .output()
+            .expect("diorch replicas")
+    };
+    let out = cli(&["get", "api"]);
+    assert!(out.status.success(), "{out:?}");
+    let lines: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(String::from)
+        .collect();
+    let expected: Vec<String> = want
+        .iter()
+        .enumerate()
+        .map(|(r, a)| format!("{r}\t{a}"))
+        .collect();
+    assert_eq!(lines, expected);
+    let out = cli(&["add", "default/api", "2"]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(
+            "job default/api is not preemptible: scale it by editing spec.tasks[].replicas"
+        ),
+        "{stderr}"
+    );
     let (status, body) = scenario::http(&api, "GET", "/v2alpha1/job/default.nope/replicas", "");
     assert_eq!((status, body["code"].as_i64()), (404, Some(1)));
     let (status, body) = scenario::http(

@@ -10,6 +10,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
+pub mod client;
+
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
