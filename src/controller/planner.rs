@@ -535,14 +535,17 @@ impl Planner<'_> {
             phase,
             Phase::Pending | Phase::Restarting | Phase::Rescheduling
         ) {
-            for pod in &failed {
-                self.plan.actions.push(delete_pod(pod, "failed"));
-            }
-            for pod in &extra {
-                self.plan.actions.push(delete_pod(pod, "scaled in"));
-            }
-            for (pod, why) in &replace {
-                self.plan.actions.push(delete_pod(pod, why));
+            // A pod can be failed and scaled in and stale at once: delete it once.
+            let mut deleted = BTreeSet::new();
+            let victims = failed
+                .iter()
+                .map(|p| (*p, "failed"))
+                .chain(extra.iter().map(|p| (*p, "scaled in")))
+                .chain(replace.iter().copied());
+            for (pod, why) in victims {
+                if deleted.insert(pod.metadata.uid.as_deref().unwrap_or_default()) {
+                    self.plan.actions.push(delete_pod(pod, why));
+                }
             }
             let world = build::world(job, &ranks, self.ctx);
             for slot in missing.iter().filter(|s| !s.blocked) {
@@ -1327,6 +1330,35 @@ mod tests {
         assert_eq!(sim.phase(), Some(Phase::Starting));
         assert_eq!(sim.status().reschedules, 1);
         assert_eq!(sim.rank("j-collector-1"), 3);
+    }
+
+    #[test]
+    fn a_pod_with_several_reasons_to_go_is_deleted_once() {
+        let mut sim = Sim::running(job());
+        // Failed, and its template changed.
+        sim.set_pod("j-collector-1", "Failed", false);
+        sim.job.spec.tasks[2]
+            .template
+            .spec
+            .as_mut()
+            .expect("spec")
+            .containers[0]
+            .image = Some("i:2".into());
+        let plan = sim.step();
+        let deletes: Vec<_> = plan
+            .actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::DeletePod { name, .. } => Some(name.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            deletes,
+            ["j-collector-1", "j-collector-0"],
+            "{:?}",
+            plan.actions
+        );
     }
 
     #[test]
