@@ -95,17 +95,28 @@ struct SandboxArgs {
     /// Serve the API only: no simulated nodes, scheduler or kubelet.
     #[arg(long)]
     no_cluster: bool,
+    /// Tokens and permissions TokenReview and SubjectAccessReview answer from (YAML; format in
+    /// src/sandbox/auth.rs and the README). Without it every token is refused.
+    #[arg(long)]
+    auth_file: Option<PathBuf>,
     #[command(flatten)]
     cluster: diorch::sandbox::kubelet::ClusterArgs,
 }
 
 impl SandboxArgs {
-    fn options(self) -> diorch::sandbox::SandboxOptions {
-        diorch::sandbox::SandboxOptions {
+    fn options(self) -> anyhow::Result<diorch::sandbox::SandboxOptions> {
+        let auth = match &self.auth_file {
+            Some(path) => {
+                diorch::sandbox::auth::AuthConfig::load(path).map_err(|e| anyhow::anyhow!(e))?
+            }
+            None => Default::default(),
+        };
+        Ok(diorch::sandbox::SandboxOptions {
+            auth,
             listen: self.listen,
             kubeconfig_out: Some(self.kubeconfig_out),
             cluster: (!self.no_cluster).then_some(self.cluster),
-        }
+        })
     }
 }
 
@@ -139,7 +150,7 @@ async fn shutdown_signal() {
 /// Runs a sandbox (with the demo on top, if asked) until Ctrl-C. The first stdout line is the
 /// `sandbox ready: <url> kubeconfig <path>` line that scripts and tests wait for.
 async fn serve_sandbox(args: SandboxArgs, demo: bool) -> anyhow::Result<()> {
-    let sandbox = diorch::sandbox::launch(args.options()).await?;
+    let sandbox = diorch::sandbox::launch(args.options()?).await?;
     let kubeconfig = sandbox.kubeconfig_display();
     say!("sandbox ready: {} kubeconfig {kubeconfig}", sandbox.url());
     if demo {

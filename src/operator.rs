@@ -160,6 +160,11 @@ pub struct RunArgs {
     /// Address of the di-server compatible replica API (`0` disables it).
     #[arg(short = 's', long, default_value = ":8081", value_parser = parse_bind_address)]
     pub server_bind_address: BindAddress,
+    /// Who may call the replica API: `none` (anyone, as di-server) or `kubernetes` (bearer
+    /// tokens checked with TokenReview, calls authorized with SubjectAccessReview on
+    /// `dijobs/replicas`).
+    #[arg(long, value_enum, default_value_t = crate::server::auth::ServerAuth::None)]
+    pub server_auth: crate::server::auth::ServerAuth,
 }
 
 impl RunArgs {
@@ -246,10 +251,13 @@ pub async fn run(
             })?;
         let bound = listener.local_addr().unwrap_or(addr);
         info!(address = %bound, "serving the replica API");
+        let auth = (args.server_auth == crate::server::auth::ServerAuth::Kubernetes)
+            .then(|| Arc::new(crate::server::auth::Authorizer::new(client.clone())));
         let router = crate::server::router(crate::server::ServerState {
             caches,
             client,
             metrics,
+            auth,
         });
         tokio::spawn(async move {
             if let Err(error) = axum::serve(listener, router).await {

@@ -113,6 +113,82 @@ fn replica_api_serves_a_running_job_from_the_cache_and_stores_profilings() {
 }
 
 #[test]
+fn replica_api_with_kubernetes_auth_answers_401_403_and_200() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let auth_file = dir.path().join("auth.yaml");
+    std::fs::write(
+        &auth_file,
+        "tokens:\n- {token: alice-token, user: alice}\n- {token: bob-token, user: bob}\n- {token: carol-token, user: carol, groups: [ml]}\nrules:\n- {user: alice, namespaces: [default], verbs: [get], resources: [dijobs/replicas]}\n- {group: ml, verbs: ['*'], resources: ['dijobs/replicas']}\n",
+    )
+    .expect("auth file");
+    let sandbox = SandboxProcess::start(&["--auth-file", auth_file.to_str().expect("utf-8")]);
+    foundation::install_crd(&sandbox.kubectl());
+    let operator =
+        OperatorProcess::start_with(&sandbox.kubeconfig, &["--server-auth", "kubernetes"]);
+    let k = sandbox.kubectl().in_namespace("default");
+    scenario::apply(&k, &scenario::standard_job("secure", ""));
+    scenario::wait_phase(&k, "secure", "Running");
+    let api = operator.api_url();
+    let get = "/v2alpha1/job/default.secure/replicas";
+    let profile = "/v2alpha1/job/default.secure/profilings";
+    let cases = [
+        (
+            "GET",
+            get,
+            None,
+            401,
+            "a bearer token is required (Authorization: Bearer <token>)",
+        ),
+        (
+            "GET",
+            get,
+            Some("mallory-token"),
+            401,
+            "the bearer token was not accepted: invalid bearer token",
+        ),
+        (
+            "GET",
+            get,
+            Some("bob-token"),
+            403,
+            "user bob cannot get dijobs/replicas of secure in namespace default",
+        ),
+        (
+            "GET",
+            get,
+            Some("alice-token"),
+            200,
+            "successfully get replicas",
+        ),
+        (
+            "POST",
+            profile,
+            Some("alice-token"),
+            403,
+            "user alice cannot update dijobs/replicas of secure in namespace default",
+        ),
+        (
+            "POST",
+            profile,
+            Some("carol-token"),
+            200,
+            "successfully report profilings",
+        ),
+    ];
+    for (method, path, token, want, message) in cases {
+        let (status, body) = scenario::http_as(&api, method, path, r#"{"data": {"x": 1}}"#, token);
+        assert_eq!(status, want, "{method} {path} as {token:?}: {body}");
+        let got = body["message"].as_str().unwrap_or_default();
+        assert!(
+            got.starts_with(message),
+            "{method} {path} as {token:?}: {got}"
+        );
+    }
+    // Health and metrics stay open.
+    assert_eq!(scenario::http(&api, "GET", "/readyz", "").0, 200);
+}
+
+#[test]
 fn failing_worker_restarts_once_then_fails() {
     let (sandbox, _operator) = cluster();
     scenario::failing_worker_restarts_then_fails(&sandbox.kubectl(), "default");

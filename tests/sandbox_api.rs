@@ -40,6 +40,7 @@ impl Server {
                 let server = ApiServer::new(ServerOptions {
                     history_size,
                     bookmark_interval: Duration::from_millis(300),
+                    ..ServerOptions::default()
                 });
                 server
                     .serve(listener, async move {

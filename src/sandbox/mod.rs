@@ -8,6 +8,7 @@ pub mod api_crd;
 pub mod api_kinds;
 pub mod api_proto;
 pub mod api_status;
+pub mod auth;
 pub mod gc;
 pub mod kubelet;
 pub mod openapi;
@@ -90,6 +91,8 @@ pub struct SandboxOptions {
     pub kubeconfig_out: Option<PathBuf>,
     /// The simulated cluster; `None` serves the API alone.
     pub cluster: Option<kubelet::ClusterArgs>,
+    /// Tokens and rules TokenReview and SubjectAccessReview answer from (`auth.rs`).
+    pub auth: auth::AuthConfig,
 }
 
 /// A sandbox running in this process; `stop` shuts it down.
@@ -159,7 +162,10 @@ pub async fn launch(options: SandboxOptions) -> Result<RunningSandbox, SandboxEr
     let (shutdown, rx) = tokio::sync::watch::channel(false);
     let mut tasks = Vec::new();
 
-    let server = server::ApiServer::new(server::ServerOptions::default());
+    let server = server::ApiServer::new(server::ServerOptions {
+        auth: std::sync::Arc::new(options.auth),
+        ..server::ServerOptions::default()
+    });
     let stop = shutdown_future(rx.clone());
     tasks.push(tokio::spawn(async move {
         if let Err(error) = server.serve(listener, stop).await {

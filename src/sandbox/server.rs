@@ -39,6 +39,8 @@ pub struct ServerOptions {
     pub history_size: usize,
     /// How often a watch with `allowWatchBookmarks=true` gets a BOOKMARK.
     pub bookmark_interval: Duration,
+    /// Answers to TokenReview and SubjectAccessReview.
+    pub auth: Arc<super::auth::AuthConfig>,
 }
 
 impl Default for ServerOptions {
@@ -46,6 +48,7 @@ impl Default for ServerOptions {
         ServerOptions {
             history_size: 20_000,
             bookmark_interval: Duration::from_secs(10),
+            auth: Arc::default(),
         }
     }
 }
@@ -329,6 +332,27 @@ fn route(api: &Api, path: &str) -> Result<Route, ApiError> {
     }
 }
 
+/// TokenReview / SubjectAccessReview: create-only, answered from the auth file, not stored.
+fn review(
+    state: &Arc<AppState>,
+    method: &Method,
+    rp: &ResourcePath,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Result<Response, ApiError> {
+    if *method != Method::POST || rp.name.is_some() {
+        return Err(ApiError::method_not_allowed());
+    }
+    let review = decode_body(headers, body)?;
+    let auth = &state.options.auth;
+    let answer = if rp.info.plural == "tokenreviews" {
+        auth.token_review(&review)
+    } else {
+        auth.access_review(&review)
+    };
+    Ok(json_response(201, &answer, &[]))
+}
+
 async fn handle(
     State(state): State<Arc<AppState>>,
     method: Method,
@@ -391,6 +415,14 @@ fn dispatch(
             let (_, docs) = openapi_docs(state);
             let doc = docs.get(&p).ok_or_else(ApiError::path_not_found)?;
             Ok(json_response(200, doc, &[]))
+        }
+        Route::Resource(rp)
+            if matches!(
+                rp.info.plural.as_str(),
+                "tokenreviews" | "subjectaccessreviews"
+            ) =>
+        {
+            review(state, method, &rp, headers, body)
         }
         Route::Resource(rp) => resource(state, method, rp, query, headers, body),
         _ => Err(ApiError::method_not_allowed()),

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
+pub mod auth;
 pub mod client;
 
 use axum::Router;
@@ -40,6 +41,8 @@ pub struct ServerState {
     pub caches: Caches,
     pub client: Client,
     pub metrics: Arc<Metrics>,
+    /// Set with `--server-auth kubernetes`.
+    pub auth: Option<Arc<auth::Authorizer>>,
 }
 
 /// The OpenAPI document of these routes, served at `/openapi.json` (checked in under `docs/`).
@@ -49,17 +52,19 @@ pub const OPENAPI: &str = include_str!("../../docs/replica-api.openapi.json");
 /// `/v2alpha1/{id}/…`; both work.
 pub fn router(state: ServerState) -> Router {
     let metrics = state.metrics.clone();
-    let mut router = Router::new();
+    let mut api = Router::new();
     for prefix in ["/v2alpha1/job/{id}", "/v2alpha1/{id}"] {
-        router = router
+        api = api
             .route(
                 &format!("{prefix}/replicas"),
                 get(get_replicas).post(add_replicas).delete(delete_replicas),
             )
             .route(&format!("{prefix}/profilings"), post(post_profilings));
     }
-    router
-        .route("/healthz", get(|| async { "ok" }))
+    if let Some(authorizer) = state.auth.clone() {
+        api = api.route_layer(middleware::from_fn_with_state(authorizer, auth::authorize));
+    }
+    api.route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route(
             "/openapi.json",

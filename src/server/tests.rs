@@ -72,6 +72,7 @@ fn state(jobs: Vec<Value>, pods: Vec<Value>, ready: bool) -> ServerState {
         },
         client: Client::try_from(config).expect("client"),
         metrics: Arc::new(Metrics::new()),
+        auth: None,
     }
 }
 

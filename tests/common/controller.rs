@@ -24,6 +24,11 @@ pub struct OperatorProcess {
 
 impl OperatorProcess {
     pub fn start(kubeconfig: &Path) -> OperatorProcess {
+        OperatorProcess::start_with(kubeconfig, &[])
+    }
+
+    /// Starts it with extra `diorch run` flags.
+    pub fn start_with(kubeconfig: &Path, extra: &[&str]) -> OperatorProcess {
         let mut child = Command::new(env!("CARGO_BIN_EXE_diorch"))
             .args([
                 "run",
@@ -36,6 +41,7 @@ impl OperatorProcess {
                 "--kubeconfig",
             ])
             .arg(kubeconfig)
+            .args(extra)
             .env("RUST_LOG", "info,kube_client::client::builder=off")
             .env("NO_COLOR", "1")
             .stdout(Stdio::null())
@@ -671,11 +677,25 @@ pub fn validation_cases(k: &Kubectl, ns: &str) {
 
 /// One HTTP/1.1 request over a fresh connection: (status code, body as JSON).
 pub fn http(url: &str, method: &str, path: &str, body: &str) -> (u16, Value) {
+    http_as(url, method, path, body, None)
+}
+
+/// [`http`] with an optional bearer token.
+pub fn http_as(
+    url: &str,
+    method: &str,
+    path: &str,
+    body: &str,
+    token: Option<&str>,
+) -> (u16, Value) {
     use std::io::{Read, Write};
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
     let addr = url.trim_start_matches("http://");
     let mut stream = std::net::TcpStream::connect(addr).expect("connect to the replica API");
     let request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
     stream.write_all(request.as_bytes()).expect("send");
