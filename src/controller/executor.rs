@@ -129,6 +129,24 @@ fn job_key(job: &impl Resource) -> String {
     )
 }
 
+/// Longest wait for one write. kube's client sets no read timeout (watches need none), so
+/// without this a request the server never answers would stall its job's reconciles forever.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// `fut` bounded by [`WRITE_TIMEOUT`]; a timeout is an error like any failed write.
+async fn bounded<T>(fut: impl Future<Output = Result<T, kube::Error>>) -> Result<T, kube::Error> {
+    match tokio::time::timeout(WRITE_TIMEOUT, fut).await {
+        Ok(result) => result,
+        Err(_) => Err(kube::Error::Service(Box::new(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!(
+                "the API server did not answer within {} s",
+                WRITE_TIMEOUT.as_secs()
+            ),
+        )))),
+    }
+}
+
 fn is_status(err: &kube::Error, code: u16) -> bool {
     matches!(err, kube::Error::Api(status) if status.code == code)
 }
@@ -359,7 +377,7 @@ async fn reconcile_inner(job: &DIJob, ctx: &Context) -> Result<Requeue, Error> {
                 source,
             })?;
         ctx.throttle.acquire().await;
-        jobs.patch(&name, &PatchParams::default(), &Patch::<()>::Json(patch))
+        bounded(jobs.patch(&name, &PatchParams::default(), &Patch::<()>::Json(patch)))
             .await
             .map_err(|source| Error::Patch {
                 job: key.clone(),
@@ -438,10 +456,7 @@ async fn write_status(
     };
     ctx.throttle.acquire().await;
     let name = job.metadata.name.as_deref().unwrap_or_default();
-    match jobs
-        .replace_status(name, &PostParams::default(), &update)
-        .await
-    {
+    match bounded(jobs.replace_status(name, &PostParams::default(), &update)).await {
         Ok(_) => Ok(true),
         Err(err) if is_status(&err, 409) => {
             tracing::debug!(job = %job_key(job), "status conflict; replanning from the newer job");
@@ -495,7 +510,9 @@ async fn execute(ctx: &Context, job: &DIJob, key: &str, plan: &Plan) -> Outcome 
             let (kind, what, result) = match action {
                 Action::CreatePod(pod) => {
                     let name = pod.metadata.name.clone().unwrap_or_default();
-                    let result = pods.create(&PostParams::default(), pod).await.map(|_| ());
+                    let result = bounded(pods.create(&PostParams::default(), pod))
+                        .await
+                        .map(|_| ());
                     if result.is_err() {
                         ctx.expectations.forget(key, Some(&name), None);
                     }
@@ -513,7 +530,7 @@ async fn execute(ctx: &Context, job: &DIJob, key: &str, plan: &Plan) -> Outcome 
                         }),
                         ..DeleteParams::default()
                     };
-                    let result = pods.delete(name, &params).await.map(|_| ());
+                    let result = bounded(pods.delete(name, &params)).await.map(|_| ());
                     if result.is_err() {
                         ctx.expectations.forget(key, None, Some(uid));
                     }
@@ -522,8 +539,7 @@ async fn execute(ctx: &Context, job: &DIJob, key: &str, plan: &Plan) -> Outcome 
                 }
                 Action::CreateService(svc) => {
                     let name = svc.metadata.name.clone().unwrap_or_default();
-                    let result = services
-                        .create(&PostParams::default(), svc)
+                    let result = bounded(services.create(&PostParams::default(), svc))
                         .await
                         .map(|_| ());
                     ctx.count_action("create_service");
@@ -537,7 +553,7 @@ async fn execute(ctx: &Context, job: &DIJob, key: &str, plan: &Plan) -> Outcome 
                         }),
                         ..DeleteParams::default()
                     };
-                    let result = services.delete(name, &params).await.map(|_| ());
+                    let result = bounded(services.delete(name, &params)).await.map(|_| ());
                     ctx.count_action("delete_service");
                     ("delete", format!("service {name}"), result)
                 }
