@@ -438,10 +438,16 @@ async fn post_profilings(
     }
     let jobs: Api<DIJob> = Api::namespaced(state.client.clone(), &id.namespace);
     let patch = json!({"status": {"profilings": data}});
-    match jobs
-        .patch_status(&id.name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-    {
+    let params = PatchParams::default();
+    let merge = Patch::Merge(&patch);
+    let write = jobs.patch_status(&id.name, &params, &merge);
+    let Ok(result) = tokio::time::timeout(std::time::Duration::from_secs(30), write).await else {
+        return Err(fail(
+            StatusCode::GATEWAY_TIMEOUT,
+            "the Kubernetes API server did not answer within 30 s; try again",
+        ));
+    };
+    match result {
         Ok(_) => Ok(envelope(
             StatusCode::OK,
             "successfully report profilings",
