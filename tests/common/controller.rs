@@ -322,6 +322,31 @@ pub fn runs_to_success(k: &Kubectl, ns: &str) {
     );
     assert_eq!(status, "4 4 2");
 
+    // A status-only change does nothing: no pod is touched, no transition counted.
+    k.ok(&[
+        "patch",
+        &format!("dijob/{job}"),
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"status":{"profilings":{"note":"status only"}}}"#,
+    ]);
+    std::thread::sleep(Duration::from_secs(2));
+    let after = self::pods(&k, job);
+    for (name, pod) in &pods {
+        assert_eq!(
+            uid(pod),
+            uid(&after[name]),
+            "{name} untouched by a status change"
+        );
+    }
+    let counters = jsonpath(
+        &k,
+        &format!("dijob/{job}"),
+        "{.status.phase} {.status.restarts} {.status.reschedules} {.status.profilings.note}",
+    );
+    assert_eq!(counters, "Running 0 0 status only");
+
     for pod in pods.keys() {
         end_pod(&k, pod, "Succeeded");
     }
