@@ -7,3 +7,4 @@ pub mod metrics;
 pub mod operator;
 pub mod sandbox;
 pub mod server;
+pub mod webhook;

@@ -253,8 +253,8 @@ pub fn plan(job: &DIJob, observed: &Observed<'_>, ctx: &BuildContext, now: &Time
         out.terminal(&owned, service);
     } else if let Some(patch) = validate::task_name_defaults(job) {
         out.plan.spec_patch = Some(patch);
-    } else if let Err(message) = validate::validate(job) {
-        out.transition(Phase::Failed, "JobFailed", message);
+    } else if let Err(invalid) = validate::validate(job) {
+        out.transition(Phase::Failed, "JobFailed", invalid.message);
     } else {
         out.active(&owned, observed);
     }

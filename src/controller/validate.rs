@@ -31,62 +31,125 @@ pub fn task_name_defaults(job: &DIJob) -> Option<Value> {
     (!ops.is_empty()).then_some(Value::Array(ops))
 }
 
-/// Checks the job after task-name defaulting; the error is the condition message of the
-/// resulting Failed phase. DI-orchestrator's three rules come first with its exact messages.
-pub fn validate(job: &DIJob) -> Result<(), String> {
+/// Why a job is invalid: the field at fault, the message (DI-orchestrator's where it has one;
+/// the controller's Failed condition shows it), and how to fix it (the admission webhook shows
+/// both).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Invalid {
+    pub field: String,
+    pub message: String,
+    pub fix: &'static str,
+}
+
+impl std::fmt::Display for Invalid {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl Invalid {
+    fn new(field: impl Into<String>, message: impl Into<String>, fix: &'static str) -> Invalid {
+        Invalid {
+            field: field.into(),
+            message: message.into(),
+            fix,
+        }
+    }
+
+    /// `<field>: <message>; <fix>`, for admission responses.
+    pub fn explained(&self) -> String {
+        format!("{}: {}; {}", self.field, self.message, self.fix)
+    }
+}
+
+/// Checks the job after task-name defaulting; the error's message is the condition message of
+/// the resulting Failed phase. DI-orchestrator's three rules come first with its exact messages.
+pub fn validate(job: &DIJob) -> Result<(), Invalid> {
     let mut seen_types: Vec<TaskType> = Vec::new();
-    let mut names: BTreeMap<String, usize> = BTreeMap::new();
-    for task in &job.spec.tasks {
-        let name = build::task_name(task);
+    for (i, task) in job.spec.tasks.iter().enumerate() {
         match task.type_ {
             Some(TaskType::None) | None => {
                 if task.name.as_deref().is_none_or(str::is_empty) {
-                    return Err("none type task has no name".to_string());
+                    return Err(Invalid::new(
+                        format!("spec.tasks[{i}].name"),
+                        "none type task has no name",
+                        "give every task of type none a name",
+                    ));
                 }
             }
             Some(t) => {
                 if seen_types.contains(&t) {
-                    return Err(format!(
-                        "the number of {} task is more than one",
-                        t.as_str()
+                    return Err(Invalid::new(
+                        format!("spec.tasks[{i}].type"),
+                        format!("the number of {} task is more than one", t.as_str()),
+                        "a job has at most one learner, collector and evaluator task; raise that task's replicas, or use type none",
                     ));
                 }
                 seen_types.push(t);
             }
         }
-        *names.entry(name).or_default() += 1;
     }
-    if let Some((name, _)) = names.iter().find(|(_, count)| **count > 1) {
-        return Err(format!("there is more than one task named {name}"));
+    let mut seen = BTreeMap::new();
+    for (i, task) in job.spec.tasks.iter().enumerate() {
+        let name = build::task_name(task);
+        if seen.insert(name.clone(), i).is_some() {
+            return Err(Invalid::new(
+                format!("spec.tasks[{i}].name"),
+                format!("there is more than one task named {name}"),
+                "give every task a different name",
+            ));
+        }
     }
 
     if job.spec.tasks.is_empty() {
-        return Err("job has no tasks".to_string());
+        return Err(Invalid::new(
+            "spec.tasks",
+            "job has no tasks",
+            "add at least one task",
+        ));
     }
-    if let Some(task) = job.spec.tasks.iter().find(|t| t.replicas < 1) {
-        return Err(format!(
-            "task {} has {} replicas, must be at least 1",
-            build::task_name(task),
-            task.replicas
+    if let Some((i, task)) = job
+        .spec
+        .tasks
+        .iter()
+        .enumerate()
+        .find(|(_, t)| t.replicas < 1)
+    {
+        return Err(Invalid::new(
+            format!("spec.tasks[{i}].replicas"),
+            format!(
+                "task {} has {} replicas, must be at least 1",
+                build::task_name(task),
+                task.replicas
+            ),
+            "set replicas to 1 or more",
         ));
     }
 
     let job_name = job.metadata.name.as_deref().unwrap_or_default();
     let service = naming::service_name(job_name);
     if let Some(why) = dns_label_problem(&service) {
-        return Err(format!(
-            "job name {job_name} is not usable: its service name {service} {why}"
+        return Err(Invalid::new(
+            "metadata.name",
+            format!("job name {job_name} is not usable: its service name {service} {why}"),
+            "use a job name of at most 60 lowercase letters, digits and '-'",
         ));
     }
-    for task in &job.spec.tasks {
+    for (i, task) in job.spec.tasks.iter().enumerate() {
         let name = build::task_name(task);
         if let Some(why) = dns_label_problem(&name) {
-            return Err(format!("task name {name} {why}"));
+            return Err(Invalid::new(
+                format!("spec.tasks[{i}].name"),
+                format!("task name {name} {why}"),
+                "use lowercase letters, digits and '-'",
+            ));
         }
         let last = naming::pod_name(job_name, &name, task.replicas.saturating_sub(1));
         if let Some(why) = dns_label_problem(&last) {
-            return Err(format!(
-                "pod name {last} (the pod's hostname) {why}; shorten the job or task name"
+            return Err(Invalid::new(
+                format!("spec.tasks[{i}].name"),
+                format!("pod name {last} (the pod's hostname) {why}"),
+                "shorten the job or task name",
             ));
         }
     }
@@ -173,7 +236,10 @@ mod tests {
             ),
         ];
         for (tasks, message) in cases {
-            assert_eq!(validate(&job("j", tasks)), Err(message.to_string()));
+            assert_eq!(
+                validate(&job("j", tasks)).map_err(|e| e.message),
+                Err(message.to_string())
+            );
         }
         assert_eq!(
             validate(&job(
@@ -187,33 +253,38 @@ mod tests {
     #[test]
     fn empty_jobs_and_bad_names_are_refused_with_a_clear_message() {
         assert_eq!(
-            validate(&job("j", json!([]))),
+            validate(&job("j", json!([]))).map_err(|e| e.message),
             Err("job has no tasks".to_string())
         );
+        let zero = validate(&job(
+            "j",
+            json!([{"type": "learner", "name": "l", "replicas": 0}]),
+        ))
+        .expect_err("zero replicas");
         assert_eq!(
-            validate(&job(
-                "j",
-                json!([{"type": "learner", "name": "l", "replicas": 0}])
-            )),
-            Err("task l has 0 replicas, must be at least 1".to_string())
+            zero.explained(),
+            "spec.tasks[0].replicas: task l has 0 replicas, must be at least 1; set replicas to 1 or more"
         );
         let long = "a".repeat(55);
         let err = validate(&job(
             &long,
             json!([{"type": "learner", "name": "learner", "replicas": 12}]),
         ))
-        .expect_err("too long");
+        .expect_err("too long")
+        .message;
         assert!(
             err.starts_with(&format!(
                 "pod name {long}-learner-11 (the pod's hostname) must be no more than 63 characters"
             )),
             "{err}"
         );
-        let err =
-            validate(&job("a.b", json!([{"type": "learner", "name": "l"}]))).expect_err("dots");
+        let err = validate(&job("a.b", json!([{"type": "learner", "name": "l"}])))
+            .expect_err("dots")
+            .message;
         assert!(err.starts_with("job name a.b is not usable"), "{err}");
         let err = validate(&job("j", json!([{"type": "none", "name": "Under_Score"}])))
-            .expect_err("task name");
+            .expect_err("task name")
+            .message;
         assert!(
             err.starts_with("task name Under_Score must be a lowercase RFC 1123 label"),
             "{err}"

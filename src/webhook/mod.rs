@@ -1,0 +1,157 @@
+//! Admission for DIJobs (AdmissionReview v1): the mutating webhook's defaulting and the
+//! validating webhook's checks, as pure functions from a review to its answer, plus the axum
+//! routes on DI-orchestrator's leftover webhook paths.
+//!
+//! Owns what is refused at submission and why. The rules themselves live in
+//! `controller::validate`, shared with the controller's Failed fallback, so a cluster without
+//! the webhook still gets the same messages. Serving over TLS is the operator's concern.
+
+use axum::Json;
+use axum::Router;
+use axum::routing::post;
+use kube::core::DynamicObject;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
+use serde_json::Value;
+
+use crate::api::DIJob;
+use crate::controller::{build, validate};
+
+/// DI-orchestrator's (unused) mutating webhook path.
+pub const MUTATE_PATH: &str = "/mutate-diengine-opendilab-org-v2alpha1-dijob";
+/// DI-orchestrator's (unused) validating webhook path.
+pub const VALIDATE_PATH: &str = "/validate-diengine-opendilab-org-v2alpha1-dijob";
+
+/// The two webhook routes.
+pub fn router() -> Router {
+    Router::new()
+        .route(
+            MUTATE_PATH,
+            post(|Json(review): Json<Value>| async move { Json(answer(review, mutate)) }),
+        )
+        .route(
+            VALIDATE_PATH,
+            post(|Json(review): Json<Value>| async move { Json(answer(review, check)) }),
+        )
+}
+
+/// Decodes a review, answers it with `decide`, and always returns a well-formed review: a body
+/// that is not an AdmissionReview of a DIJob is refused, never a panic or an HTTP error.
+pub fn answer(
+    review: Value,
+    decide: fn(&AdmissionRequest<DIJob>) -> AdmissionResponse,
+) -> AdmissionReview<DynamicObject> {
+    let request: Result<AdmissionRequest<DIJob>, String> =
+        serde_json::from_value::<AdmissionReview<DIJob>>(review)
+            .map_err(|e| format!("not an AdmissionReview of a DIJob: {e}"))
+            .and_then(|r| {
+                r.try_into()
+                    .map_err(|e: kube::core::admission::ConvertAdmissionReviewError| e.to_string())
+            });
+    match request {
+        Ok(request) => decide(&request).into_review(),
+        Err(message) => AdmissionResponse::invalid(message).into_review(),
+    }
+}
+
+/// Defaulting: every typed task without a name gets its type as name (DI-orchestrator's
+/// reconciler did this after the fact). Idempotent: a defaulted job gets no patch.
+pub fn mutate(request: &AdmissionRequest<DIJob>) -> AdmissionResponse {
+    let response = AdmissionResponse::from(request);
+    let Some(job) = request.object.as_ref() else {
+        return response;
+    };
+    let Some(patch) = validate::task_name_defaults(job) else {
+        return response;
+    };
+    match serde_json::from_value::<json_patch::Patch>(patch) {
+        Ok(patch) => match response.with_patch(patch) {
+            Ok(patched) => patched,
+            Err(e) => {
+                AdmissionResponse::from(request).deny(format!("cannot encode the defaults: {e}"))
+            }
+        },
+        Err(e) => AdmissionResponse::from(request).deny(format!("cannot build the defaults: {e}")),
+    }
+}
+
+/// Validation: spec section 11's rules with DI-orchestrator's messages, names and lengths, job
+/// volumes that clash with template volumes, and what may not change on an existing job. Each
+/// refusal names the field and the fix.
+pub fn check(request: &AdmissionRequest<DIJob>) -> AdmissionResponse {
+    let response = AdmissionResponse::from(request);
+    let Some(job) = request.object.as_ref() else {
+        return response;
+    };
+    let job = defaulted(job);
+    if let Err(invalid) = validate::validate(&job) {
+        return response.deny(invalid.explained());
+    }
+    if let Some(message) = volume_clash(&job) {
+        return response.deny(message);
+    }
+    if request.operation == Operation::Update
+        && let Some(old) = request.old_object.as_ref()
+        && let Some(message) = forbidden_change(&defaulted(old), &job)
+    {
+        return response.deny(message);
+    }
+    response
+}
+
+/// The job as the mutating webhook would leave it (validation must not depend on whether that
+/// webhook is installed).
+fn defaulted(job: &DIJob) -> DIJob {
+    let mut job = job.clone();
+    for task in &mut job.spec.tasks {
+        if task.name.as_deref().is_none_or(str::is_empty)
+            && task.type_.is_some_and(|t| t != crate::api::TaskType::None)
+        {
+            task.name = Some(build::task_name(task));
+        }
+    }
+    job
+}
+
+/// A job volume whose name a task's template already uses: the pod would have two volumes of
+/// one name and the API server would refuse every pod.
+fn volume_clash(job: &DIJob) -> Option<String> {
+    let job_volumes = job.spec.volumes.as_deref().unwrap_or_default();
+    for (j, volume) in job_volumes.iter().enumerate() {
+        for task in &job.spec.tasks {
+            let template = task.template.spec.as_ref().and_then(|s| s.volumes.as_ref());
+            if template.is_some_and(|vs| vs.iter().any(|v| v.name == volume.name)) {
+                return Some(format!(
+                    "spec.volumes[{j}].name: Duplicate value: \"{}\": task {} already has a volume of that name in its template; rename one of them",
+                    volume.name,
+                    build::task_name(task)
+                ));
+            }
+        }
+    }
+    None
+}
+
+/// A task that keeps its name must keep its type: its pods, env vars and `DI_<TASK>_NODES`
+/// were built for that role.
+fn forbidden_change(old: &DIJob, new: &DIJob) -> Option<String> {
+    for (i, task) in new.spec.tasks.iter().enumerate() {
+        let name = build::task_name(task);
+        let before = old
+            .spec
+            .tasks
+            .iter()
+            .find(|t| build::task_name(t) == name)?;
+        if before.type_ != task.type_ {
+            let show = |t: Option<crate::api::TaskType>| t.map_or("none", |t| t.as_str());
+            return Some(format!(
+                "spec.tasks[{i}].type: Forbidden: task {name} is a {} task and cannot become a {} task on an existing job; delete and re-create the job, or add a new task",
+                show(before.type_),
+                show(task.type_)
+            ));
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests;

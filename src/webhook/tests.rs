@@ -1,0 +1,171 @@
+//! AdmissionReview fixtures for every rule: accepted, defaulted, refused with the message.
+
+use serde_json::{Value, json};
+
+use super::*;
+
+fn review(operation: &str, object: Value, old: Option<Value>) -> Value {
+    json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "req-1",
+            "kind": {"group": "diengine.opendilab.org", "version": "v2alpha1", "kind": "DIJob"},
+            "resource": {"group": "diengine.opendilab.org", "version": "v2alpha1", "resource": "dijobs"},
+            "name": "j", "namespace": "default", "operation": operation,
+            "userInfo": {"username": "alice"},
+            "object": object, "oldObject": old, "dryRun": false
+        }
+    })
+}
+
+fn job(tasks: Value) -> Value {
+    json!({"apiVersion": "diengine.opendilab.org/v2alpha1", "kind": "DIJob",
+           "metadata": {"name": "j", "namespace": "default"}, "spec": {"tasks": tasks}})
+}
+
+fn container() -> Value {
+    json!({"spec": {"containers": [{"name": "di-container", "image": "i"}]}})
+}
+
+fn response(review: &AdmissionReview<DynamicObject>) -> Value {
+    let v = serde_json::to_value(review).expect("serialise");
+    assert_eq!(v["apiVersion"], "admission.k8s.io/v1");
+    assert_eq!(v["kind"], "AdmissionReview");
+    v["response"].clone()
+}
+
+#[test]
+fn typed_tasks_are_named_after_their_type_once() {
+    let object = job(
+        json!([{"type": "learner", "template": container()}, {"type": "collector", "name": "c", "template": container()}]),
+    );
+    let out = response(&answer(review("CREATE", object.clone(), None), mutate));
+    assert_eq!(out["uid"], "req-1");
+    assert_eq!(out["allowed"], true);
+    assert_eq!(out["patchType"], "JSONPatch");
+    // On the wire the patch is base64; decode it from the typed response.
+    let typed = mutate(&request(review("CREATE", object.clone(), None)));
+    let patch: json_patch::Patch =
+        serde_json::from_slice(typed.patch.as_deref().expect("patch")).expect("patch");
+    let mut defaulted = object;
+    json_patch::patch(&mut defaulted, &patch).expect("applies");
+    assert_eq!(defaulted["spec"]["tasks"][0]["name"], "learner");
+    assert_eq!(defaulted["spec"]["tasks"][1]["name"], "c");
+    // A second pass changes nothing.
+    let again = mutate(&request(review("CREATE", defaulted, None)));
+    assert!(again.patch.is_none() && again.allowed);
+}
+
+fn request(v: Value) -> AdmissionRequest<DIJob> {
+    serde_json::from_value::<AdmissionReview<DIJob>>(v)
+        .expect("review")
+        .try_into()
+        .expect("request")
+}
+
+fn refused(object: Value, old: Option<Value>) -> String {
+    let op = if old.is_some() { "UPDATE" } else { "CREATE" };
+    let out = response(&answer(review(op, object, old), check));
+    assert_eq!(out["allowed"], false, "{out}");
+    out["status"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+#[test]
+fn every_rule_is_refused_with_its_field_message_and_fix() {
+    let cases = [
+        (
+            json!([{"type": "collector", "name": "a", "template": container()}, {"type": "collector", "name": "b", "template": container()}]),
+            "spec.tasks[1].type: the number of collector task is more than one; a job has at most one learner, collector and evaluator task; raise that task's replicas, or use type none",
+        ),
+        (
+            json!([{"type": "learner", "template": container()}, {"type": "none", "template": container()}]),
+            "spec.tasks[1].name: none type task has no name; give every task of type none a name",
+        ),
+        (
+            json!([{"type": "evaluator", "name": "name-test", "template": container()}, {"type": "collector", "name": "name-test", "template": container()}]),
+            "spec.tasks[1].name: there is more than one task named name-test; give every task a different name",
+        ),
+        (
+            json!([]),
+            "spec.tasks: job has no tasks; add at least one task",
+        ),
+        (
+            json!([{"type": "none", "name": "Bad_Name", "template": container()}]),
+            "spec.tasks[0].name: task name Bad_Name must be a lowercase RFC 1123 label",
+        ),
+    ];
+    for (tasks, message) in cases {
+        let got = refused(job(tasks), None);
+        assert!(got.starts_with(message), "got {got}\nwant {message}");
+    }
+    let mut long = job(json!([{"type": "learner", "template": container()}]));
+    long["metadata"]["name"] = json!("x".repeat(58));
+    assert!(
+        refused(long, None)
+            .contains("must be no more than 63 characters; shorten the job or task name")
+    );
+}
+
+#[test]
+fn job_volumes_may_not_clash_with_template_volumes() {
+    let mut object = job(json!([{"type": "learner", "template": {"spec": {
+        "containers": [{"name": "di-container", "image": "i"}],
+        "volumes": [{"name": "cache", "emptyDir": {}}]}}}]));
+    object["spec"]["volumes"] =
+        json!([{"name": "data", "emptyDir": {}}, {"name": "cache", "emptyDir": {}}]);
+    assert_eq!(
+        refused(object, None),
+        "spec.volumes[1].name: Duplicate value: \"cache\": task learner already has a volume of that name in its template; rename one of them"
+    );
+}
+
+#[test]
+fn updates_may_scale_and_edit_but_not_change_a_tasks_type() {
+    let old = job(
+        json!([{"type": "learner", "template": container()}, {"type": "none", "name": "x", "template": container()}]),
+    );
+    let scaled = job(
+        json!([{"type": "learner", "replicas": 3, "template": container()}, {"type": "none", "name": "x", "template": container()}]),
+    );
+    let out = response(&answer(review("UPDATE", scaled, Some(old.clone())), check));
+    assert_eq!(out["allowed"], true);
+    let retyped = job(
+        json!([{"type": "learner", "template": container()}, {"type": "collector", "name": "x", "template": container()}]),
+    );
+    assert_eq!(
+        refused(retyped, Some(old)),
+        "spec.tasks[1].type: Forbidden: task x is a none task and cannot become a collector task on an existing job; delete and re-create the job, or add a new task"
+    );
+}
+
+#[test]
+fn valid_jobs_and_deletes_are_allowed_and_garbage_is_refused_not_panicked_on() {
+    let ok = job(
+        json!([{"type": "learner", "template": container()}, {"type": "collector", "replicas": 4, "template": container()}]),
+    );
+    assert_eq!(
+        response(&answer(review("CREATE", ok, None), check))["allowed"],
+        true
+    );
+    let mut delete = review("DELETE", Value::Null, None);
+    delete["request"]["object"] = Value::Null;
+    assert_eq!(response(&answer(delete, check))["allowed"], true);
+    for garbage in [
+        json!({}),
+        json!([1]),
+        json!({"request": {"uid": 5}}),
+        Value::Null,
+    ] {
+        let out = response(&answer(garbage.clone(), check));
+        assert_eq!(out["allowed"], false, "{garbage}");
+        assert!(
+            out["status"]["message"]
+                .as_str()
+                .is_some_and(|m| !m.is_empty())
+        );
+    }
+}
