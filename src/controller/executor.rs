@@ -265,16 +265,29 @@ pub fn start(
     let ready = ctx.clone();
     let stores = (job_store.clone(), pod_store, svc_store);
     tokio::spawn(async move {
-        let synced = future::try_join3(
-            stores.0.wait_until_ready(),
-            stores.1.wait_until_ready(),
-            stores.2.wait_until_ready(),
-        )
-        .await;
-        if synced.is_ok() {
-            ready.caches.ready.store(true, Ordering::Release);
-            ready.metrics.set_ready(true);
-            tracing::info!("caches synced; reconciling DIJobs");
+        let started = Instant::now();
+        let (jobs, pods, services) = stores;
+        let mut synced = Box::pin(future::try_join3(
+            jobs.wait_until_ready(),
+            pods.wait_until_ready(),
+            services.wait_until_ready(),
+        ));
+        loop {
+            tokio::select! {
+                result = &mut synced => {
+                    if result.is_ok() {
+                        ready.caches.ready.store(true, Ordering::Release);
+                        ready.metrics.set_ready(true);
+                        tracing::info!(after = ?started.elapsed(), "caches synced; reconciling DIJobs");
+                    }
+                    break;
+                }
+                // Nothing is reconciled until then: say so instead of waiting silently.
+                () = tokio::time::sleep(Duration::from_secs(10)) => tracing::warn!(
+                    waited = ?started.elapsed(),
+                    "the DIJob, pod and service caches have not all synced yet; reconciles wait"
+                ),
+            }
         }
     });
 
