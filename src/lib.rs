@@ -4,4 +4,5 @@ pub mod api;
 pub mod controller;
 pub mod demo;
 pub mod operator;
+pub mod plugin;
 pub mod sandbox;

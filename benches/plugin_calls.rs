@@ -1,0 +1,3 @@
+//! Placeholder: the plugin call benchmark lands in the next commit.
+
+fn main() {}
