@@ -438,3 +438,34 @@ async fn thousand_calls_during_twenty_hot_swaps_all_succeed() {
     // Unknown names fall back to the native policy.
     assert_eq!(reg.policy(Some("nope")).describe(), "builtin-binpack");
 }
+
+#[test]
+fn plugin_check_reports_world_exports_and_results() {
+    let limits = Limits::default();
+    let report = diorch::plugin::cli::check(&wasm("binpack"), limits, "", "learner").unwrap();
+    for needle in [
+        "scheduling-policy",
+        "exports:  allocate, optimize",
+        "on 1000 nodes ->",
+        "optimize: 50 jobs",
+    ] {
+        assert!(report.contains(needle), "{needle}: {report}");
+    }
+    let report = diorch::plugin::cli::check(
+        &wasm("node_placement"),
+        limits,
+        r#"{"*": {"nodeSelector": {"pool": "a"}}}"#,
+        "collector",
+    )
+    .unwrap();
+    assert!(
+        report.contains("pod-mutator") && report.contains("/spec/nodeSelector"),
+        "{report}"
+    );
+    let err = diorch::plugin::cli::check(b"nope", limits, "", "learner").unwrap_err();
+    assert!(err.to_string().contains("not a valid component"), "{err}");
+    // A mutator whose sample run breaks the rules fails the check.
+    let err = diorch::plugin::cli::check(&wasm("hostile_mutator"), limits, "drop-rank", "learner")
+        .unwrap_err();
+    assert!(err.to_string().contains("DI_RANK"), "{err}");
+}

@@ -99,6 +99,14 @@ impl Default for HostConfig {
     }
 }
 
+/// wasmtime's messages can span lines (byte dumps); Events and logs want one line.
+fn one_line(e: &wasmtime::Error) -> String {
+    format!("{e:#}")
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// Compiled components kept; past this the cache starts over (uploads are rare).
 const CACHE_CAP: usize = 64;
 const STDERR_CAP: usize = 4096;
@@ -289,7 +297,7 @@ impl PluginHost {
         let component =
             Component::new(&self.inner.engine, bytes).map_err(|e| PluginError::Compile {
                 plugin: plugin.to_string(),
-                message: format!("{e:#}"),
+                message: one_line(&e),
             })?;
         let mut cache = self.lock_cache();
         if cache.len() >= CACHE_CAP {
@@ -307,6 +315,28 @@ impl PluginHost {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    /// Compiles `bytes` afresh (no cache, so the time is real) and lists what it declares.
+    pub fn inspect(&self, bytes: &[u8]) -> Result<ComponentInfo, PluginError> {
+        let started = std::time::Instant::now();
+        let component =
+            Component::new(&self.inner.engine, bytes).map_err(|e| PluginError::Compile {
+                plugin: "-".to_string(),
+                message: one_line(&e),
+            })?;
+        let compile_time = started.elapsed();
+        let ty = component.component_type();
+        let engine = &self.inner.engine;
+        Ok(ComponentInfo {
+            sha256: Sha256::digest(bytes)
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect(),
+            imports: ty.imports(engine).map(|(n, _)| n.to_string()).collect(),
+            exports: ty.exports(engine).map(|(n, _)| n.to_string()).collect(),
+            compile_time,
+        })
+    }
+
     /// Compiles and checks a policy component (blocking).
     pub fn load_policy_blocking(
         &self,
@@ -318,7 +348,7 @@ impl PluginHost {
         let wrong = |e: wasmtime::Error| PluginError::WrongWorld {
             plugin: name.to_string(),
             world: World::SchedulingPolicy,
-            message: format!("{e:#}"),
+            message: one_line(&e),
         };
         let pre = self
             .inner
@@ -345,7 +375,7 @@ impl PluginHost {
         let wrong = |e: wasmtime::Error| PluginError::WrongWorld {
             plugin: name.to_string(),
             world: World::PodMutator,
-            message: format!("{e:#}"),
+            message: one_line(&e),
         };
         let pre = self
             .inner
@@ -395,6 +425,15 @@ impl PluginHost {
             limits: limits.unwrap_or(self.inner.config.limits),
         }
     }
+}
+
+/// What a component declares (see [`PluginHost::inspect`]).
+#[derive(Debug, Clone)]
+pub struct ComponentInfo {
+    pub sha256: String,
+    pub imports: Vec<String>,
+    pub exports: Vec<String>,
+    pub compile_time: Duration,
 }
 
 /// What every loaded plugin shares, whatever its world.
@@ -469,7 +508,7 @@ impl LoadedCore {
             }
             None => PluginError::Trap {
                 plugin,
-                message: format!("{error:#}"),
+                message: one_line(&error),
             },
         }
     }

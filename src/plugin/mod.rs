@@ -6,6 +6,7 @@
 //! and the sandbox; callers never see wasmtime types.
 
 pub mod checks;
+pub mod cli;
 mod host;
 pub mod native;
 pub mod registry;
@@ -21,7 +22,7 @@ use k8s_openapi::api::core::v1::Pod;
 pub use diorch_policies::{
     Job, JobAllocation, Node, PolicyError, Resources, Taint, TaintEffect, Task,
 };
-pub use host::{HostConfig, Limits, PluginHost, WasmMutator, WasmPolicy, World};
+pub use host::{ComponentInfo, HostConfig, Limits, PluginHost, WasmMutator, WasmPolicy, World};
 pub use native::NativePolicy;
 
 /// A job's placement in a plan: node names in rank order.
