@@ -12,6 +12,7 @@ pub mod native;
 pub mod registry;
 pub mod sample;
 pub mod spec;
+pub mod watch;
 
 use std::sync::Arc;
 use std::time::Duration;
