@@ -3,7 +3,7 @@
 
 use crate::Policy;
 use crate::engine::{self, Chooser, Placing, Score};
-use crate::model::{Job, JobAllocation, Node, PolicyError, Task};
+use crate::model::{Job, JobAllocation, Node, PolicyError, Resources, Task};
 
 /// Best fit on GPUs, then CPU, then memory; CPU-only replicas avoid GPU nodes when they can;
 /// PreferNoSchedule nodes only when nothing else fits.
@@ -11,9 +11,14 @@ use crate::model::{Job, JobAllocation, Node, PolicyError, Task};
 pub struct BinPack;
 
 impl Chooser for BinPack {
-    fn score(&self, ctx: &Placing<'_>, node: usize, task: &Task) -> Option<Score> {
+    fn score(
+        &self,
+        ctx: &Placing<'_>,
+        node: usize,
+        left: &Resources,
+        task: &Task,
+    ) -> Option<Score> {
         let n = &ctx.nodes[node];
-        let left = &ctx.free[node];
         let wastes_gpu_node = task.requests.gpus == 0 && n.allocatable.gpus > 0;
         Some([
             u64::from(n.prefers_no_schedule()),
@@ -28,8 +33,7 @@ impl Chooser for BinPack {
 
 impl Policy for BinPack {
     fn allocate(&self, job: &Job, nodes: &[Node]) -> Result<Vec<u32>, PolicyError> {
-        let mut free: Vec<_> = nodes.iter().map(|n| n.free.clone()).collect();
-        engine::place(self, job, nodes, &mut free)
+        engine::place(self, job, nodes, &mut engine::Overlay::default())
     }
 
     fn optimize(

@@ -1,12 +1,33 @@
 //! The greedy placement loop both policies share; a policy only ranks candidate nodes.
 
+use std::collections::BTreeMap;
+
 use crate::model::{Job, JobAllocation, Node, PolicyError, Resources, Task};
+
+/// Free resources after the placements made so far. Only touched nodes are copied, so a call
+/// costs O(replicas) copies, not O(nodes) (this is what keeps the Wasm call cheap too).
+#[derive(Clone, Default)]
+pub(crate) struct Overlay(BTreeMap<usize, Resources>);
+
+impl Overlay {
+    pub fn get<'a>(&'a self, nodes: &'a [Node], i: usize) -> &'a Resources {
+        self.0.get(&i).unwrap_or(&nodes[i].free)
+    }
+
+    fn take(&mut self, nodes: &[Node], i: usize, request: &Resources) {
+        self.0
+            .entry(i)
+            .or_insert_with(|| nodes[i].free.clone())
+            .take(request);
+    }
+}
 
 /// What a policy decides: the best node for one replica, given what is left.
 pub(crate) trait Chooser {
     /// A sort key per candidate node (lower is better); `None` when unfit. Ties go to the lower
-    /// node index, so the result is deterministic.
-    fn score(&self, ctx: &Placing<'_>, node: usize, task: &Task) -> Option<Score>;
+    /// node index, so the result is deterministic. `left` is what the node has free now.
+    fn score(&self, ctx: &Placing<'_>, node: usize, left: &Resources, task: &Task)
+    -> Option<Score>;
 }
 
 pub(crate) type Score = [u64; 4];
@@ -14,7 +35,6 @@ pub(crate) type Score = [u64; 4];
 /// The state of one job's placement in progress.
 pub(crate) struct Placing<'a> {
     pub nodes: &'a [Node],
-    pub free: &'a [Resources],
     /// Nodes chosen so far for this job's replicas.
     pub placed: &'a [u32],
 }
@@ -40,13 +60,8 @@ pub(crate) fn place(
     chooser: &dyn Chooser,
     job: &Job,
     nodes: &[Node],
-    free: &mut [Resources],
+    free: &mut Overlay,
 ) -> Result<Vec<u32>, PolicyError> {
-    if free.len() != nodes.len() {
-        return Err(PolicyError::Internal(
-            "free list out of step with nodes".into(),
-        ));
-    }
     if job.total_replicas() == 0 {
         return Err(PolicyError::InvalidInput(format!(
             "job {} has no replicas",
@@ -69,21 +84,21 @@ pub(crate) fn place(
         );
         kb.cmp(&ka).then(ia.cmp(ib))
     });
-    let mut work = free.to_vec();
+    let mut work = free.clone();
     let mut result = vec![u32::MAX; order.len()];
     let mut placed: Vec<u32> = Vec::with_capacity(order.len());
     for (rank, task) in order {
         let ctx = Placing {
             nodes,
-            free: &work,
             placed: &placed,
         };
         let mut best: Option<(Score, usize)> = None;
         for (i, node) in nodes.iter().enumerate() {
-            if !node.schedulable() || !work[i].fits(&task.requests) {
+            let left = work.get(nodes, i);
+            if !node.schedulable() || !left.fits(&task.requests) {
                 continue;
             }
-            if let Some(score) = chooser.score(&ctx, i, task)
+            if let Some(score) = chooser.score(&ctx, i, left, task)
                 && best.is_none_or(|(b, _)| score < b)
             {
                 best = Some((score, i));
@@ -96,13 +111,13 @@ pub(crate) fn place(
                 describe(task)
             )));
         };
-        work[i].take(&task.requests);
+        work.take(nodes, i, &task.requests);
         // ok: node counts come from a Vec indexed by u32 in the WIT contract.
         let index = u32::try_from(i).map_err(|_| PolicyError::Internal("too many nodes".into()))?;
         result[rank] = index;
         placed.push(index);
     }
-    free.clone_from_slice(&work);
+    *free = work;
     Ok(result)
 }
 
@@ -110,7 +125,7 @@ pub(crate) fn place(
 fn keep_current(
     job: &Job,
     nodes: &[Node],
-    free: &[Resources],
+    free: &mut Overlay,
     hint: Option<&[u32]>,
 ) -> Option<Vec<u32>> {
     let current: Vec<u32> = if !job.current.is_empty() && job.current.iter().all(Option::is_some) {
@@ -121,15 +136,16 @@ fn keep_current(
     if current.len() != job.total_replicas() || current.is_empty() {
         return None;
     }
-    let mut work = free.to_vec();
+    let mut work = free.clone();
     for (&n, task) in current.iter().zip(job.replicas()) {
         let i = n as usize;
         let node = nodes.get(i)?;
-        if !node.schedulable() || !work[i].fits(&task.requests) {
+        if !node.schedulable() || !work.get(nodes, i).fits(&task.requests) {
             return None;
         }
-        work[i].take(&task.requests);
+        work.take(nodes, i, &task.requests);
     }
+    *free = work;
     Some(current)
 }
 
@@ -142,7 +158,7 @@ pub(crate) fn optimize(
     nodes: &[Node],
     previous: &[JobAllocation],
 ) -> Result<Vec<JobAllocation>, PolicyError> {
-    let mut free: Vec<Resources> = nodes.iter().map(|n| n.free.clone()).collect();
+    let mut free = Overlay::default();
     let mut order: Vec<usize> = (0..jobs.len()).collect();
     order.sort_by(|&a, &b| {
         let (ja, jb) = (&jobs[a], &jobs[b]);
@@ -159,14 +175,11 @@ pub(crate) fn optimize(
             .iter()
             .find(|p| p.job == index)
             .map(|p| p.nodes.as_slice());
-        let chosen = match keep_current(job, nodes, &free, hint) {
+        let chosen = match keep_current(job, nodes, &mut free, hint) {
             Some(kept) => Some(kept),
-            None => place(chooser, job, nodes, &mut free.clone()).ok(),
+            None => place(chooser, job, nodes, &mut free).ok(),
         };
         if let Some(chosen) = chosen {
-            for (&n, task) in chosen.iter().zip(job.replicas()) {
-                free[n as usize].take(&task.requests);
-            }
             plan.push(JobAllocation {
                 job: index,
                 nodes: chosen,

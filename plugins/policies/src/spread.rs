@@ -3,7 +3,7 @@
 
 use crate::Policy;
 use crate::engine::{self, Chooser, Placing, Score};
-use crate::model::{Job, JobAllocation, Node, PolicyError, Task};
+use crate::model::{Job, JobAllocation, Node, PolicyError, Resources, Task};
 
 /// The node label whose values count as failure domains.
 pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
@@ -12,7 +12,13 @@ pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
 pub struct Spread;
 
 impl Chooser for Spread {
-    fn score(&self, ctx: &Placing<'_>, node: usize, task: &Task) -> Option<Score> {
+    fn score(
+        &self,
+        ctx: &Placing<'_>,
+        node: usize,
+        left: &Resources,
+        task: &Task,
+    ) -> Option<Score> {
         let n = &ctx.nodes[node];
         let same_node = ctx.placed.iter().filter(|&&p| p as usize == node).count() as u64;
         let same_zone = match n.label(ZONE_LABEL) {
@@ -23,7 +29,6 @@ impl Chooser for Spread {
                 .count() as u64,
             None => same_node,
         };
-        let left = &ctx.free[node];
         // Least allocated: most CPU left after placement, as a fraction of allocatable (‰).
         let cpu_left = left.cpu_millis - task.requests.cpu_millis;
         let used_permille =
@@ -39,8 +44,7 @@ impl Chooser for Spread {
 
 impl Policy for Spread {
     fn allocate(&self, job: &Job, nodes: &[Node]) -> Result<Vec<u32>, PolicyError> {
-        let mut free: Vec<_> = nodes.iter().map(|n| n.free.clone()).collect();
-        engine::place(self, job, nodes, &mut free)
+        engine::place(self, job, nodes, &mut engine::Overlay::default())
     }
 
     fn optimize(
