@@ -55,6 +55,27 @@ fn calls(c: &mut Criterion) {
             })
         });
     }
+    // The same nodes without labels and extended resources: how much of the Wasm cost is
+    // lowering strings (the sample nodes carry ~9 strings each).
+    let (job, mut nodes) = sample::allocate_input(100, 2);
+    for n in &mut nodes {
+        n.labels.clear();
+        n.allocatable.extended.clear();
+        n.free.extended.clear();
+    }
+    group.bench_function("wasm-binpack-no-labels/100", |b| {
+        b.iter(|| {
+            binpack
+                .allocate_blocking(black_box(&job), black_box(&nodes))
+                .unwrap()
+        })
+    });
+    group.bench_function("native-by-value-no-labels/100", |b| {
+        b.iter(|| {
+            let (job, nodes) = (black_box(&job).clone(), black_box(&nodes).clone());
+            BinPack.allocate(&job, &nodes).unwrap()
+        })
+    });
     group.finish();
 
     let mut group = c.benchmark_group("optimize-50-jobs-100-nodes");
