@@ -14,4 +14,9 @@ if [ -z "${DIORCH_E2E_KUBECONFIG:-}" ]; then
     echo "note: the real-cluster e2e suite (tests/e2e.rs) will skip itself: set DIORCH_E2E_KUBECONFIG to a kubeconfig to run it"
 fi
 
+# The Wasm plugin tests need the example and hostile components: build them (this also installs
+# the wasm32-wasip2 target), and run the plugin workspace's own native unit tests.
+bash scripts/build-plugins.sh
+(cd plugins && cargo test --locked --workspace)
+
 cargo test --locked "$@"

@@ -5,6 +5,7 @@ pub mod controller;
 pub mod demo;
 pub mod metrics;
 pub mod operator;
+pub mod plugin;
 pub mod sandbox;
 pub mod server;
 pub mod webhook;

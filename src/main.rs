@@ -29,6 +29,11 @@ enum Command {
     /// Start a sandbox, install the DIJob CRD, submit DI-orchestrator's atari-dqn-dist sample and
     /// show what to try next with kubectl; runs until Ctrl-C.
     Demo(SandboxArgs),
+    /// Wasm plugin tools: check a component, print its ConfigMap.
+    Plugin {
+        #[command(subcommand)]
+        command: diorch::plugin::cli::PluginCommand,
+    },
     /// Run the operator against a cluster (the current kubeconfig context by default).
     Run {
         /// Kubeconfig file to use instead of KUBECONFIG / ~/.kube/config / in-cluster config.
@@ -171,6 +176,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Sandbox(args) => serve_sandbox(args, false).await,
         Command::Demo(args) => serve_sandbox(args, true).await,
+        Command::Plugin { command } => diorch::plugin::cli::run(command).await,
         Command::Run {
             kubeconfig,
             context,

@@ -1,0 +1,191 @@
+//! The greedy placement loop both policies share; a policy only ranks candidate nodes.
+
+use std::collections::BTreeMap;
+
+use crate::model::{Job, JobAllocation, Node, PolicyError, Resources, Task};
+
+/// Free resources after the placements made so far. Only touched nodes are copied, so a call
+/// costs O(replicas) copies, not O(nodes) (this is what keeps the Wasm call cheap too).
+#[derive(Clone, Default)]
+pub(crate) struct Overlay(BTreeMap<usize, Resources>);
+
+impl Overlay {
+    pub fn get<'a>(&'a self, nodes: &'a [Node], i: usize) -> &'a Resources {
+        self.0.get(&i).unwrap_or(&nodes[i].free)
+    }
+
+    fn take(&mut self, nodes: &[Node], i: usize, request: &Resources) {
+        self.0
+            .entry(i)
+            .or_insert_with(|| nodes[i].free.clone())
+            .take(request);
+    }
+}
+
+/// What a policy decides: the best node for one replica, given what is left.
+pub(crate) trait Chooser {
+    /// A sort key per candidate node (lower is better); `None` when unfit. Ties go to the lower
+    /// node index, so the result is deterministic. `left` is what the node has free now.
+    fn score(&self, ctx: &Placing<'_>, node: usize, left: &Resources, task: &Task)
+    -> Option<Score>;
+}
+
+pub(crate) type Score = [u64; 4];
+
+/// The state of one job's placement in progress.
+pub(crate) struct Placing<'a> {
+    pub nodes: &'a [Node],
+    /// Nodes chosen so far for this job's replicas.
+    pub placed: &'a [u32],
+}
+
+fn describe(task: &Task) -> String {
+    let r = &task.requests;
+    format!(
+        "a replica of task {} needs {}m CPU, {} bytes memory, {} GPUs{}",
+        task.name,
+        r.cpu_millis,
+        r.memory_bytes,
+        r.gpus,
+        if r.extended.is_empty() {
+            String::new()
+        } else {
+            format!(" and {:?}", r.extended)
+        }
+    )
+}
+
+/// Places every replica of `job` on `free` (updated in place on success only).
+pub(crate) fn place(
+    chooser: &dyn Chooser,
+    job: &Job,
+    nodes: &[Node],
+    free: &mut Overlay,
+) -> Result<Vec<u32>, PolicyError> {
+    if job.total_replicas() == 0 {
+        return Err(PolicyError::InvalidInput(format!(
+            "job {} has no replicas",
+            job.key
+        )));
+    }
+    // Biggest replicas first (GPUs, then CPU, then memory) so they get the best slots; the
+    // result is written back in rank order.
+    let mut order: Vec<(usize, &Task)> = job.replicas().enumerate().collect();
+    order.sort_by(|(ia, a), (ib, b)| {
+        let ka = (
+            a.requests.gpus,
+            a.requests.cpu_millis,
+            a.requests.memory_bytes,
+        );
+        let kb = (
+            b.requests.gpus,
+            b.requests.cpu_millis,
+            b.requests.memory_bytes,
+        );
+        kb.cmp(&ka).then(ia.cmp(ib))
+    });
+    let mut work = free.clone();
+    let mut result = vec![u32::MAX; order.len()];
+    let mut placed: Vec<u32> = Vec::with_capacity(order.len());
+    for (rank, task) in order {
+        let ctx = Placing {
+            nodes,
+            placed: &placed,
+        };
+        let mut best: Option<(Score, usize)> = None;
+        for (i, node) in nodes.iter().enumerate() {
+            let left = work.get(nodes, i);
+            if !node.schedulable() || !left.fits(&task.requests) {
+                continue;
+            }
+            if let Some(score) = chooser.score(&ctx, i, left, task)
+                && best.is_none_or(|(b, _)| score < b)
+            {
+                best = Some((score, i));
+            }
+        }
+        let Some((_, i)) = best else {
+            return Err(PolicyError::NoFit(format!(
+                "job {}: {} and no ready, untainted node has room",
+                job.key,
+                describe(task)
+            )));
+        };
+        work.take(nodes, i, &task.requests);
+        // ok: node counts come from a Vec indexed by u32 in the WIT contract.
+        let index = u32::try_from(i).map_err(|_| PolicyError::Internal("too many nodes".into()))?;
+        result[rank] = index;
+        placed.push(index);
+    }
+    *free = work;
+    Ok(result)
+}
+
+/// The current placement of `job` if it is complete and still valid on `free`.
+fn keep_current(
+    job: &Job,
+    nodes: &[Node],
+    free: &mut Overlay,
+    hint: Option<&[u32]>,
+) -> Option<Vec<u32>> {
+    let current: Vec<u32> = if !job.current.is_empty() && job.current.iter().all(Option::is_some) {
+        job.current.iter().flatten().copied().collect()
+    } else {
+        hint?.to_vec()
+    };
+    if current.len() != job.total_replicas() || current.is_empty() {
+        return None;
+    }
+    let mut work = free.clone();
+    for (&n, task) in current.iter().zip(job.replicas()) {
+        let i = n as usize;
+        let node = nodes.get(i)?;
+        if !node.schedulable() || !work.get(nodes, i).fits(&task.requests) {
+            return None;
+        }
+        work.take(nodes, i, &task.requests);
+    }
+    *free = work;
+    Some(current)
+}
+
+/// Global re-plan: jobs by priority (high first), then age (old first), then key; a job keeps a
+/// still-valid placement (no needless restarts), else is placed afresh; a job that fits nowhere
+/// is left out of the plan.
+pub(crate) fn optimize(
+    chooser: &dyn Chooser,
+    jobs: &[Job],
+    nodes: &[Node],
+    previous: &[JobAllocation],
+) -> Result<Vec<JobAllocation>, PolicyError> {
+    let mut free = Overlay::default();
+    let mut order: Vec<usize> = (0..jobs.len()).collect();
+    order.sort_by(|&a, &b| {
+        let (ja, jb) = (&jobs[a], &jobs[b]);
+        jb.priority
+            .cmp(&ja.priority)
+            .then(jb.age_seconds.cmp(&ja.age_seconds))
+            .then(ja.key.cmp(&jb.key))
+    });
+    let mut plan = Vec::new();
+    for j in order {
+        let job = &jobs[j];
+        let index = u32::try_from(j).map_err(|_| PolicyError::Internal("too many jobs".into()))?;
+        let hint = previous
+            .iter()
+            .find(|p| p.job == index)
+            .map(|p| p.nodes.as_slice());
+        let chosen = match keep_current(job, nodes, &mut free, hint) {
+            Some(kept) => Some(kept),
+            None => place(chooser, job, nodes, &mut free).ok(),
+        };
+        if let Some(chosen) = chosen {
+            plan.push(JobAllocation {
+                job: index,
+                nodes: chosen,
+            });
+        }
+    }
+    plan.sort_by_key(|p| p.job);
+    Ok(plan)
+}

@@ -1,0 +1,98 @@
+//! diorch scheduling policies as plain Rust, shared by the Wasm plugins (through the guest SDK),
+//! the operator's built-in native fallback and the benchmark.
+//!
+//! Owns: the model types mirroring the WIT `types` interface, and the GPU bin-packing and
+//! spreading policies. Must not touch: anything Wasm or Kubernetes specific (no such deps).
+
+pub mod binpack;
+mod engine;
+pub mod model;
+pub mod spread;
+
+pub use model::{Job, JobAllocation, Node, PolicyError, Resources, Taint, TaintEffect, Task};
+
+/// A scheduling policy on the plain model: what the Wasm world `scheduling-policy` exports.
+pub trait Policy {
+    /// One node index per replica, in rank order.
+    fn allocate(&self, job: &Job, nodes: &[Node]) -> Result<Vec<u32>, PolicyError>;
+
+    /// A whole new plan for `jobs` (see the WIT doc of `optimize`).
+    fn optimize(
+        &self,
+        jobs: &[Job],
+        nodes: &[Node],
+        previous: &[JobAllocation],
+    ) -> Result<Vec<JobAllocation>, PolicyError>;
+}
+
+#[cfg(test)]
+pub(crate) mod testutil {
+    use crate::model::*;
+
+    pub fn gpu_node(name: &str, gpus: u32) -> Node {
+        gpu_node_used(name, gpus, 0)
+    }
+
+    pub fn gpu_node_used(name: &str, gpus: u32, used: u32) -> Node {
+        let allocatable = Resources::new(32_000, 128 << 30, gpus);
+        let mut free = allocatable.clone();
+        free.gpus -= used;
+        free.cpu_millis -= 2_000 * u64::from(used);
+        Node {
+            name: name.into(),
+            labels: vec![],
+            taints: vec![],
+            allocatable,
+            free,
+            ready: true,
+        }
+    }
+
+    pub fn cpu_node(name: &str) -> Node {
+        gpu_node(name, 0)
+    }
+
+    pub fn taint(effect: TaintEffect) -> Taint {
+        Taint {
+            key: "k".into(),
+            value: "v".into(),
+            effect,
+        }
+    }
+
+    /// Tasks as (name, replicas, GPUs per replica); each replica also asks 2 CPUs and 4 GiB.
+    pub fn job(key: &str, tasks: &[(&str, u32, u32)]) -> Job {
+        Job {
+            key: key.into(),
+            priority: 0,
+            preemptible: true,
+            tasks: tasks
+                .iter()
+                .map(|&(name, replicas, gpus)| Task {
+                    name: name.into(),
+                    task_type: name.into(),
+                    replicas,
+                    min_replicas: 1,
+                    max_replicas: replicas,
+                    requests: Resources::new(2_000, 4 << 30, gpus),
+                })
+                .collect(),
+            current: vec![],
+            profilings: String::new(),
+            age_seconds: 0,
+        }
+    }
+
+    /// The allocation is one node per replica and fits every node's free resources.
+    pub fn assert_capacity(job: &Job, nodes: &[Node], alloc: &[u32]) {
+        assert_eq!(alloc.len(), job.total_replicas());
+        let mut free: Vec<_> = nodes.iter().map(|n| n.free.clone()).collect();
+        for (&n, task) in alloc.iter().zip(job.replicas()) {
+            assert!(
+                free[n as usize].fits(&task.requests),
+                "node {n} over capacity"
+            );
+            free[n as usize].take(&task.requests);
+        }
+    }
+}

@@ -1,0 +1,241 @@
+//! Guest SDK for diorch plugins (wasm32-wasip2 components built against `wit/plugins.wit`).
+//!
+//! Owns: the wit-bindgen bindings of both worlds, conversions to the plain model of
+//! `diorch-policies`, the `export_policy!` / `export_mutator!` macros, typed pod helpers and
+//! logging. Must not touch: policy logic (that lives in `diorch-policies` or the plugin).
+//!
+//! A policy:
+//! ```ignore
+//! struct MyPolicy;
+//! impl diorch_plugin_sdk::Policy for MyPolicy { /* allocate, optimize */ }
+//! diorch_plugin_sdk::export_policy!(MyPolicy);
+//! ```
+//! A mutator:
+//! ```ignore
+//! struct MyMutator;
+//! impl diorch_plugin_sdk::Mutator for MyMutator {
+//!     fn mutate(ctx: &TaskContext, pod: &mut Pod) -> Result<(), PluginError> { ... }
+//! }
+//! diorch_plugin_sdk::export_mutator!(MyMutator);
+//! ```
+
+pub mod log;
+pub mod pod;
+
+pub use diorch_policies::{
+    Job, JobAllocation, Node, Policy as PolicyLogic, PolicyError as PluginError, Resources, Taint,
+    TaintEffect, Task,
+};
+pub use pod::Pod;
+
+/// Bindings of the `scheduling-policy` world (also the home of the shared types and log import).
+#[allow(clippy::too_many_arguments)] // generated code
+pub mod policy_bindings {
+    wit_bindgen::generate!({
+        path: "../../wit",
+        world: "scheduling-policy",
+        pub_export_macro: true,
+        export_macro_name: "export_world",
+    });
+}
+
+/// Bindings of the `pod-mutator` world, sharing the types of `policy_bindings`.
+#[allow(clippy::too_many_arguments)] // generated code
+pub mod mutator_bindings {
+    wit_bindgen::generate!({
+        path: "../../wit",
+        world: "pod-mutator",
+        pub_export_macro: true,
+        export_macro_name: "export_world",
+        with: {
+            "diorch:plugins/types@0.1.0": crate::policy_bindings::diorch::plugins::types,
+            "diorch:plugins/log@0.1.0": crate::policy_bindings::diorch::plugins::log,
+        },
+    });
+}
+
+/// The WIT types, for plugins that want them directly.
+pub use policy_bindings::diorch::plugins::types as wit;
+/// What a mutator is told about its pod.
+pub use wit::TaskContext;
+
+/// A scheduling policy: implement this and call [`export_policy!`].
+pub trait Policy {
+    /// One node index per replica, in rank order.
+    fn allocate(job: &Job, nodes: &[Node]) -> Result<Vec<u32>, PluginError>;
+
+    /// The whole new plan; the default keeps every job's current complete placement.
+    fn optimize(
+        jobs: &[Job],
+        nodes: &[Node],
+        previous: &[JobAllocation],
+    ) -> Result<Vec<JobAllocation>, PluginError> {
+        let _ = (nodes, previous);
+        Ok(jobs
+            .iter()
+            .enumerate()
+            .filter(|(_, j)| !j.current.is_empty() && j.current.iter().all(Option::is_some))
+            .map(|(i, j)| JobAllocation {
+                job: i as u32,
+                nodes: j.current.iter().flatten().copied().collect(),
+            })
+            .collect())
+    }
+}
+
+/// A pod mutator: implement this and call [`export_mutator!`].
+pub trait Mutator {
+    fn mutate(ctx: &TaskContext, pod: &mut Pod) -> Result<(), PluginError>;
+}
+
+#[doc(hidden)]
+pub mod __private {
+    use super::*;
+
+    fn resources(r: wit::Resources) -> Resources {
+        Resources {
+            cpu_millis: r.cpu_millis,
+            memory_bytes: r.memory_bytes,
+            gpus: r.gpus,
+            extended: r.extended,
+        }
+    }
+
+    pub fn node(n: wit::Node) -> Node {
+        Node {
+            name: n.name,
+            labels: n.labels,
+            taints: n
+                .taints
+                .into_iter()
+                .map(|t| Taint {
+                    key: t.key,
+                    value: t.value,
+                    effect: match t.effect {
+                        wit::TaintEffect::NoSchedule => TaintEffect::NoSchedule,
+                        wit::TaintEffect::PreferNoSchedule => TaintEffect::PreferNoSchedule,
+                        wit::TaintEffect::NoExecute => TaintEffect::NoExecute,
+                    },
+                })
+                .collect(),
+            allocatable: resources(n.allocatable),
+            free: resources(n.free),
+            ready: n.ready,
+        }
+    }
+
+    pub fn job(j: wit::Job) -> Job {
+        Job {
+            key: j.key,
+            priority: j.priority,
+            preemptible: j.preemptible,
+            tasks: j
+                .tasks
+                .into_iter()
+                .map(|t| Task {
+                    name: t.name,
+                    task_type: t.task_type,
+                    replicas: t.replicas,
+                    min_replicas: t.min_replicas,
+                    max_replicas: t.max_replicas,
+                    requests: resources(t.requests),
+                })
+                .collect(),
+            current: j.current,
+            profilings: j.profilings,
+            age_seconds: j.age_seconds,
+        }
+    }
+
+    pub fn error(e: PluginError) -> wit::Error {
+        match e {
+            PluginError::NoFit(m) => wit::Error::NoFit(m),
+            PluginError::InvalidInput(m) => wit::Error::InvalidInput(m),
+            PluginError::Internal(m) => wit::Error::Internal(m),
+        }
+    }
+
+    pub fn allocate<P: Policy>(
+        job: wit::Job,
+        nodes: Vec<wit::Node>,
+    ) -> Result<Vec<u32>, wit::Error> {
+        let nodes: Vec<Node> = nodes.into_iter().map(node).collect();
+        P::allocate(&self::job(job), &nodes).map_err(error)
+    }
+
+    pub fn optimize<P: Policy>(
+        jobs: Vec<wit::Job>,
+        nodes: Vec<wit::Node>,
+        previous: Vec<wit::JobAllocation>,
+    ) -> Result<Vec<wit::JobAllocation>, wit::Error> {
+        let jobs: Vec<Job> = jobs.into_iter().map(job).collect();
+        let nodes: Vec<Node> = nodes.into_iter().map(node).collect();
+        let previous: Vec<JobAllocation> = previous
+            .into_iter()
+            .map(|p| JobAllocation {
+                job: p.job,
+                nodes: p.nodes,
+            })
+            .collect();
+        P::optimize(&jobs, &nodes, &previous)
+            .map(|plan| {
+                plan.into_iter()
+                    .map(|p| wit::JobAllocation {
+                        job: p.job,
+                        nodes: p.nodes,
+                    })
+                    .collect()
+            })
+            .map_err(error)
+    }
+
+    pub fn mutate<M: Mutator>(ctx: TaskContext, pod_json: String) -> Result<String, wit::Error> {
+        let mut pod = Pod::parse(&pod_json).map_err(error)?;
+        M::mutate(&ctx, &mut pod).map_err(error)?;
+        Ok(pod.to_json())
+    }
+}
+
+/// Exports a [`Policy`] implementation as the component's `scheduling-policy` world.
+#[macro_export]
+macro_rules! export_policy {
+    ($ty:ty) => {
+        #[doc(hidden)]
+        pub struct __DiorchPolicyExport;
+        impl $crate::policy_bindings::Guest for __DiorchPolicyExport {
+            fn allocate(
+                job: $crate::wit::Job,
+                nodes: ::std::vec::Vec<$crate::wit::Node>,
+            ) -> ::std::result::Result<::std::vec::Vec<u32>, $crate::wit::Error> {
+                $crate::__private::allocate::<$ty>(job, nodes)
+            }
+            fn optimize(
+                jobs: ::std::vec::Vec<$crate::wit::Job>,
+                nodes: ::std::vec::Vec<$crate::wit::Node>,
+                previous: ::std::vec::Vec<$crate::wit::JobAllocation>,
+            ) -> ::std::result::Result<::std::vec::Vec<$crate::wit::JobAllocation>, $crate::wit::Error>
+            {
+                $crate::__private::optimize::<$ty>(jobs, nodes, previous)
+            }
+        }
+        $crate::policy_bindings::export_world!(__DiorchPolicyExport with_types_in $crate::policy_bindings);
+    };
+}
+
+/// Exports a [`Mutator`] implementation as the component's `pod-mutator` world.
+#[macro_export]
+macro_rules! export_mutator {
+    ($ty:ty) => {
+        #[doc(hidden)]
+        pub struct __DiorchMutatorExport;
+        impl $crate::mutator_bindings::Guest for __DiorchMutatorExport {
+            fn mutate(
+                ctx: $crate::TaskContext,
+                pod_json: ::std::string::String,
+            ) -> ::std::result::Result<::std::string::String, $crate::wit::Error> {
+                $crate::__private::mutate::<$ty>(ctx, pod_json)
+            }
+        }
+        $crate::mutator_bindings::export_world!(__DiorchMutatorExport with_types_in $crate::mutator_bindings);
+    };
+}

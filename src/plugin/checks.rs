@@ -1,0 +1,336 @@
+//! Output checks: what a plugin returns must be usable and must not break the operator's
+//! invariants. Pure functions, shared by the Wasm host and tests.
+//!
+//! Owns: the rules (allocations name existing ready nodes, one per replica; mutators keep pod
+//! identity, owner references, `diengine/*` metadata and the `DI_*` env the operator injects).
+//! Must not touch: how plugins are run.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Pod;
+use serde_json::Value;
+
+use super::{Job, JobAllocation, JobPlan, Node, PluginError};
+
+fn malformed(plugin: &str, message: String) -> PluginError {
+    PluginError::MalformedOutput {
+        plugin: plugin.to_string(),
+        message,
+    }
+}
+
+/// Node names of a valid allocation of `job`.
+pub fn allocation(
+    plugin: &str,
+    job: &Job,
+    nodes: &[Node],
+    alloc: &[u32],
+) -> Result<Vec<String>, PluginError> {
+    let want = job.total_replicas();
+    if alloc.len() != want {
+        return Err(malformed(
+            plugin,
+            format!(
+                "job {}: {} nodes for {want} replicas (one per replica expected)",
+                job.key,
+                alloc.len()
+            ),
+        ));
+    }
+    alloc
+        .iter()
+        .enumerate()
+        .map(|(rank, &i)| match nodes.get(i as usize) {
+            None => Err(malformed(
+                plugin,
+                format!(
+                    "job {}: rank {rank} on node index {i}, but only {} nodes exist",
+                    job.key,
+                    nodes.len()
+                ),
+            )),
+            Some(n) if !n.ready => Err(malformed(
+                plugin,
+                format!(
+                    "job {}: rank {rank} on node {} which is not ready",
+                    job.key, n.name
+                ),
+            )),
+            Some(n) => Ok(n.name.clone()),
+        })
+        .collect()
+}
+
+/// A plan by names to the index form the WIT uses; entries naming unknown jobs or nodes are
+/// dropped (they cannot be expressed, and the plugin re-plans those jobs anyway).
+pub fn plan_to_indices(jobs: &[Job], nodes: &[Node], plan: &[JobPlan]) -> Vec<JobAllocation> {
+    let node_index: BTreeMap<&str, u32> = nodes
+        .iter()
+        .enumerate()
+        .filter_map(|(i, n)| Some((n.name.as_str(), u32::try_from(i).ok()?)))
+        .collect();
+    plan.iter()
+        .filter_map(|p| {
+            let job = u32::try_from(jobs.iter().position(|j| j.key == p.job)?).ok()?;
+            let nodes = p
+                .nodes
+                .iter()
+                .map(|n| node_index.get(n.as_str()).copied())
+                .collect::<Option<Vec<u32>>>()?;
+            Some(JobAllocation { job, nodes })
+        })
+        .collect()
+}
+
+/// Node names of a valid plan: known jobs, each at most once, each a valid allocation.
+pub fn plan(
+    plugin: &str,
+    jobs: &[Job],
+    nodes: &[Node],
+    plan: &[JobAllocation],
+) -> Result<Vec<JobPlan>, PluginError> {
+    let mut seen = vec![false; jobs.len()];
+    plan.iter()
+        .map(|p| {
+            let Some(job) = jobs.get(p.job as usize) else {
+                return Err(malformed(
+                    plugin,
+                    format!(
+                        "plan names job index {}, but only {} jobs exist",
+                        p.job,
+                        jobs.len()
+                    ),
+                ));
+            };
+            if std::mem::replace(&mut seen[p.job as usize], true) {
+                return Err(malformed(
+                    plugin,
+                    format!("plan names job {} twice", job.key),
+                ));
+            }
+            Ok(JobPlan {
+                job: job.key.clone(),
+                nodes: allocation(plugin, job, nodes, &p.nodes)?,
+            })
+        })
+        .collect()
+}
+
+/// Env vars the operator injects (spec §5): a mutator may not add, change or drop them.
+pub fn protected_env(name: &str) -> bool {
+    matches!(name, "DI_JOB_ID" | "DI_SERVER_URL" | "DI_RANK" | "DI_NODES")
+        || (name.starts_with("DI_") && name.ends_with("_NODES"))
+}
+
+const PROTECTED_PREFIX: &str = "diengine/";
+
+fn protected_meta(pod: &Value, field: &str) -> BTreeMap<String, Value> {
+    pod.get("metadata")
+        .and_then(|m| m.get(field))
+        .and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .filter(|(k, _)| k.starts_with(PROTECTED_PREFIX))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// (container, env name) → the whole env entry, for protected names.
+fn protected_envs(pod: &Value) -> BTreeMap<(String, String), Value> {
+    let mut out = BTreeMap::new();
+    let containers = pod
+        .pointer("/spec/containers")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    for c in containers {
+        let cname = c.get("name").and_then(Value::as_str).unwrap_or_default();
+        let env = c
+            .get("env")
+            .and_then(Value::as_array)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        for e in env {
+            if let Some(n) = e.get("name").and_then(Value::as_str)
+                && protected_env(n)
+            {
+                // The last entry wins at runtime (duplicates are allowed), so keep the last.
+                out.insert((cname.to_string(), n.to_string()), e.clone());
+            }
+        }
+    }
+    out
+}
+
+/// Checks a mutator's output JSON against the pod it was given; returns the typed pod.
+pub fn mutation(plugin: &str, input: &Value, output: &str) -> Result<Pod, PluginError> {
+    let out: Value = serde_json::from_str(output)
+        .map_err(|e| malformed(plugin, format!("the pod is not JSON: {e}")))?;
+    for (field, pointer) in [
+        ("metadata.name", "/metadata/name"),
+        ("metadata.namespace", "/metadata/namespace"),
+        ("metadata.ownerReferences", "/metadata/ownerReferences"),
+    ] {
+        if input.pointer(pointer) != out.pointer(pointer) {
+            return Err(malformed(
+                plugin,
+                format!("it changed {field}, which mutators may not"),
+            ));
+        }
+    }
+    for field in ["labels", "annotations"] {
+        let (before, after) = (protected_meta(input, field), protected_meta(&out, field));
+        if before != after {
+            let key = before
+                .iter()
+                .find(|(k, v)| after.get(*k) != Some(v))
+                .or_else(|| after.iter().find(|(k, _)| !before.contains_key(*k)))
+                .map_or("?", |(k, _)| k.as_str());
+            return Err(malformed(
+                plugin,
+                format!("it changed {field} {key:?}; diengine/* {field} belong to the operator"),
+            ));
+        }
+    }
+    let (before, after) = (protected_envs(input), protected_envs(&out));
+    if before != after {
+        let none = (String::new(), String::new());
+        let ((container, name), what) = before
+            .iter()
+            .find(|(k, v)| after.get(*k) != Some(v))
+            .map(|(k, _)| {
+                (
+                    k,
+                    if after.contains_key(k) {
+                        "changed"
+                    } else {
+                        "removed"
+                    },
+                )
+            })
+            .or_else(|| {
+                after
+                    .keys()
+                    .find(|k| !before.contains_key(*k))
+                    .map(|k| (k, "added"))
+            })
+            .unwrap_or((&none, "changed"));
+        return Err(malformed(
+            plugin,
+            format!(
+                "it {what} env {name} in container {container:?}; that env belongs to the operator"
+            ),
+        ));
+    }
+    serde_json::from_value(out).map_err(|e| malformed(plugin, format!("not a valid Pod: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pod() -> Value {
+        json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "j-learner-0", "namespace": "ns",
+                "labels": {"diengine/job": "j", "team": "a"},
+                "annotations": {"diengine/rank": "0"},
+                "ownerReferences": [{"apiVersion": "diengine.opendilab.org/v2alpha1", "kind": "DIJob", "name": "j", "uid": "u"}]},
+            "spec": {"containers": [{"name": "di-container", "image": "x",
+                "env": [{"name": "DI_RANK", "value": "0"}, {"name": "DI_LEARNER_NODES", "value": "a"}, {"name": "USER", "value": "1"}]}]}})
+    }
+
+    #[test]
+    fn harmless_edits_pass() {
+        let mut out = pod();
+        out["metadata"]["labels"]["team"] = json!("b");
+        out["spec"]["nodeSelector"] = json!({"pool": "gpu"});
+        out["spec"]["containers"][0]["env"][2]["value"] = json!("2");
+        let p = mutation("m", &pod(), &out.to_string()).unwrap();
+        assert_eq!(p.spec.unwrap().node_selector.unwrap()["pool"], "gpu");
+    }
+
+    #[test]
+    fn protected_edits_fail_naming_the_field() {
+        type Edit = fn(&mut Value);
+        let cases: Vec<(Edit, &str)> = vec![
+            (|p| p["metadata"]["name"] = json!("x"), "metadata.name"),
+            (
+                |p| p["metadata"]["namespace"] = json!("x"),
+                "metadata.namespace",
+            ),
+            (
+                |p| p["metadata"]["ownerReferences"] = json!([]),
+                "ownerReferences",
+            ),
+            (
+                |p| p["metadata"]["labels"]["diengine/job"] = json!("x"),
+                "diengine/job",
+            ),
+            (
+                |p| p["metadata"]["labels"]["diengine/new"] = json!("x"),
+                "diengine/new",
+            ),
+            (
+                |p| p["metadata"]["annotations"] = json!({}),
+                "diengine/rank",
+            ),
+            (
+                |p| {
+                    p["spec"]["containers"][0]["env"]
+                        .as_array_mut()
+                        .unwrap()
+                        .remove(0);
+                },
+                "removed env DI_RANK",
+            ),
+            (
+                |p| p["spec"]["containers"][0]["env"][1]["value"] = json!("b"),
+                "changed env DI_LEARNER_NODES",
+            ),
+            (
+                |p| {
+                    p["spec"]["containers"][0]["env"]
+                        .as_array_mut()
+                        .unwrap()
+                        .push(json!({"name": "DI_NODES", "value": "z"}))
+                },
+                "added env DI_NODES",
+            ),
+        ];
+        for (edit, needle) in cases {
+            let mut out = pod();
+            edit(&mut out);
+            let err = mutation("m", &pod(), &out.to_string()).unwrap_err();
+            assert!(err.to_string().contains(needle), "{needle}: {err}");
+            assert_eq!(err.reason(), "MalformedOutput");
+        }
+    }
+
+    #[test]
+    fn garbage_and_invalid_pods_fail() {
+        assert!(mutation("m", &pod(), "nope").is_err());
+        let mut out = pod();
+        out["spec"]["restartPolicy"] = json!(["not", "a", "string"]);
+        let err = mutation("m", &pod(), &out.to_string()).unwrap_err();
+        assert!(err.to_string().contains("not a valid Pod"), "{err}");
+    }
+
+    #[test]
+    fn protected_names() {
+        for n in [
+            "DI_JOB_ID",
+            "DI_SERVER_URL",
+            "DI_RANK",
+            "DI_NODES",
+            "DI_COLLECTOR_NODES",
+        ] {
+            assert!(protected_env(n), "{n}");
+        }
+        for n in ["NCCL_DEBUG", "DI_OTHER", "NODES"] {
+            assert!(!protected_env(n), "{n}");
+        }
+    }
+}

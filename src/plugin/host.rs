@@ -1,0 +1,794 @@
+//! The wasmtime host: one Engine, compiled components cached by sha256, one `InstancePre` per
+//! loaded plugin, and a fresh Store per call bounded by a memory cap and an epoch deadline.
+//!
+//! Owns: Engine configuration, the epoch ticker thread, WASI deny-all context, the log import,
+//! conversions between the plain model and the WIT bindings, error classification. Must not
+//! touch: output semantics (see `checks`) and which plugin serves what (see `registry`).
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::FutureExt as _;
+use futures::future::BoxFuture;
+use k8s_openapi::api::core::v1::Pod;
+use sha2::{Digest, Sha256};
+use wasmtime::component::{Component, HasSelf, Linker, ResourceTable};
+use wasmtime::{Config, Engine, ResourceLimiter, Store, StoreLimits, StoreLimitsBuilder, Trap};
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+
+use super::{
+    Job, JobAllocation, JobPlan, Node, PluginError, PodMutator, PolicyError, SchedulingPolicy,
+    TaskContext, checks,
+};
+
+mod bindings {
+    pub mod policy {
+        wasmtime::component::bindgen!({ path: "wit", world: "scheduling-policy" });
+    }
+    pub mod mutator {
+        wasmtime::component::bindgen!({
+            path: "wit",
+            world: "pod-mutator",
+            with: {
+                "diorch:plugins/types": super::policy::diorch::plugins::types,
+                "diorch:plugins/log": super::policy::diorch::plugins::log,
+            },
+        });
+    }
+}
+
+use bindings::policy::diorch::plugins::{log as wit_log, types as wit};
+
+/// The two worlds a component can implement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum World {
+    SchedulingPolicy,
+    PodMutator,
+}
+
+impl fmt::Display for World {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            World::SchedulingPolicy => "diorch:plugins/scheduling-policy@0.1.0",
+            World::PodMutator => "diorch:plugins/pod-mutator@0.1.0",
+        })
+    }
+}
+
+/// Per-call bounds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Wall-clock budget of one call (instantiation included).
+    pub deadline: Duration,
+    /// Cap on linear memory (all memories of the instance together).
+    pub memory_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            deadline: Duration::from_millis(50),
+            memory_bytes: 64 << 20,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct HostConfig {
+    /// Defaults for plugins without overrides.
+    pub limits: Limits,
+    /// Epoch tick: the granularity of deadlines.
+    pub epoch_tick: Duration,
+    /// Log lines a plugin may emit per call; later ones are dropped.
+    pub max_log_lines: u32,
+    /// Wasm calls run at once (async callers queue); default: the number of cores.
+    pub max_concurrent_calls: usize,
+}
+
+impl Default for HostConfig {
+    fn default() -> Self {
+        HostConfig {
+            limits: Limits::default(),
+            epoch_tick: Duration::from_millis(5),
+            max_log_lines: 64,
+            max_concurrent_calls: std::thread::available_parallelism().map_or(2, |n| n.get()),
+        }
+    }
+}
+
+/// wasmtime's messages can span lines (byte dumps); Events and logs want one line.
+fn one_line(e: &wasmtime::Error) -> String {
+    format!("{e:#}")
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Compiled components kept; past this the cache starts over (uploads are rare).
+const CACHE_CAP: usize = 64;
+const STDERR_CAP: usize = 4096;
+const LOG_MESSAGE_CAP: usize = 1024;
+
+struct HostInner {
+    engine: Engine,
+    linker: Linker<HostState>,
+    config: HostConfig,
+    compiled: Mutex<HashMap<[u8; 32], Component>>,
+    /// Calls running at once. Deadlines are wall-clock, so running more calls than cores would
+    /// make them time out under load; extra calls wait here, before their clock starts.
+    slots: Arc<tokio::sync::Semaphore>,
+}
+
+/// The plugin host. Cheap to clone; all clones share the Engine and the compile cache.
+#[derive(Clone)]
+pub struct PluginHost {
+    inner: Arc<HostInner>,
+}
+
+/// Store data: WASI (deny-all), the memory limiter and logging budget.
+struct HostState {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    limiter: CapLimiter,
+    plugin: Arc<str>,
+    logs_left: u32,
+    /// What the guest wrote to stderr (a Rust panic message), quoted in trap errors.
+    stderr: MemoryOutputPipe,
+}
+
+impl WasiView for HostState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+/// `StoreLimits` plus a flag, so a failed call can be told apart as a memory-cap hit.
+struct CapLimiter {
+    inner: StoreLimits,
+    hit: bool,
+}
+
+impl ResourceLimiter for CapLimiter {
+    fn memory_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        let verdict = self.inner.memory_growing(current, desired, maximum);
+        if !matches!(verdict, Ok(true)) {
+            self.hit = true;
+        }
+        verdict
+    }
+
+    fn table_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        self.inner.table_growing(current, desired, maximum)
+    }
+
+    fn instances(&self) -> usize {
+        self.inner.instances()
+    }
+
+    fn tables(&self) -> usize {
+        self.inner.tables()
+    }
+
+    fn memories(&self) -> usize {
+        self.inner.memories()
+    }
+}
+
+/// Clocks frozen at the Unix epoch: plugins must not depend on time.
+struct FrozenClock;
+
+impl wasmtime_wasi::HostWallClock for FrozenClock {
+    fn resolution(&self) -> Duration {
+        Duration::from_secs(1)
+    }
+    fn now(&self) -> Duration {
+        Duration::ZERO
+    }
+}
+
+impl wasmtime_wasi::HostMonotonicClock for FrozenClock {
+    fn resolution(&self) -> u64 {
+        1_000_000_000
+    }
+    fn now(&self) -> u64 {
+        0
+    }
+}
+
+impl wit_log::Host for HostState {
+    fn log(&mut self, level: wit_log::Level, message: String, fields: Vec<(String, String)>) {
+        if self.logs_left == 0 {
+            return;
+        }
+        self.logs_left -= 1;
+        let mut message = message;
+        if message.len() > LOG_MESSAGE_CAP {
+            let mut cut = LOG_MESSAGE_CAP;
+            while !message.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            message.truncate(cut);
+        }
+        let plugin = &*self.plugin;
+        // tracing needs static field names: the plugin's own fields travel as one list.
+        match level {
+            wit_log::Level::Trace => tracing::trace!(plugin, ?fields, "{message}"),
+            wit_log::Level::Debug => tracing::debug!(plugin, ?fields, "{message}"),
+            wit_log::Level::Info => tracing::info!(plugin, ?fields, "{message}"),
+            wit_log::Level::Warn => tracing::warn!(plugin, ?fields, "{message}"),
+            wit_log::Level::Error => tracing::error!(plugin, ?fields, "{message}"),
+        }
+    }
+}
+
+impl wit::Host for HostState {}
+
+fn host_err(plugin: &str, e: impl fmt::Display) -> PluginError {
+    PluginError::Host {
+        plugin: plugin.to_string(),
+        message: e.to_string(),
+    }
+}
+
+impl PluginHost {
+    pub fn new(config: HostConfig) -> Result<PluginHost, PluginError> {
+        let mut wasm = Config::new();
+        wasm.wasm_component_model(true);
+        wasm.epoch_interruption(true);
+        // NaN bit patterns are the one non-deterministic corner of Wasm.
+        wasm.cranelift_nan_canonicalization(true);
+        let engine = Engine::new(&wasm).map_err(|e| host_err("-", e))?;
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(|e| host_err("-", e))?;
+        wit_log::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)
+            .map_err(|e| host_err("-", e))?;
+        let weak = engine.weak();
+        let tick = config.epoch_tick;
+        std::thread::Builder::new()
+            .name("wasm-epoch".into())
+            .spawn(move || {
+                // Ends with the last Engine clone, so hosts can come and go.
+                while let Some(engine) = weak.upgrade() {
+                    engine.increment_epoch();
+                    drop(engine);
+                    std::thread::sleep(tick);
+                }
+            })
+            .map_err(|e| host_err("-", format!("cannot start the epoch ticker: {e}")))?;
+        Ok(PluginHost {
+            inner: Arc::new(HostInner {
+                engine,
+                linker,
+                compiled: Mutex::new(HashMap::new()),
+                slots: Arc::new(tokio::sync::Semaphore::new(
+                    config.max_concurrent_calls.max(1),
+                )),
+                config,
+            }),
+        })
+    }
+
+    pub fn config(&self) -> &HostConfig {
+        &self.inner.config
+    }
+
+    /// Compiles (or finds in the cache) a component; blocking, call off the async runtime.
+    fn compile(&self, plugin: &str, bytes: &[u8]) -> Result<(Component, [u8; 32]), PluginError> {
+        let hash: [u8; 32] = Sha256::digest(bytes).into();
+        if let Some(c) = self.lock_cache().get(&hash) {
+            return Ok((c.clone(), hash));
+        }
+        let component =
+            Component::new(&self.inner.engine, bytes).map_err(|e| PluginError::Compile {
+                plugin: plugin.to_string(),
+                message: one_line(&e),
+            })?;
+        let mut cache = self.lock_cache();
+        if cache.len() >= CACHE_CAP {
+            cache.clear();
+        }
+        cache.insert(hash, component.clone());
+        Ok((component, hash))
+    }
+
+    fn lock_cache(&self) -> std::sync::MutexGuard<'_, HashMap<[u8; 32], Component>> {
+        // A panic while holding this lock cannot leave the map inconsistent: recover it.
+        self.inner
+            .compiled
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Compiles `bytes` afresh (no cache, so the time is real) and lists what it declares.
+    pub fn inspect(&self, bytes: &[u8]) -> Result<ComponentInfo, PluginError> {
+        let started = std::time::Instant::now();
+        let component =
+            Component::new(&self.inner.engine, bytes).map_err(|e| PluginError::Compile {
+                plugin: "-".to_string(),
+                message: one_line(&e),
+            })?;
+        let compile_time = started.elapsed();
+        let ty = component.component_type();
+        let engine = &self.inner.engine;
+        Ok(ComponentInfo {
+            sha256: Sha256::digest(bytes)
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect(),
+            imports: ty.imports(engine).map(|(n, _)| n.to_string()).collect(),
+            exports: ty.exports(engine).map(|(n, _)| n.to_string()).collect(),
+            compile_time,
+        })
+    }
+
+    /// Compiles and checks a policy component (blocking).
+    pub fn load_policy_blocking(
+        &self,
+        name: &str,
+        bytes: &[u8],
+        limits: Option<Limits>,
+    ) -> Result<WasmPolicy, PluginError> {
+        let (component, hash) = self.compile(name, bytes)?;
+        let wrong = |e: wasmtime::Error| PluginError::WrongWorld {
+            plugin: name.to_string(),
+            world: World::SchedulingPolicy,
+            message: one_line(&e),
+        };
+        let pre = self
+            .inner
+            .linker
+            .instantiate_pre(&component)
+            .map_err(wrong)?;
+        let pre = bindings::policy::SchedulingPolicyPre::new(pre).map_err(wrong)?;
+        Ok(WasmPolicy {
+            inner: Arc::new(Loaded {
+                core: self.loaded_core(name, hash, limits),
+                pre,
+            }),
+        })
+    }
+
+    /// Compiles and checks a mutator component (blocking).
+    pub fn load_mutator_blocking(
+        &self,
+        name: &str,
+        bytes: &[u8],
+        limits: Option<Limits>,
+    ) -> Result<WasmMutator, PluginError> {
+        let (component, hash) = self.compile(name, bytes)?;
+        let wrong = |e: wasmtime::Error| PluginError::WrongWorld {
+            plugin: name.to_string(),
+            world: World::PodMutator,
+            message: one_line(&e),
+        };
+        let pre = self
+            .inner
+            .linker
+            .instantiate_pre(&component)
+            .map_err(wrong)?;
+        let pre = bindings::mutator::PodMutatorPre::new(pre).map_err(wrong)?;
+        Ok(WasmMutator {
+            inner: Arc::new(Loaded {
+                core: self.loaded_core(name, hash, limits),
+                pre,
+            }),
+        })
+    }
+
+    /// [`Self::load_policy_blocking`] on a blocking thread.
+    pub async fn load_policy(
+        &self,
+        name: &str,
+        bytes: Arc<[u8]>,
+        limits: Option<Limits>,
+    ) -> Result<WasmPolicy, PluginError> {
+        let (host, owned) = (self.clone(), name.to_string());
+        tokio::task::spawn_blocking(move || host.load_policy_blocking(&owned, &bytes, limits))
+            .await
+            .map_err(|e| host_err(name, e))?
+    }
+
+    /// [`Self::load_mutator_blocking`] on a blocking thread.
+    pub async fn load_mutator(
+        &self,
+        name: &str,
+        bytes: Arc<[u8]>,
+        limits: Option<Limits>,
+    ) -> Result<WasmMutator, PluginError> {
+        let (host, owned) = (self.clone(), name.to_string());
+        tokio::task::spawn_blocking(move || host.load_mutator_blocking(&owned, &bytes, limits))
+            .await
+            .map_err(|e| host_err(name, e))?
+    }
+
+    fn loaded_core(&self, name: &str, hash: [u8; 32], limits: Option<Limits>) -> LoadedCore {
+        LoadedCore {
+            host: self.inner.clone(),
+            name: name.into(),
+            sha256: hash.iter().map(|b| format!("{b:02x}")).collect(),
+            limits: limits.unwrap_or(self.inner.config.limits),
+        }
+    }
+}
+
+/// What a component declares (see [`PluginHost::inspect`]).
+#[derive(Debug, Clone)]
+pub struct ComponentInfo {
+    pub sha256: String,
+    pub imports: Vec<String>,
+    pub exports: Vec<String>,
+    pub compile_time: Duration,
+}
+
+/// What every loaded plugin shares, whatever its world.
+struct LoadedCore {
+    host: Arc<HostInner>,
+    name: Arc<str>,
+    sha256: String,
+    limits: Limits,
+}
+
+struct Loaded<P> {
+    core: LoadedCore,
+    pre: P,
+}
+
+impl LoadedCore {
+    fn new_store(&self) -> Store<HostState> {
+        let stderr = MemoryOutputPipe::new(STDERR_CAP);
+        let mut wasi = WasiCtxBuilder::new();
+        wasi.wall_clock(FrozenClock)
+            .monotonic_clock(FrozenClock)
+            .secure_random(wasmtime_wasi::Deterministic::new(vec![0x5a; 64]))
+            .insecure_random(wasmtime_wasi::Deterministic::new(vec![0xa5; 64]))
+            .insecure_random_seed(0)
+            .stderr(stderr.clone());
+        let state = HostState {
+            wasi: wasi.build(),
+            table: ResourceTable::new(),
+            limiter: CapLimiter {
+                inner: StoreLimitsBuilder::new()
+                    .memory_size(self.limits.memory_bytes)
+                    .trap_on_grow_failure(true)
+                    .build(),
+                hit: false,
+            },
+            plugin: self.name.clone(),
+            logs_left: self.host.config.max_log_lines,
+            stderr,
+        };
+        let mut store = Store::new(&self.host.engine, state);
+        store.limiter(|s| &mut s.limiter);
+        let tick = self.host.config.epoch_tick.as_nanos().max(1);
+        // Round up, plus one: the current epoch may be about to end.
+        let ticks = self.limits.deadline.as_nanos().div_ceil(tick) + 1;
+        store.set_epoch_deadline(u64::try_from(ticks).unwrap_or(u64::MAX));
+        store
+    }
+
+    fn classify(&self, store: &Store<HostState>, error: wasmtime::Error) -> PluginError {
+        let plugin = self.name.to_string();
+        if store.data().limiter.hit {
+            return PluginError::MemoryCap {
+                plugin,
+                cap_bytes: self.limits.memory_bytes,
+            };
+        }
+        match error.downcast_ref::<Trap>() {
+            Some(Trap::Interrupt) => PluginError::Timeout {
+                plugin,
+                deadline: self.limits.deadline,
+            },
+            Some(trap) => {
+                let said = String::from_utf8_lossy(&store.data().stderr.contents())
+                    .trim()
+                    .to_string();
+                let message = if said.is_empty() {
+                    trap.to_string()
+                } else {
+                    format!("{trap} (stderr: {said})")
+                };
+                PluginError::Trap { plugin, message }
+            }
+            None => PluginError::Trap {
+                plugin,
+                message: one_line(&error),
+            },
+        }
+    }
+
+    fn refused(&self, e: wit::Error) -> PluginError {
+        PluginError::Refused {
+            plugin: self.name.to_string(),
+            error: match e {
+                wit::Error::NoFit(m) => PolicyError::NoFit(m),
+                wit::Error::InvalidInput(m) => PolicyError::InvalidInput(m),
+                wit::Error::Internal(m) => PolicyError::Internal(m),
+            },
+        }
+    }
+
+    fn describe(&self) -> String {
+        format!("{}@{}", self.name, &self.sha256[..12])
+    }
+}
+
+/// A loaded scheduling-policy component. Cheap to clone.
+#[derive(Clone)]
+pub struct WasmPolicy {
+    inner: Arc<Loaded<bindings::policy::SchedulingPolicyPre<HostState>>>,
+}
+
+/// A loaded pod-mutator component. Cheap to clone.
+#[derive(Clone)]
+pub struct WasmMutator {
+    inner: Arc<Loaded<bindings::mutator::PodMutatorPre<HostState>>>,
+}
+
+fn wit_resources(r: &super::Resources) -> wit::Resources {
+    wit::Resources {
+        cpu_millis: r.cpu_millis,
+        memory_bytes: r.memory_bytes,
+        gpus: r.gpus,
+        extended: r.extended.clone(),
+    }
+}
+
+fn wit_node(n: &Node) -> wit::Node {
+    wit::Node {
+        name: n.name.clone(),
+        labels: n.labels.clone(),
+        taints: n
+            .taints
+            .iter()
+            .map(|t| wit::Taint {
+                key: t.key.clone(),
+                value: t.value.clone(),
+                effect: match t.effect {
+                    super::TaintEffect::NoSchedule => wit::TaintEffect::NoSchedule,
+                    super::TaintEffect::PreferNoSchedule => wit::TaintEffect::PreferNoSchedule,
+                    super::TaintEffect::NoExecute => wit::TaintEffect::NoExecute,
+                },
+            })
+            .collect(),
+        allocatable: wit_resources(&n.allocatable),
+        free: wit_resources(&n.free),
+        ready: n.ready,
+    }
+}
+
+fn wit_job(j: &Job) -> wit::Job {
+    wit::Job {
+        key: j.key.clone(),
+        priority: j.priority,
+        preemptible: j.preemptible,
+        tasks: j
+            .tasks
+            .iter()
+            .map(|t| wit::Task {
+                name: t.name.clone(),
+                task_type: t.task_type.clone(),
+                replicas: t.replicas,
+                min_replicas: t.min_replicas,
+                max_replicas: t.max_replicas,
+                requests: wit_resources(&t.requests),
+            })
+            .collect(),
+        current: j.current.clone(),
+        profilings: j.profilings.clone(),
+        age_seconds: j.age_seconds,
+    }
+}
+
+impl WasmPolicy {
+    pub fn name(&self) -> &str {
+        &self.inner.core.name
+    }
+
+    /// Hex sha256 of the component bytes: the plugin's version.
+    pub fn sha256(&self) -> &str {
+        &self.inner.core.sha256
+    }
+
+    pub fn limits(&self) -> Limits {
+        self.inner.core.limits
+    }
+
+    /// Raw call: node indices as the plugin returned them, unchecked (blocking).
+    pub fn allocate_raw(&self, job: &Job, nodes: &[Node]) -> Result<Vec<u32>, PluginError> {
+        let core = &self.inner.core;
+        let job = wit_job(job);
+        let nodes: Vec<wit::Node> = nodes.iter().map(wit_node).collect();
+        let mut store = core.new_store();
+        let result = self
+            .inner
+            .pre
+            .instantiate(&mut store)
+            .and_then(|p| p.call_allocate(&mut store, &job, &nodes));
+        match result {
+            Ok(Ok(alloc)) => Ok(alloc),
+            Ok(Err(e)) => Err(core.refused(e)),
+            Err(e) => Err(core.classify(&store, e)),
+        }
+    }
+
+    /// Checked allocation: node names, one per replica (blocking).
+    pub fn allocate_blocking(&self, job: &Job, nodes: &[Node]) -> Result<Vec<String>, PluginError> {
+        let alloc = self.allocate_raw(job, nodes)?;
+        checks::allocation(&self.inner.core.name, job, nodes, &alloc)
+    }
+
+    /// Raw optimize: entries as the plugin returned them, unchecked (blocking).
+    pub fn optimize_raw(
+        &self,
+        jobs: &[Job],
+        nodes: &[Node],
+        previous: &[JobAllocation],
+    ) -> Result<Vec<JobAllocation>, PluginError> {
+        let core = &self.inner.core;
+        let jobs: Vec<wit::Job> = jobs.iter().map(wit_job).collect();
+        let nodes: Vec<wit::Node> = nodes.iter().map(wit_node).collect();
+        let previous: Vec<wit::JobAllocation> = previous
+            .iter()
+            .map(|p| wit::JobAllocation {
+                job: p.job,
+                nodes: p.nodes.clone(),
+            })
+            .collect();
+        let mut store = core.new_store();
+        let result = self
+            .inner
+            .pre
+            .instantiate(&mut store)
+            .and_then(|p| p.call_optimize(&mut store, &jobs, &nodes, &previous));
+        match result {
+            Ok(Ok(plan)) => Ok(plan
+                .into_iter()
+                .map(|p| JobAllocation {
+                    job: p.job,
+                    nodes: p.nodes,
+                })
+                .collect()),
+            Ok(Err(e)) => Err(core.refused(e)),
+            Err(e) => Err(core.classify(&store, e)),
+        }
+    }
+
+    /// Checked optimize (blocking).
+    pub fn optimize_blocking(
+        &self,
+        jobs: &[Job],
+        nodes: &[Node],
+        previous: &[JobPlan],
+    ) -> Result<Vec<JobPlan>, PluginError> {
+        let previous = checks::plan_to_indices(jobs, nodes, previous);
+        let plan = self.optimize_raw(jobs, nodes, &previous)?;
+        checks::plan(&self.inner.core.name, jobs, nodes, &plan)
+    }
+}
+
+impl SchedulingPolicy for WasmPolicy {
+    fn describe(&self) -> String {
+        self.inner.core.describe()
+    }
+
+    fn allocate(
+        &self,
+        job: Arc<Job>,
+        nodes: Arc<[Node]>,
+    ) -> BoxFuture<'static, Result<Vec<String>, PluginError>> {
+        let this = self.clone();
+        blocking(&self.inner.core, move || {
+            this.allocate_blocking(&job, &nodes)
+        })
+    }
+
+    fn optimize(
+        &self,
+        jobs: Arc<[Job]>,
+        nodes: Arc<[Node]>,
+        previous: Vec<JobPlan>,
+    ) -> BoxFuture<'static, Result<Vec<JobPlan>, PluginError>> {
+        let this = self.clone();
+        blocking(&self.inner.core, move || {
+            this.optimize_blocking(&jobs, &nodes, &previous)
+        })
+    }
+}
+
+/// Runs Wasm on tokio's blocking pool so reconciles and HTTP never wait behind a plugin, at
+/// most `max_concurrent_calls` at once.
+fn blocking<T: Send + 'static>(
+    core: &LoadedCore,
+    f: impl FnOnce() -> Result<T, PluginError> + Send + 'static,
+) -> BoxFuture<'static, Result<T, PluginError>> {
+    let slots = core.host.slots.clone();
+    let plugin = core.name.clone();
+    async move {
+        let _slot = slots
+            .acquire_owned()
+            .await
+            .map_err(|e| host_err(&plugin, e))?;
+        tokio::task::spawn_blocking(f)
+            .await
+            .unwrap_or_else(|e| Err(host_err(&plugin, e)))
+    }
+    .boxed()
+}
+
+impl WasmMutator {
+    pub fn name(&self) -> &str {
+        &self.inner.core.name
+    }
+
+    pub fn sha256(&self) -> &str {
+        &self.inner.core.sha256
+    }
+
+    pub fn limits(&self) -> Limits {
+        self.inner.core.limits
+    }
+
+    /// Raw call on JSON text, unchecked (blocking).
+    pub fn mutate_raw(&self, ctx: &TaskContext, pod_json: &str) -> Result<String, PluginError> {
+        let core = &self.inner.core;
+        let wctx = wit::TaskContext {
+            job_key: ctx.job_key.clone(),
+            task_name: ctx.task_name.clone(),
+            task_type: ctx.task_type.clone(),
+            rank: ctx.rank,
+            task_rank: ctx.task_rank,
+            world_size: ctx.world_size,
+            node: ctx.node.clone(),
+            job_labels: ctx.job_labels.clone(),
+            job_annotations: ctx.job_annotations.clone(),
+            config: ctx.config.clone(),
+        };
+        let mut store = core.new_store();
+        let result = self
+            .inner
+            .pre
+            .instantiate(&mut store)
+            .and_then(|m| m.call_mutate(&mut store, &wctx, pod_json));
+        match result {
+            Ok(Ok(out)) => Ok(out),
+            Ok(Err(e)) => Err(core.refused(e)),
+            Err(e) => Err(core.classify(&store, e)),
+        }
+    }
+
+    /// Checked mutation (blocking): the result keeps everything the operator relies on.
+    pub fn mutate_blocking(&self, ctx: &TaskContext, pod: &Pod) -> Result<Pod, PluginError> {
+        let name = &self.inner.core.name;
+        let input = serde_json::to_value(pod).map_err(|e| host_err(name, e))?;
+        let out = self.mutate_raw(ctx, &input.to_string())?;
+        checks::mutation(name, &input, &out)
+    }
+}
+
+impl PodMutator for WasmMutator {
+    fn describe(&self) -> String {
+        self.inner.core.describe()
+    }
+
+    fn mutate(&self, ctx: TaskContext, pod: Pod) -> BoxFuture<'static, Result<Pod, PluginError>> {
+        let this = self.clone();
+        blocking(&self.inner.core, move || this.mutate_blocking(&ctx, &pod))
+    }
+}

@@ -1,0 +1,120 @@
+//! WebAssembly plugins: scheduling policies and pod mutators as components of `wit/plugins.wit`.
+//!
+//! Owns: the typed traits callers use ([`SchedulingPolicy`], [`PodMutator`]), their plain input
+//! and output types, the error type, and the submodules (Wasm host, output checks, native
+//! fallback, registry with ConfigMap specs, `diorch plugin` CLI). Must not touch: the controller
+//! and the sandbox; callers never see wasmtime types.
+
+pub mod checks;
+pub mod cli;
+mod host;
+pub mod native;
+pub mod registry;
+pub mod sample;
+pub mod spec;
+pub mod watch;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use k8s_openapi::api::core::v1::Pod;
+
+pub use diorch_policies::{
+    Job, JobAllocation, Node, PolicyError, Resources, Taint, TaintEffect, Task,
+};
+pub use host::{ComponentInfo, HostConfig, Limits, PluginHost, WasmMutator, WasmPolicy, World};
+pub use native::NativePolicy;
+
+/// A job's placement in a plan: node names in rank order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobPlan {
+    /// `namespace/name`.
+    pub job: String,
+    pub nodes: Vec<String>,
+}
+
+/// What a mutator is told about the pod it mutates (the WIT `task-context`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TaskContext {
+    pub job_key: String,
+    pub task_name: String,
+    pub task_type: String,
+    pub rank: u32,
+    pub task_rank: u32,
+    pub world_size: u32,
+    pub node: Option<String>,
+    pub job_labels: Vec<(String, String)>,
+    pub job_annotations: Vec<(String, String)>,
+    /// The plugin's config string (filled in by the registry from the plugin's spec).
+    pub config: String,
+}
+
+/// Places jobs. Inputs are shared (`Arc`) so a call can move to a blocking thread without a copy.
+pub trait SchedulingPolicy: Send + Sync {
+    /// Name and version for logs, e.g. `binpack@3f2a…` or `builtin-binpack`.
+    fn describe(&self) -> String;
+
+    /// One node name per replica of `job`, in rank order; checked against `nodes`.
+    fn allocate(
+        &self,
+        job: Arc<Job>,
+        nodes: Arc<[Node]>,
+    ) -> BoxFuture<'static, Result<Vec<String>, PluginError>>;
+
+    /// A new plan for `jobs` (jobs missing from it are not placed).
+    fn optimize(
+        &self,
+        jobs: Arc<[Job]>,
+        nodes: Arc<[Node]>,
+        previous: Vec<JobPlan>,
+    ) -> BoxFuture<'static, Result<Vec<JobPlan>, PluginError>>;
+}
+
+/// Edits a pod the operator is about to create; the result is checked (see [`checks`]).
+pub trait PodMutator: Send + Sync {
+    fn describe(&self) -> String;
+
+    fn mutate(&self, ctx: TaskContext, pod: Pod) -> BoxFuture<'static, Result<Pod, PluginError>>;
+}
+
+/// Why a plugin call or load failed. Every variant names the plugin.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum PluginError {
+    #[error("plugin {plugin}: not a valid component: {message}")]
+    Compile { plugin: String, message: String },
+    #[error("plugin {plugin} does not implement world {world}: {message}")]
+    WrongWorld {
+        plugin: String,
+        world: World,
+        message: String,
+    },
+    #[error("plugin {plugin} trapped: {message}")]
+    Trap { plugin: String, message: String },
+    #[error("plugin {plugin} ran past its deadline of {deadline:?} and was stopped")]
+    Timeout { plugin: String, deadline: Duration },
+    #[error("plugin {plugin} hit its memory cap of {cap_bytes} bytes and was stopped")]
+    MemoryCap { plugin: String, cap_bytes: usize },
+    #[error("plugin {plugin} returned a bad result: {message}")]
+    MalformedOutput { plugin: String, message: String },
+    #[error("plugin {plugin} refused: {error}")]
+    Refused { plugin: String, error: PolicyError },
+    #[error("plugin {plugin}: host failure: {message}")]
+    Host { plugin: String, message: String },
+}
+
+impl PluginError {
+    /// A short machine-readable reason, for Events and metrics.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            PluginError::Compile { .. } => "CompileError",
+            PluginError::WrongWorld { .. } => "WrongWorld",
+            PluginError::Trap { .. } => "Trap",
+            PluginError::Timeout { .. } => "Timeout",
+            PluginError::MemoryCap { .. } => "MemoryCap",
+            PluginError::MalformedOutput { .. } => "MalformedOutput",
+            PluginError::Refused { .. } => "Refused",
+            PluginError::Host { .. } => "HostError",
+        }
+    }
+}

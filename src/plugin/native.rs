@@ -1,0 +1,123 @@
+//! The built-in native policy: the same `diorch-policies` code the Wasm examples wrap, run
+//! in-process. It serves when no policy plugin is loaded or a plugin fails.
+//!
+//! Owns: `NativePolicy`. Must not touch: Wasm.
+
+use std::sync::Arc;
+
+use futures::FutureExt;
+use futures::future::BoxFuture;
+
+use diorch_policies::Policy;
+use diorch_policies::binpack::BinPack;
+use diorch_policies::spread::Spread;
+
+use super::{Job, JobPlan, Node, PluginError, SchedulingPolicy, checks};
+
+/// Which built-in algorithm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NativePolicy {
+    BinPack,
+    Spread,
+}
+
+impl NativePolicy {
+    fn name(self) -> &'static str {
+        match self {
+            NativePolicy::BinPack => "builtin-binpack",
+            NativePolicy::Spread => "builtin-spread",
+        }
+    }
+
+    fn logic(self) -> &'static dyn Policy {
+        match self {
+            NativePolicy::BinPack => &BinPack,
+            NativePolicy::Spread => &Spread,
+        }
+    }
+
+    fn refused(self, error: diorch_policies::PolicyError) -> PluginError {
+        PluginError::Refused {
+            plugin: self.name().to_string(),
+            error,
+        }
+    }
+
+    /// Checked allocation, in the caller's thread (microseconds).
+    pub fn allocate_now(self, job: &Job, nodes: &[Node]) -> Result<Vec<String>, PluginError> {
+        let alloc = self
+            .logic()
+            .allocate(job, nodes)
+            .map_err(|e| self.refused(e))?;
+        checks::allocation(self.name(), job, nodes, &alloc)
+    }
+
+    pub fn optimize_now(
+        self,
+        jobs: &[Job],
+        nodes: &[Node],
+        previous: &[JobPlan],
+    ) -> Result<Vec<JobPlan>, PluginError> {
+        let previous = checks::plan_to_indices(jobs, nodes, previous);
+        let plan = self
+            .logic()
+            .optimize(jobs, nodes, &previous)
+            .map_err(|e| self.refused(e))?;
+        checks::plan(self.name(), jobs, nodes, &plan)
+    }
+}
+
+impl SchedulingPolicy for NativePolicy {
+    fn describe(&self) -> String {
+        self.name().to_string()
+    }
+
+    fn allocate(
+        &self,
+        job: Arc<Job>,
+        nodes: Arc<[Node]>,
+    ) -> BoxFuture<'static, Result<Vec<String>, PluginError>> {
+        let this = *self;
+        async move { this.allocate_now(&job, &nodes) }.boxed()
+    }
+
+    fn optimize(
+        &self,
+        jobs: Arc<[Job]>,
+        nodes: Arc<[Node]>,
+        previous: Vec<JobPlan>,
+    ) -> BoxFuture<'static, Result<Vec<JobPlan>, PluginError>> {
+        let this = *self;
+        async move { this.optimize_now(&jobs, &nodes, &previous) }.boxed()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plugin::sample;
+
+    #[tokio::test]
+    async fn native_policies_place_the_sample() {
+        let (job, nodes) = sample::allocate_input(10, 4);
+        let nodes: Arc<[Node]> = nodes.into();
+        for p in [NativePolicy::BinPack, NativePolicy::Spread] {
+            let names = p
+                .allocate(Arc::new(job.clone()), nodes.clone())
+                .await
+                .unwrap();
+            assert_eq!(names.len(), job.total_replicas());
+            assert!(
+                names
+                    .iter()
+                    .all(|n| nodes.iter().any(|x| &x.name == n && x.ready))
+            );
+        }
+        let (jobs, nodes) = sample::optimize_input(5, 10);
+        let plan = NativePolicy::BinPack
+            .optimize(jobs.into(), nodes.into(), vec![])
+            .await
+            .unwrap();
+        assert_eq!(plan.len(), 5);
+    }
+}

@@ -1,0 +1,381 @@
+//! Plugin ConfigMaps: a pure mapping from a `diorch.io/plugin`-labelled ConfigMap to a typed
+//! [`PluginSpec`] plus the component bytes, and back (for `diorch plugin configmap`).
+//!
+//! Owns: the ConfigMap format. Must not touch: loading or watching.
+//!
+//! Format: label `diorch.io/plugin` (any value); `binaryData["plugin.wasm"]` = the component;
+//! `data`: `kind` (`policy`|`mutator`, required), `name` (default: the ConfigMap's name),
+//! `taskTypes` (mutators: comma-separated task types, empty or `*` = all), `order` (mutators:
+//! integer, lower runs first, default 0), `config` (string handed to the plugin),
+//! `deadlineMs`, `memoryMiB` (overrides of the host defaults), `failurePolicy` (`Fail` default
+//! or `Ignore`, meaning what it means for Kubernetes admission webhooks: on a plugin error, Fail
+//! refuses the pod creation, Ignore creates the pod unmutated by that plugin).
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::ObjectMeta;
+
+use super::Limits;
+
+pub const PLUGIN_LABEL: &str = "diorch.io/plugin";
+pub const WASM_KEY: &str = "plugin.wasm";
+/// Caps that a ConfigMap may ask for: a plugin cannot grant itself unbounded resources.
+pub const MAX_DEADLINE: Duration = Duration::from_secs(5);
+pub const MAX_MEMORY_MIB: usize = 1024;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum PluginKind {
+    Policy,
+    Mutator,
+}
+
+impl fmt::Display for PluginKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            PluginKind::Policy => "policy",
+            PluginKind::Mutator => "mutator",
+        })
+    }
+}
+
+impl std::str::FromStr for PluginKind {
+    type Err = SpecError;
+    fn from_str(s: &str) -> Result<Self, SpecError> {
+        match s {
+            "policy" => Ok(PluginKind::Policy),
+            "mutator" => Ok(PluginKind::Mutator),
+            other => Err(SpecError::Invalid {
+                key: "kind",
+                message: format!("{other:?} is neither \"policy\" nor \"mutator\""),
+            }),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FailurePolicy {
+    #[default]
+    Fail,
+    Ignore,
+}
+
+impl fmt::Display for FailurePolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            FailurePolicy::Fail => "Fail",
+            FailurePolicy::Ignore => "Ignore",
+        })
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PluginSpec {
+    pub name: String,
+    pub kind: PluginKind,
+    /// Mutators: task types they apply to; empty = all.
+    pub task_types: Vec<String>,
+    /// Mutators: lower runs first; ties by name.
+    pub order: i32,
+    pub config: String,
+    pub deadline: Option<Duration>,
+    pub memory_bytes: Option<usize>,
+    pub failure_policy: FailurePolicy,
+    /// `namespace/name` of the ConfigMap (empty when not from one).
+    pub source: String,
+}
+
+impl PluginSpec {
+    pub fn new(name: &str, kind: PluginKind) -> PluginSpec {
+        PluginSpec {
+            name: name.into(),
+            kind,
+            task_types: vec![],
+            order: 0,
+            config: String::new(),
+            deadline: None,
+            memory_bytes: None,
+            failure_policy: FailurePolicy::default(),
+            source: String::new(),
+        }
+    }
+
+    /// The host defaults with this spec's overrides.
+    pub fn limits(&self, defaults: Limits) -> Limits {
+        Limits {
+            deadline: self.deadline.unwrap_or(defaults.deadline),
+            memory_bytes: self.memory_bytes.unwrap_or(defaults.memory_bytes),
+        }
+    }
+
+    pub fn applies_to(&self, task_type: &str) -> bool {
+        self.task_types.is_empty() || self.task_types.iter().any(|t| t == task_type)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SpecError {
+    #[error("ConfigMap is not a plugin: it lacks the {PLUGIN_LABEL} label")]
+    NotAPlugin,
+    #[error("ConfigMap has no binaryData[\"{WASM_KEY}\"] with the component")]
+    MissingComponent,
+    #[error("ConfigMap lacks data[\"{0}\"]")]
+    Missing(&'static str),
+    #[error("data[\"{key}\"]: {message}")]
+    Invalid { key: &'static str, message: String },
+}
+
+fn invalid(key: &'static str, message: impl Into<String>) -> SpecError {
+    SpecError::Invalid {
+        key,
+        message: message.into(),
+    }
+}
+
+/// Parses a plugin ConfigMap; the component bytes are returned as they are (checked on load).
+pub fn from_configmap(cm: &ConfigMap) -> Result<(PluginSpec, Vec<u8>), SpecError> {
+    let labelled = cm
+        .metadata
+        .labels
+        .as_ref()
+        .is_some_and(|l| l.contains_key(PLUGIN_LABEL));
+    if !labelled {
+        return Err(SpecError::NotAPlugin);
+    }
+    let empty = BTreeMap::new();
+    let data = cm.data.as_ref().unwrap_or(&empty);
+    let get = |k: &str| data.get(k).map(|v| v.trim()).filter(|v| !v.is_empty());
+    let kind: PluginKind = get("kind").ok_or(SpecError::Missing("kind"))?.parse()?;
+    let name = match get("name") {
+        Some(n) => n.to_string(),
+        None => cm
+            .metadata
+            .name
+            .clone()
+            .ok_or_else(|| invalid("name", "no name and the ConfigMap has none"))?,
+    };
+    if name.is_empty()
+        || name.len() > 63
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+    {
+        return Err(invalid("name", format!("{name:?} is not a DNS label")));
+    }
+    let task_types: Vec<String> = get("taskTypes")
+        .map(|v| {
+            v.split(',')
+                .map(str::trim)
+                .filter(|t| !t.is_empty() && *t != "*")
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default();
+    if kind == PluginKind::Policy && !task_types.is_empty() {
+        return Err(invalid("taskTypes", "only mutators have task types"));
+    }
+    let order = match get("order") {
+        Some(v) => v
+            .parse::<i32>()
+            .map_err(|e| invalid("order", format!("{v:?}: {e}")))?,
+        None => 0,
+    };
+    let deadline = match get("deadlineMs") {
+        Some(v) => {
+            let ms = v
+                .parse::<u64>()
+                .map_err(|e| invalid("deadlineMs", format!("{v:?}: {e}")))?;
+            let d = Duration::from_millis(ms);
+            if ms == 0 || d > MAX_DEADLINE {
+                return Err(invalid(
+                    "deadlineMs",
+                    format!("{ms} is not in 1..={}", MAX_DEADLINE.as_millis()),
+                ));
+            }
+            Some(d)
+        }
+        None => None,
+    };
+    let memory_bytes = match get("memoryMiB") {
+        Some(v) => {
+            let mib = v
+                .parse::<usize>()
+                .map_err(|e| invalid("memoryMiB", format!("{v:?}: {e}")))?;
+            if mib == 0 || mib > MAX_MEMORY_MIB {
+                return Err(invalid(
+                    "memoryMiB",
+                    format!("{mib} is not in 1..={MAX_MEMORY_MIB}"),
+                ));
+            }
+            Some(mib << 20)
+        }
+        None => None,
+    };
+    let failure_policy = match get("failurePolicy") {
+        None | Some("Fail") => FailurePolicy::Fail,
+        Some("Ignore") => FailurePolicy::Ignore,
+        Some(other) => {
+            return Err(invalid(
+                "failurePolicy",
+                format!("{other:?} is neither \"Fail\" nor \"Ignore\""),
+            ));
+        }
+    };
+    let bytes = cm
+        .binary_data
+        .as_ref()
+        .and_then(|b| b.get(WASM_KEY))
+        .map(|b| b.0.clone())
+        .filter(|b| !b.is_empty())
+        .ok_or(SpecError::MissingComponent)?;
+    let source = format!(
+        "{}/{}",
+        cm.metadata.namespace.as_deref().unwrap_or_default(),
+        cm.metadata.name.as_deref().unwrap_or_default()
+    );
+    Ok((
+        PluginSpec {
+            name,
+            kind,
+            task_types,
+            order,
+            // The config is passed verbatim (not trimmed): it is the plugin's to interpret.
+            config: data.get("config").cloned().unwrap_or_default(),
+            deadline,
+            memory_bytes,
+            failure_policy,
+            source,
+        },
+        bytes,
+    ))
+}
+
+/// The ConfigMap for `spec` and `bytes` (ConfigMap name = plugin name prefixed `plugin-`).
+pub fn to_configmap(spec: &PluginSpec, bytes: Vec<u8>, namespace: Option<&str>) -> ConfigMap {
+    let mut data = BTreeMap::new();
+    data.insert("kind".to_string(), spec.kind.to_string());
+    data.insert("name".to_string(), spec.name.clone());
+    if !spec.task_types.is_empty() {
+        data.insert("taskTypes".to_string(), spec.task_types.join(","));
+    }
+    if spec.order != 0 {
+        data.insert("order".to_string(), spec.order.to_string());
+    }
+    if !spec.config.is_empty() {
+        data.insert("config".to_string(), spec.config.clone());
+    }
+    if let Some(d) = spec.deadline {
+        data.insert("deadlineMs".to_string(), d.as_millis().to_string());
+    }
+    if let Some(m) = spec.memory_bytes {
+        data.insert("memoryMiB".to_string(), (m >> 20).to_string());
+    }
+    data.insert("failurePolicy".to_string(), spec.failure_policy.to_string());
+    ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(format!("plugin-{}", spec.name)),
+            namespace: namespace.map(str::to_string),
+            labels: Some(BTreeMap::from([(
+                PLUGIN_LABEL.to_string(),
+                spec.kind.to_string(),
+            )])),
+            ..Default::default()
+        },
+        data: Some(data),
+        binary_data: Some(BTreeMap::from([(WASM_KEY.to_string(), ByteString(bytes))])),
+        ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cm(data: &[(&str, &str)]) -> ConfigMap {
+        let mut spec = PluginSpec::new("x", PluginKind::Mutator);
+        spec.source.clear();
+        let mut cm = to_configmap(&spec, b"\0asm".to_vec(), Some("diorch"));
+        cm.data = Some(
+            data.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        );
+        cm
+    }
+
+    #[test]
+    fn round_trip() {
+        let mut spec = PluginSpec::new("node-placement", PluginKind::Mutator);
+        spec.task_types = vec!["learner".into(), "collector".into()];
+        spec.order = -3;
+        spec.config = " {\"a\": 1}\n".into();
+        spec.deadline = Some(Duration::from_millis(20));
+        spec.memory_bytes = Some(16 << 20);
+        spec.failure_policy = FailurePolicy::Ignore;
+        let cm = to_configmap(&spec, vec![1, 2, 3], Some("diorch"));
+        let (back, bytes) = from_configmap(&cm).unwrap();
+        spec.source = "diorch/plugin-node-placement".into();
+        assert_eq!(back, spec);
+        assert_eq!(bytes, vec![1, 2, 3]);
+        assert!(back.applies_to("learner") && !back.applies_to("evaluator"));
+    }
+
+    #[test]
+    fn defaults() {
+        let (spec, _) = from_configmap(&cm(&[("kind", "policy")])).unwrap();
+        assert_eq!(spec.name, "plugin-x");
+        assert_eq!(spec.failure_policy, FailurePolicy::Fail);
+        assert!(spec.applies_to("anything"));
+        let d = Limits::default();
+        assert_eq!(spec.limits(d), d);
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        let cases: &[(&[(&str, &str)], &str)] = &[
+            (&[], "lacks data[\"kind\"]"),
+            (&[("kind", "scheduler")], "data[\"kind\"]"),
+            (
+                &[("kind", "policy"), ("name", "Bad_Name")],
+                "data[\"name\"]",
+            ),
+            (
+                &[("kind", "policy"), ("taskTypes", "learner")],
+                "data[\"taskTypes\"]",
+            ),
+            (
+                &[("kind", "mutator"), ("order", "first")],
+                "data[\"order\"]",
+            ),
+            (
+                &[("kind", "mutator"), ("deadlineMs", "0")],
+                "data[\"deadlineMs\"]",
+            ),
+            (
+                &[("kind", "mutator"), ("deadlineMs", "999999")],
+                "data[\"deadlineMs\"]",
+            ),
+            (
+                &[("kind", "mutator"), ("memoryMiB", "2048")],
+                "data[\"memoryMiB\"]",
+            ),
+            (
+                &[("kind", "mutator"), ("failurePolicy", "Retry")],
+                "data[\"failurePolicy\"]",
+            ),
+        ];
+        for (data, needle) in cases {
+            let err = from_configmap(&cm(data)).unwrap_err();
+            assert!(err.to_string().contains(needle), "{data:?}: {err}");
+        }
+        let mut unlabelled = cm(&[("kind", "policy")]);
+        unlabelled.metadata.labels = None;
+        assert_eq!(from_configmap(&unlabelled), Err(SpecError::NotAPlugin));
+        let mut empty = cm(&[("kind", "policy")]);
+        empty.binary_data = None;
+        assert_eq!(from_configmap(&empty), Err(SpecError::MissingComponent));
+    }
+}
