@@ -337,17 +337,20 @@ impl PluginHost {
         })
     }
 
-    /// Compiles and checks a policy component (blocking).
-    pub fn load_policy_blocking(
+    /// Compiles a component and checks it against `world`, whose typed pre-instance `typed`
+    /// builds (the world check is wasmtime's import/export type check).
+    fn load<P>(
         &self,
         name: &str,
         bytes: &[u8],
         limits: Option<Limits>,
-    ) -> Result<WasmPolicy, PluginError> {
+        world: World,
+        typed: impl FnOnce(wasmtime::component::InstancePre<HostState>) -> wasmtime::Result<P>,
+    ) -> Result<Arc<Loaded<P>>, PluginError> {
         let (component, hash) = self.compile(name, bytes)?;
         let wrong = |e: wasmtime::Error| PluginError::WrongWorld {
             plugin: name.to_string(),
-            world: World::SchedulingPolicy,
+            world,
             message: one_line(&e),
         };
         let pre = self
@@ -355,13 +358,28 @@ impl PluginHost {
             .linker
             .instantiate_pre(&component)
             .map_err(wrong)?;
-        let pre = bindings::policy::SchedulingPolicyPre::new(pre).map_err(wrong)?;
-        Ok(WasmPolicy {
-            inner: Arc::new(Loaded {
-                core: self.loaded_core(name, hash, limits),
-                pre,
-            }),
-        })
+        let pre = typed(pre).map_err(wrong)?;
+        Ok(Arc::new(Loaded {
+            core: self.loaded_core(name, hash, limits),
+            pre,
+        }))
+    }
+
+    /// Compiles and checks a policy component (blocking).
+    pub fn load_policy_blocking(
+        &self,
+        name: &str,
+        bytes: &[u8],
+        limits: Option<Limits>,
+    ) -> Result<WasmPolicy, PluginError> {
+        let inner = self.load(
+            name,
+            bytes,
+            limits,
+            World::SchedulingPolicy,
+            bindings::policy::SchedulingPolicyPre::new,
+        )?;
+        Ok(WasmPolicy { inner })
     }
 
     /// Compiles and checks a mutator component (blocking).
@@ -371,24 +389,14 @@ impl PluginHost {
         bytes: &[u8],
         limits: Option<Limits>,
     ) -> Result<WasmMutator, PluginError> {
-        let (component, hash) = self.compile(name, bytes)?;
-        let wrong = |e: wasmtime::Error| PluginError::WrongWorld {
-            plugin: name.to_string(),
-            world: World::PodMutator,
-            message: one_line(&e),
-        };
-        let pre = self
-            .inner
-            .linker
-            .instantiate_pre(&component)
-            .map_err(wrong)?;
-        let pre = bindings::mutator::PodMutatorPre::new(pre).map_err(wrong)?;
-        Ok(WasmMutator {
-            inner: Arc::new(Loaded {
-                core: self.loaded_core(name, hash, limits),
-                pre,
-            }),
-        })
+        let inner = self.load(
+            name,
+            bytes,
+            limits,
+            World::PodMutator,
+            bindings::mutator::PodMutatorPre::new,
+        )?;
+        Ok(WasmMutator { inner })
     }
 
     /// [`Self::load_policy_blocking`] on a blocking thread.
