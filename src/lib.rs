@@ -1,11 +1,14 @@
 //! diorch: a Kubernetes operator for DI-engine's distributed RL jobs (DIJob v2alpha1).
 
+pub mod allocator;
 pub mod api;
 pub mod controller;
 pub mod demo;
+pub mod events;
 pub mod metrics;
 pub mod operator;
 pub mod plugin;
+pub mod resources;
 pub mod sandbox;
 pub mod server;
 pub mod webhook;

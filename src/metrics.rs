@@ -74,11 +74,27 @@ impl ServerMetrics {
     }
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AllocationLabels {
+    /// The policy's name without its version hash (`binpack`, `builtin-binpack`).
+    pub policy: String,
+    /// Decisions: `placed`, `placed_by_fallback`, `waiting`; fallbacks: the plugin error reason.
+    pub result: String,
+}
+
+/// Metrics of the allocator.
+pub struct AllocatorMetrics {
+    pub decisions: Family<AllocationLabels, Counter>,
+    pub fallbacks: Family<AllocationLabels, Counter>,
+    pub call_duration: Histogram,
+}
+
 /// Every metric of the process, plus readiness.
 pub struct Metrics {
     registry: Registry,
     pub controller: ControllerMetrics,
     pub server: ServerMetrics,
+    pub allocator: AllocatorMetrics,
     ready: AtomicBool,
 }
 
@@ -143,10 +159,31 @@ impl Metrics {
             "Replica API request latency",
             server.duration.clone(),
         );
+        let allocator = AllocatorMetrics {
+            decisions: Family::default(),
+            fallbacks: Family::default(),
+            call_duration: Histogram::new(exponential_buckets(0.000_01, 2.0, 16)),
+        };
+        registry.register(
+            "allocator_decisions",
+            "Admission decisions for preemptible DIJobs by policy and result",
+            allocator.decisions.clone(),
+        );
+        registry.register(
+            "allocator_fallbacks",
+            "Policy calls answered by the built-in policy instead, by failed policy and reason",
+            allocator.fallbacks.clone(),
+        );
+        registry.register(
+            "allocator_policy_call_duration_seconds",
+            "Time of one allocate call of a scheduling policy, checks included",
+            allocator.call_duration.clone(),
+        );
         Metrics {
             registry,
             controller,
             server,
+            allocator,
             ready: AtomicBool::new(false),
         }
     }

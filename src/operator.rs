@@ -17,6 +17,8 @@ use crate::api::DIJob;
 use crate::controller::build::BuildContext;
 use crate::controller::executor::{self, Settings};
 use crate::metrics::Metrics;
+use crate::plugin::registry::PluginRegistry;
+use crate::plugin::{HostConfig, Limits, NativePolicy, PluginHost};
 
 /// Why the operator could not start or stopped.
 #[derive(Debug, thiserror::Error)]
@@ -49,6 +51,8 @@ pub enum OperatorError {
         #[source]
         source: kube::Error,
     },
+    #[error("cannot start the Wasm plugin host: {0}")]
+    PluginHost(#[source] crate::plugin::PluginError),
     #[error("cannot serve {what} on {addr}: {source}")]
     Bind {
         what: &'static str,
@@ -165,6 +169,41 @@ pub struct RunArgs {
     /// `dijobs/replicas`).
     #[arg(long, value_enum, default_value_t = crate::server::auth::ServerAuth::None)]
     pub server_auth: crate::server::auth::ServerAuth,
+    /// Namespace whose ConfigMaps labelled `diorch.io/plugin` are loaded as plugins (the
+    /// operator's own namespace when it runs in a pod).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    pub plugin_namespace: String,
+    /// Scheduling policy plugin for preemptible jobs without a `diorch.io/policy` annotation.
+    /// Unset, or not loaded: the built-in policy places them.
+    #[arg(long)]
+    pub default_policy: Option<String>,
+    /// Built-in policy: serves when no plugin is named or loaded, and when a plugin fails.
+    #[arg(long, value_enum, default_value_t = BuiltinPolicy::Binpack)]
+    pub builtin_policy: BuiltinPolicy,
+    /// Default wall-clock deadline of one plugin call (a plugin's ConfigMap may override it).
+    #[arg(long, default_value = "50ms", value_parser = parse_duration)]
+    pub plugin_deadline: std::time::Duration,
+    /// Default memory cap of one plugin call, in MiB.
+    #[arg(long, default_value_t = 64)]
+    pub plugin_memory_mib: usize,
+}
+
+/// The built-in policies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum BuiltinPolicy {
+    /// Fill the fullest nodes first (keeps whole GPU nodes free).
+    Binpack,
+    /// One replica per node where possible.
+    Spread,
+}
+
+impl From<BuiltinPolicy> for NativePolicy {
+    fn from(p: BuiltinPolicy) -> NativePolicy {
+        match p {
+            BuiltinPolicy::Binpack => NativePolicy::BinPack,
+            BuiltinPolicy::Spread => NativePolicy::Spread,
+        }
+    }
 }
 
 impl RunArgs {
@@ -178,8 +217,24 @@ impl RunArgs {
             burst: self.burst,
             sync_period: self.sync_period,
             concurrency: self.concurrency,
+            allocator: crate::allocator::Settings {
+                default_policy: self.default_policy.clone(),
+            },
             ..Settings::default()
         }
+    }
+
+    /// The plugin registry these flags describe (nothing loaded yet).
+    pub fn plugin_registry(&self) -> Result<PluginRegistry, OperatorError> {
+        let host = PluginHost::new(HostConfig {
+            limits: Limits {
+                deadline: self.plugin_deadline,
+                memory_bytes: self.plugin_memory_mib.saturating_mul(1 << 20),
+            },
+            ..HostConfig::default()
+        })
+        .map_err(OperatorError::PluginHost)?;
+        Ok(PluginRegistry::new(host, self.builtin_policy.into()))
     }
 }
 
@@ -239,8 +294,29 @@ pub async fn run(
         });
     }
     let client = conn.client.clone();
-    let (caches, controller) =
-        executor::start(conn.client, args.settings(), metrics.clone(), shutdown);
+    let plugins = Arc::new(args.plugin_registry()?);
+    let (stop_plugins, plugins_stopped) = tokio::sync::oneshot::channel::<()>();
+    {
+        let (client, namespace, plugins) = (
+            client.clone(),
+            args.plugin_namespace.clone(),
+            plugins.clone(),
+        );
+        info!(namespace = %namespace, "loading plugins from ConfigMaps labelled diorch.io/plugin");
+        tokio::spawn(async move {
+            crate::plugin::watch::run(client, &namespace, plugins, async {
+                let _ = plugins_stopped.await;
+            })
+            .await;
+        });
+    }
+    let (caches, controller) = executor::start(
+        conn.client,
+        args.settings(),
+        metrics.clone(),
+        plugins,
+        shutdown,
+    );
     if let Some(addr) = args.server_bind_address.0 {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
@@ -266,6 +342,7 @@ pub async fn run(
         });
     }
     controller.await;
+    let _ = stop_plugins.send(());
     info!("shut down");
     Ok(())
 }

@@ -176,6 +176,30 @@ pub struct Task {
     /// Pod template of the task's replicas.
     #[serde(default)]
     pub template: PodTemplateSpec,
+
+    /// diorch extension: fewest replicas the allocator may shrink this task to when the job is
+    /// preemptible. Absent means `replicas`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub min_replicas: Option<i32>,
+
+    /// diorch extension: most replicas the allocator may grow this task to when the job is
+    /// preemptible. Absent means `replicas`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_replicas: Option<i32>,
+}
+
+impl Task {
+    /// `minReplicas`, defaulting to `replicas`.
+    pub fn min_replicas(&self) -> i32 {
+        self.min_replicas.unwrap_or(self.replicas)
+    }
+
+    /// `maxReplicas`, defaulting to `replicas`.
+    pub fn max_replicas(&self) -> i32 {
+        self.max_replicas.unwrap_or(self.replicas)
+    }
 }
 
 fn default_replicas() -> i32 {

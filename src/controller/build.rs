@@ -6,7 +6,10 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{EnvVar, Pod, PodSpec, Service, ServicePort, ServiceSpec};
+use k8s_openapi::api::core::v1::{
+    EnvVar, NodeSelectorRequirement, NodeSelectorTerm, Pod, PodSpec, Service, ServicePort,
+    ServiceSpec,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
 use super::naming;
@@ -137,6 +140,38 @@ pub fn world(job: &DIJob, ranks: &RankTable, ctx: &BuildContext) -> World {
 }
 
 /// Builds the pod of `slot`, or `None` if the slot names no task of the job.
+/// Pins a pod to `node` with a required node affinity on the node's name, ANDed into every
+/// term the template already has (terms are ORed, so each must carry it).
+///
+/// Not `nodeName` as DI-orchestrator did: a bound pod bypasses the scheduler, so a node
+/// without room rejects it (OutOfcpu...) instead of it waiting, and a gang scheduler could never
+/// gate it. With the affinity kube-scheduler (or the gang scheduler named in schedulerName)
+/// still checks fit, and can only place the pod on the allocated node or leave it pending.
+pub fn pin_to_node(spec: &mut PodSpec, node: &str) {
+    let pin = NodeSelectorRequirement {
+        key: "metadata.name".to_string(),
+        operator: "In".to_string(),
+        values: Some(vec![node.to_string()]),
+    };
+    let required = spec
+        .affinity
+        .get_or_insert_with(Default::default)
+        .node_affinity
+        .get_or_insert_with(Default::default)
+        .required_during_scheduling_ignored_during_execution
+        .get_or_insert_with(Default::default);
+    if required.node_selector_terms.is_empty() {
+        required
+            .node_selector_terms
+            .push(NodeSelectorTerm::default());
+    }
+    for term in &mut required.node_selector_terms {
+        term.match_fields
+            .get_or_insert_with(Vec::new)
+            .push(pin.clone());
+    }
+}
+
 pub fn build_pod(
     job: &DIJob,
     slot: &ReplicaSlot,
@@ -181,7 +216,7 @@ pub fn build_pod(
     spec.hostname = Some(name.clone());
     spec.subdomain = Some(naming::service_name(&job_name));
     if let Some(node) = node.filter(|n| !n.is_empty()) {
-        spec.node_name = Some(node.to_string());
+        pin_to_node(&mut spec, node);
     }
     if let Some(job_volumes) = &job.spec.volumes {
         spec.volumes
@@ -259,6 +294,30 @@ pub fn build_service(job: &DIJob) -> Service {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn pinning_ands_the_node_into_every_existing_term() {
+        let mut spec: PodSpec = serde_json::from_value(json!({
+            "containers": [],
+            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["a"]}]},
+                    {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["b"]}]}
+                ]
+            }}}
+        }))
+        .expect("spec");
+        pin_to_node(&mut spec, "n1");
+        let terms = serde_json::to_value(&spec.affinity).expect("json")["nodeAffinity"]
+            ["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+            .clone();
+        assert_eq!(terms.as_array().map(Vec::len), Some(2));
+        for term in terms.as_array().into_iter().flatten() {
+            assert_eq!(term["matchExpressions"].as_array().map(Vec::len), Some(1));
+            assert_eq!(term["matchFields"][0]["values"], json!(["n1"]));
+        }
+    }
 
     fn job() -> DIJob {
         serde_json::from_value(serde_json::json!({
@@ -419,7 +478,15 @@ mod tests {
             "node-a"
         );
         let spec = pod.spec.as_ref().expect("spec");
-        assert_eq!(spec.node_name.as_deref(), Some("node-a"));
+        assert_eq!(spec.node_name, None, "placed through the scheduler");
+        assert_eq!(
+            serde_json::to_value(&spec.affinity).expect("json"),
+            json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchFields": [
+                    {"key": "metadata.name", "operator": "In", "values": ["node-a"]}
+                ]}]
+            }}})
+        );
         assert_eq!(spec.restart_policy.as_deref(), Some("Never"));
         for container in 0..2 {
             let env = env_of(&pod, container);

@@ -28,8 +28,11 @@ use super::expectations::Expectations;
 use super::naming;
 use super::planner::{self, Action, EventType, Observed, Plan};
 use super::throttle::Throttle;
+use crate::allocator::{self, Allocator};
 use crate::api::{DIJob, labels};
 use crate::metrics::{ActionLabels, ErrorLabels, Metrics, PhaseLabels, ResultLabels};
+use crate::plugin::registry::PluginRegistry;
+use crate::plugin::{PluginError, TaskContext};
 
 /// Controller settings (spec section 12 flags and kube-rs conventions).
 #[derive(Clone, Debug)]
@@ -44,6 +47,8 @@ pub struct Settings {
     pub concurrency: u16,
     /// Name the operator records Events as (`reportingController`).
     pub reporter: String,
+    /// How preemptible jobs are placed.
+    pub allocator: allocator::Settings,
 }
 
 impl Default for Settings {
@@ -55,6 +60,7 @@ impl Default for Settings {
             sync_period: Duration::from_secs(60),
             concurrency: 16,
             reporter: labels::OPERATOR_NAME.to_string(),
+            allocator: allocator::Settings::default(),
         }
     }
 }
@@ -118,6 +124,8 @@ pub struct Context {
     settings: Settings,
     metrics: Arc<Metrics>,
     failures: std::sync::Mutex<HashMap<String, u32>>,
+    allocator: Arc<Allocator>,
+    plugins: Arc<PluginRegistry>,
 }
 
 fn job_key(job: &impl Resource) -> String {
@@ -182,9 +190,10 @@ pub async fn run(
     client: Client,
     settings: Settings,
     metrics: Arc<Metrics>,
+    plugins: Arc<PluginRegistry>,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
-    start(client, settings, metrics, shutdown).1.await
+    start(client, settings, metrics, plugins, shutdown).1.await
 }
 
 /// Sets up the DIJob controller: returns its caches and the future that runs it until
@@ -193,6 +202,7 @@ pub fn start(
     client: Client,
     settings: Settings,
     metrics: Arc<Metrics>,
+    plugins: Arc<PluginRegistry>,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) -> (Caches, futures::future::BoxFuture<'static, ()>) {
     let owned = watcher::Config::default().labels(&format!(
@@ -204,6 +214,13 @@ pub fn start(
     let (pod_store, pod_writer) = reflector::store::<CachedPod>();
     let (svc_store, svc_writer) = reflector::store::<Service>();
     let index = PodIndex::default();
+    let (allocator, retries) = Allocator::start(
+        client.clone(),
+        plugins.clone(),
+        job_store.clone(),
+        settings.allocator.clone(),
+        metrics.clone(),
+    );
 
     let ctx = Arc::new(Context {
         client: client.clone(),
@@ -226,6 +243,8 @@ pub fn start(
         settings: settings.clone(),
         metrics,
         failures: std::sync::Mutex::new(HashMap::new()),
+        allocator: allocator.clone(),
+        plugins,
     });
 
     let forget = ctx.clone();
@@ -241,6 +260,12 @@ pub fn start(
             let key = job_key(job);
             forget.expectations.remove(&key);
             forget.failures().remove(&key);
+            let allocator = forget.allocator.clone();
+            let (namespace, name) = (
+                job.metadata.namespace.clone().unwrap_or_default(),
+                job.metadata.name.clone().unwrap_or_default(),
+            );
+            tokio::spawn(async move { allocator.forget(&namespace, &name).await });
         }
     })
     .applied_objects();
@@ -263,14 +288,15 @@ pub fn start(
     let caches = ctx.caches.clone();
     // Reconciling from a half-filled pod cache would see a running job's pods as gone.
     let ready = ctx.clone();
-    let stores = (job_store.clone(), pod_store, svc_store);
+    let stores = (job_store.clone(), pod_store, svc_store, allocator);
     tokio::spawn(async move {
         let started = Instant::now();
-        let (jobs, pods, services) = stores;
-        let mut synced = Box::pin(future::try_join3(
+        let (jobs, pods, services, allocator) = stores;
+        let mut synced = Box::pin(future::try_join4(
             jobs.wait_until_ready(),
             pods.wait_until_ready(),
             services.wait_until_ready(),
+            allocator.wait_until_ready(),
         ));
         loop {
             tokio::select! {
@@ -285,7 +311,7 @@ pub fn start(
                 // Nothing is reconciled until then: say so instead of waiting silently.
                 () = tokio::time::sleep(Duration::from_secs(10)) => tracing::warn!(
                     waited = ?started.elapsed(),
-                    "the DIJob, pod and service caches have not all synced yet; reconciles wait"
+                    "the DIJob, pod, service and node caches have not all synced yet; reconciles wait"
                 ),
             }
         }
@@ -294,6 +320,7 @@ pub fn start(
     let controller = Controller::for_stream(jobs, job_store)
         .owns_stream(pods)
         .owns_stream(services)
+        .reconcile_on(retries)
         .with_config(controller::Config::default().concurrency(settings.concurrency))
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
@@ -375,9 +402,18 @@ async fn reconcile_inner(job: &DIJob, ctx: &Context) -> Result<Requeue, Error> {
     let service = ctx
         .services
         .get(&ObjectRef::new(&naming::service_name(&name)).within(&namespace));
+    let admission = if allocator::needs_allocation(job) {
+        Some(ctx.allocator.admit(job).await)
+    } else {
+        if job.spec.preemptible || job.status.as_ref().is_some_and(|s| s.allocation.is_some()) {
+            ctx.allocator.observe(job).await;
+        }
+        None
+    };
     let observed = Observed {
         pods: pod_refs,
         service: service.as_deref(),
+        admission: admission.as_ref(),
     };
     let now = Time(jiff::Timestamp::now());
     let plan = planner::plan(job, &observed, &ctx.settings.build, &now);
@@ -443,8 +479,17 @@ async fn reconcile_inner(job: &DIJob, ctx: &Context) -> Result<Requeue, Error> {
         return Err(err);
     }
     ctx.count("ok");
+    if matches!(admission, Some(planner::Admission::Waiting { .. })) {
+        // Capacity changes wake waiting jobs at once; this is the safety net.
+        return Ok(Requeue::requeue(
+            WAITING_RETRY.min(ctx.settings.sync_period),
+        ));
+    }
     Ok(Requeue::requeue(ctx.settings.sync_period))
 }
+
+/// How often a job waiting for capacity is tried again without any capacity event.
+const WAITING_RETRY: Duration = Duration::from_secs(30);
 
 /// Writes `plan.status` (if any) with the cached resourceVersion as guard. `Ok(false)` on a
 /// conflict: the cache is behind, and the next pass plans from the newer job.
@@ -523,14 +568,20 @@ async fn execute(ctx: &Context, job: &DIJob, key: &str, plan: &Plan) -> Outcome 
             let (kind, what, result) = match action {
                 Action::CreatePod(pod) => {
                     let name = pod.metadata.name.clone().unwrap_or_default();
-                    let result = bounded(pods.create(&PostParams::default(), pod))
-                        .await
-                        .map(|_| ());
+                    let (kind, result) = match mutate(ctx, job, pod).await {
+                        Ok(pod) => (
+                            "create",
+                            bounded(pods.create(&PostParams::default(), &pod))
+                                .await
+                                .map(|_| ()),
+                        ),
+                        Err(e) => ("mutate", Err(kube::Error::Service(Box::new(e)))),
+                    };
                     if result.is_err() {
                         ctx.expectations.forget(key, Some(&name), None);
                     }
                     ctx.count_action("create_pod");
-                    ("create", format!("pod {name}"), result)
+                    (kind, format!("pod {name}"), result)
                 }
                 Action::DeletePod {
                     name, uid, grace, ..
@@ -594,6 +645,13 @@ async fn execute(ctx: &Context, job: &DIJob, key: &str, plan: &Plan) -> Outcome 
             // Already there (a create the cache had not shown yet) or already gone: the goal is met.
             (Err(err), "create") if is_status(err, 409) => continue,
             (Err(err), "delete") if is_status(err, 404) || is_status(err, 409) => continue,
+            // A mutator with failurePolicy Fail refused the pod: it is not created, like a
+            // pod an admission webhook rejects, and the job retries with backoff.
+            (Err(err), "mutate") => (
+                "MutatorFailed",
+                EventType::Warning,
+                format!("{what} was not created: {}", api_message(err)),
+            ),
             (Err(err), "create") => {
                 if is_status(err, 422) && what.starts_with("pod ") && outcome.invalid.is_none() {
                     outcome.invalid =
@@ -641,6 +699,54 @@ async fn execute(ctx: &Context, job: &DIJob, key: &str, plan: &Plan) -> Outcome 
     }
     publish_related(ctx, job, events);
     outcome
+}
+
+/// What a mutator is told about the pod: read back from the labels and annotations the
+/// builder put on it, so the planner's actions stay plain pods.
+fn task_context(job: &DIJob, pod: &Pod) -> TaskContext {
+    let label = |k: &str| {
+        pod.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(k))
+            .cloned()
+            .unwrap_or_default()
+    };
+    let annotation = |k: &str| {
+        pod.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(k))
+            .cloned()
+            .unwrap_or_default()
+    };
+    let number = |k: &str| annotation(k).parse::<u32>().unwrap_or(0);
+    let pairs = |m: &Option<std::collections::BTreeMap<String, String>>| {
+        m.iter()
+            .flatten()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    };
+    TaskContext {
+        job_key: job_key(job),
+        task_name: label(labels::TASK_NAME),
+        task_type: label(labels::TASK_TYPE),
+        rank: number(labels::ANNOTATION_RANK),
+        task_rank: number(labels::ANNOTATION_TASK_RANK),
+        world_size: number(labels::ANNOTATION_REPLICAS),
+        node: Some(annotation(labels::ANNOTATION_NODE)).filter(|n| !n.is_empty()),
+        job_labels: pairs(&job.metadata.labels),
+        job_annotations: pairs(&job.metadata.annotations),
+        config: String::new(),
+    }
+}
+
+/// `pod` after the loaded mutators that apply to its task type, in their order (checked by
+/// the plugin host; failurePolicy Ignore skips a failing one).
+async fn mutate(ctx: &Context, job: &DIJob, pod: &Pod) -> Result<Pod, PluginError> {
+    ctx.plugins
+        .mutate_pod(&task_context(job, pod), pod.clone())
+        .await
 }
 
 /// A reference to the pod or service `what` ("pod <name>" / "service <name>") of `job`, so each
@@ -702,8 +808,8 @@ fn publish_related(
                 EventType::Warning => KubeEventType::Warning,
             },
             reason: e.reason.to_string(),
+            action: crate::events::action("Reconcile", &e.message),
             note: Some(e.message),
-            action: "Reconcile".to_string(),
             secondary: related,
         };
         if ctx.events.try_send((event, reference.clone())).is_err() {

@@ -30,7 +30,28 @@ pub struct Observed<'a> {
     pub pods: Vec<&'a CachedPod>,
     /// The cached service named `di-<job>`, if any.
     pub service: Option<&'a Service>,
+    /// The allocator's answer, when the job is preemptible and needs an allocation.
+    pub admission: Option<&'a Admission>,
 }
+
+/// The allocator's answer for a preemptible job that needs an allocation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Admission {
+    /// One node per replica in slot order (tasks in spec order, then local rank).
+    Placed {
+        nodes: Vec<String>,
+        /// The policy that decided, e.g. `binpack@3f2a…` or `builtin-binpack`.
+        by: String,
+        /// Why the built-in policy answered instead of the requested one.
+        fallback: Option<String>,
+    },
+    /// Not every replica fits now; the job waits in Pending.
+    Waiting { message: String, by: String },
+}
+
+/// Condition (not a phase) saying whether a preemptible job holds an allocation, and from
+/// which policy. Kept first in `status.conditions`, so the current phase stays last.
+pub const ALLOCATED_CONDITION: &str = "Allocated";
 
 /// Kind of an Event the executor records on the job.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -86,6 +107,8 @@ pub struct Plan {
     pub transition: Option<Transition>,
     pub actions: Vec<Action>,
     pub events: Vec<JobEvent>,
+    /// The status carries a new allocation: it is written before pods are placed on it.
+    pub allocated: bool,
 }
 
 impl Plan {
@@ -95,9 +118,11 @@ impl Plan {
     /// twice. Plain creations go first: a rank they use is recovered from the pod if the status
     /// write is lost.
     pub fn status_first(&self) -> bool {
-        self.transition
-            .as_ref()
-            .is_some_and(|t| !matches!(t.to, Phase::Pending | Phase::Starting | Phase::Running))
+        self.allocated
+            || self
+                .transition
+                .as_ref()
+                .is_some_and(|t| !matches!(t.to, Phase::Pending | Phase::Starting | Phase::Running))
     }
 
     /// Short text of the actions for the reconcile log line.
@@ -337,7 +362,10 @@ impl Planner<'_> {
         }
         let conditions = self.status.conditions.get_or_insert_with(Vec::new);
         conditions.retain(|c| c.type_ != to.as_str());
-        for c in conditions.iter_mut() {
+        for c in conditions
+            .iter_mut()
+            .filter(|c| c.type_ != ALLOCATED_CONDITION)
+        {
             if c.status != "False" {
                 c.status = "False".to_string();
                 c.last_update_time = Some(self.now.clone());
@@ -371,6 +399,78 @@ impl Planner<'_> {
             reason,
             message,
         });
+    }
+
+    /// Records a new allocation (by global rank) with its condition and Event.
+    fn allocated(&mut self, allocation: Vec<String>, by: &str, fallback: Option<&str>) {
+        let mut per_node: BTreeMap<&str, usize> = BTreeMap::new();
+        for node in allocation.iter().filter(|n| !n.is_empty()) {
+            *per_node.entry(node).or_default() += 1;
+        }
+        let spread = per_node
+            .iter()
+            .map(|(node, n)| format!("{node}×{n}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let message = format!("placed by {by} on {spread}");
+        self.status.allocation = Some(allocation);
+        self.plan.allocated = true;
+        if let Some(why) = fallback {
+            self.plan.events.push(JobEvent {
+                type_: EventType::Warning,
+                reason: "PolicyFallback",
+                message: format!("{why}; the built-in policy {by} placed the job instead"),
+            });
+        }
+        self.plan.events.push(JobEvent {
+            type_: EventType::Normal,
+            reason: "JobAllocated",
+            message: message.clone(),
+        });
+        self.set_allocated_condition("True", "Allocated", message);
+    }
+
+    /// Keeps a job that does not fit waiting, saying why (the Event only when the reason changes).
+    fn waiting(&mut self, message: &str, by: &str) {
+        let message = format!("{message} (policy {by})");
+        let same = self
+            .status
+            .conditions
+            .iter()
+            .flatten()
+            .any(|c| c.type_ == ALLOCATED_CONDITION && c.message.as_deref() == Some(&message));
+        if !same {
+            self.plan.events.push(JobEvent {
+                type_: EventType::Warning,
+                reason: "FailedAllocation",
+                message: message.clone(),
+            });
+            self.set_allocated_condition("False", "Unschedulable", message);
+        }
+    }
+
+    fn set_allocated_condition(&mut self, status: &str, reason: &str, message: String) {
+        let conditions = self.status.conditions.get_or_insert_with(Vec::new);
+        let old = conditions
+            .iter()
+            .position(|c| c.type_ == ALLOCATED_CONDITION)
+            .map(|i| conditions.remove(i));
+        let transitioned = old.as_ref().is_none_or(|c| c.status != status);
+        conditions.insert(
+            0,
+            JobCondition {
+                type_: ALLOCATED_CONDITION.to_string(),
+                status: status.to_string(),
+                reason: Some(reason.to_string()),
+                message: Some(message),
+                last_update_time: Some(self.now.clone()),
+                last_transition_time: if transitioned {
+                    Some(self.now.clone())
+                } else {
+                    old.and_then(|c| c.last_transition_time)
+                },
+            },
+        );
     }
 
     /// Succeeded and Failed are absorbing (15.11, Kubeflow Trainer's recurring bug): clean up by
@@ -439,6 +539,39 @@ impl Planner<'_> {
             })
             .collect();
         let r = slots.len() as i32;
+
+        // Where a preemptible job's replicas go.
+        let mut placed = !preemptible;
+        if preemptible {
+            match observed.admission {
+                Some(Admission::Placed {
+                    nodes,
+                    by,
+                    fallback,
+                }) => {
+                    let mut allocation = vec![String::new(); ranks.entries().len()];
+                    for (slot, node) in slots.iter().zip(nodes) {
+                        if let Some(entry) = ranks
+                            .rank_of(&slot.pod_name)
+                            .and_then(|r| allocation.get_mut(r))
+                        {
+                            entry.clone_from(node);
+                        }
+                    }
+                    self.allocated(allocation, by, fallback.as_deref());
+                    placed = true;
+                }
+                Some(Admission::Waiting { message, by }) => self.waiting(message, by),
+                // Allocated already (or the allocator has not answered: nothing is placed).
+                None => {
+                    placed = self
+                        .status
+                        .allocation
+                        .as_ref()
+                        .is_some_and(|a| !a.is_empty())
+                }
+            }
+        }
 
         // What differs from the spec.
         let allocation = self.status.allocation.clone().unwrap_or_default();
@@ -531,10 +664,12 @@ impl Planner<'_> {
 
         // Converge pods in the phases that change them.
         let phase = self.status.phase.unwrap_or(Phase::Pending);
-        if matches!(
-            phase,
-            Phase::Pending | Phase::Restarting | Phase::Rescheduling
-        ) {
+        if placed
+            && matches!(
+                phase,
+                Phase::Pending | Phase::Restarting | Phase::Rescheduling
+            )
+        {
             // A pod can be failed and scaled in and stale at once: delete it once.
             let mut deleted = BTreeSet::new();
             let victims = failed
@@ -766,26 +901,41 @@ mod tests {
         next_uid: u32,
         transitions: Vec<Phase>,
         events: Vec<JobEvent>,
+        /// What the allocator answers while the job needs an allocation.
+        admission: Option<Admission>,
     }
 
     impl Sim {
         fn new(job: DIJob) -> Sim {
             Sim {
-                job,
                 pods: Vec::new(),
                 service: None,
                 clock: 0,
                 next_uid: 0,
                 transitions: Vec::new(),
                 events: Vec::new(),
+                // The allocator of this fake cluster places every replica on n0 or n1.
+                admission: job.spec.preemptible.then(|| Admission::Placed {
+                    nodes: (0..job.spec.tasks.iter().map(|t| t.replicas).sum::<i32>())
+                        .map(|i| format!("n{}", i % 2))
+                        .collect(),
+                    by: "test-policy".into(),
+                    fallback: None,
+                }),
+                job,
             }
         }
 
         fn plan(&self) -> Plan {
             let cached: Vec<CachedPod> = self.pods.iter().cloned().map(CachedPod::from).collect();
+            let admission = self
+                .admission
+                .as_ref()
+                .filter(|_| crate::allocator::needs_allocation(&self.job));
             let observed = Observed {
                 pods: cached.iter().collect(),
                 service: self.service.as_ref(),
+                admission,
             };
             plan(
                 &self.job,
@@ -1384,6 +1534,187 @@ mod tests {
         assert_eq!((sim.status().restarts, sim.status().reschedules), (1, 0));
     }
 
+    fn waiting(message: &str) -> Admission {
+        Admission::Waiting {
+            message: message.into(),
+            by: "binpack@abc".into(),
+        }
+    }
+
+    fn placed(nodes: &[&str], fallback: Option<&str>) -> Admission {
+        Admission::Placed {
+            nodes: nodes.iter().map(|n| n.to_string()).collect(),
+            by: "binpack@abc".into(),
+            fallback: fallback.map(String::from),
+        }
+    }
+
+    fn allocated_condition(sim: &Sim) -> JobCondition {
+        let conditions = sim.status().conditions.unwrap_or_default();
+        assert_eq!(
+            conditions.first().map(|c| c.type_.as_str()),
+            Some(ALLOCATED_CONDITION),
+            "the Allocated condition comes first"
+        );
+        conditions[0].clone()
+    }
+
+    #[test]
+    fn a_preemptible_job_that_does_not_fit_waits_in_pending_without_pods() {
+        let mut sim = Sim::new(job_with(json!({"preemptible": true})));
+        sim.admission = Some(waiting("waiting for capacity: 4 replicas"));
+        sim.settle();
+        assert_eq!(sim.phase(), Some(Phase::Pending));
+        assert!(sim.pods.is_empty(), "no partial start");
+        assert!(sim.service.is_some(), "the service does not wait");
+        assert_eq!(sim.status().allocation, None);
+        let c = allocated_condition(&sim);
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_deref()),
+            ("False", Some("Unschedulable"))
+        );
+        assert_eq!(
+            c.message.as_deref(),
+            Some("waiting for capacity: 4 replicas (policy binpack@abc)")
+        );
+        let conditions = sim.status().conditions.unwrap_or_default();
+        assert_eq!(conditions.last().map(|c| c.type_.as_str()), Some("Pending"));
+        let failed: Vec<_> = sim
+            .events
+            .iter()
+            .filter(|e| e.reason == "FailedAllocation")
+            .collect();
+        assert_eq!(failed.len(), 1, "{:?}", sim.events);
+        assert_eq!(failed[0].type_, EventType::Warning);
+        // The same answer again: no new Event, no status write.
+        let plan = sim.step();
+        assert_eq!(plan.status, None);
+        assert!(plan.events.is_empty());
+        // A different reason is news.
+        sim.admission = Some(waiting("waiting for capacity: other"));
+        let plan = sim.step();
+        assert_eq!(plan.events.len(), 1);
+    }
+
+    #[test]
+    fn an_allocation_is_written_first_then_every_pod_goes_to_its_node() {
+        let mut sim = Sim::new(job_with(json!({"preemptible": true})));
+        sim.admission = Some(waiting("full"));
+        sim.settle();
+        sim.admission = Some(placed(&["a", "b", "c", "c"], None));
+        let plan = sim.step();
+        assert!(
+            plan.allocated && plan.status_first(),
+            "allocation before pods"
+        );
+        assert_eq!(
+            plan.actions
+                .iter()
+                .filter(|a| matches!(a, Action::CreatePod(_)))
+                .count(),
+            4
+        );
+        assert_eq!(
+            sim.status().allocation,
+            Some(["a", "b", "c", "c"].map(String::from).to_vec())
+        );
+        let c = allocated_condition(&sim);
+        assert_eq!(c.status, "True");
+        assert_eq!(
+            c.message.as_deref(),
+            Some("placed by binpack@abc on a×1, b×1, c×2")
+        );
+        assert!(
+            sim.events.iter().any(|e| e.reason == "JobAllocated"
+                && e.message == "placed by binpack@abc on a×1, b×1, c×2")
+        );
+        for (pod, node) in [
+            ("j-learner-0", "a"),
+            ("j-evaluator-0", "b"),
+            ("j-collector-1", "c"),
+        ] {
+            let p = sim
+                .pods
+                .iter()
+                .find(|p| p.metadata.name.as_deref() == Some(pod))
+                .expect("pod");
+            assert_eq!(
+                p.metadata.annotations.as_ref().expect("annotations")["diengine/node"],
+                node
+            );
+            let terms = &p
+                .spec
+                .as_ref()
+                .and_then(|s| s.affinity.as_ref())
+                .and_then(|a| a.node_affinity.as_ref())
+                .and_then(|n| {
+                    n.required_during_scheduling_ignored_during_execution
+                        .as_ref()
+                })
+                .expect("required affinity")
+                .node_selector_terms;
+            assert_eq!(
+                terms[0].match_fields.as_ref().expect("fields")[0].values,
+                Some(vec![node.to_string()])
+            );
+        }
+        // Phase changes leave the Allocated condition alone.
+        sim.settle();
+        sim.all("Running", true);
+        sim.settle();
+        assert_eq!(sim.phase(), Some(Phase::Running));
+        assert_eq!(allocated_condition(&sim).status, "True");
+        let conditions = sim.status().conditions.unwrap_or_default();
+        assert_eq!(
+            conditions
+                .last()
+                .map(|c| (c.type_.as_str(), c.status.as_str())),
+            Some(("Running", "True"))
+        );
+        assert_eq!(sim.status().replicas, 4);
+    }
+
+    #[test]
+    fn a_fallback_placement_says_why_in_a_warning() {
+        let mut sim = Sim::new(job_with(json!({"preemptible": true})));
+        sim.admission = Some(placed(
+            &["a", "a", "a", "a"],
+            Some("plugin binpack trapped: unreachable"),
+        ));
+        sim.step();
+        let warning = sim
+            .events
+            .iter()
+            .find(|e| e.reason == "PolicyFallback")
+            .expect("fallback event");
+        assert_eq!(warning.type_, EventType::Warning);
+        assert!(
+            warning
+                .message
+                .starts_with("plugin binpack trapped: unreachable; the built-in policy")
+        );
+    }
+
+    #[test]
+    fn scaling_a_placed_preemptible_job_reschedules_onto_the_new_allocation() {
+        let mut sim = Sim::running(job_with(json!({"preemptible": true})));
+        let before = sim.status().allocation.expect("allocation");
+        assert_eq!(before, ["n0", "n1", "n0", "n1"].map(String::from).to_vec());
+        // Two more collectors: the allocator places the whole job again.
+        sim.job.spec.tasks[2].replicas = 4;
+        assert!(crate::allocator::needs_allocation(&sim.job));
+        sim.admission = Some(placed(&["n0", "n1", "n0", "n1", "n2", "n2"], None));
+        sim.settle();
+        assert_eq!(sim.status().reschedules, 1);
+        assert_eq!(sim.pods.len(), 6);
+        assert_eq!(sim.status().allocation.map(|a| a.len()), Some(6));
+        assert_eq!(sim.rank("j-collector-3"), 5);
+        sim.all("Running", true);
+        sim.settle();
+        assert_eq!(sim.phase(), Some(Phase::Running));
+        assert!(!crate::allocator::needs_allocation(&sim.job));
+    }
+
     #[test]
     fn a_changed_allocation_moves_only_the_misplaced_pods_of_a_preemptible_job() {
         let mut job = job_with(json!({"preemptible": true}));
@@ -1397,8 +1728,8 @@ mod tests {
             sim.pods
                 .iter()
                 .find(|p| p.metadata.name.as_deref() == Some(name))
-                .and_then(|p| p.spec.as_ref())
-                .and_then(|s| s.node_name.clone())
+                .and_then(|p| p.metadata.annotations.as_ref())
+                .and_then(|a| a.get(labels::ANNOTATION_NODE).cloned())
         };
         assert_eq!(node(&sim, "j-collector-0").as_deref(), Some("n3"));
         sim.all("Running", true);

@@ -126,6 +126,21 @@ pub fn validate(job: &DIJob) -> Result<(), Invalid> {
         ));
     }
 
+    for (i, task) in job.spec.tasks.iter().enumerate() {
+        let (min, max) = (task.min_replicas(), task.max_replicas());
+        if min < 1 || min > task.replicas || task.replicas > max {
+            return Err(Invalid::new(
+                format!("spec.tasks[{i}]"),
+                format!(
+                    "task {} has minReplicas {min}, replicas {}, maxReplicas {max}: they must satisfy 1 <= minReplicas <= replicas <= maxReplicas",
+                    build::task_name(task),
+                    task.replicas
+                ),
+                "leave minReplicas and maxReplicas out (both default to replicas), or order them",
+            ));
+        }
+    }
+
     let job_name = job.metadata.name.as_deref().unwrap_or_default();
     let service = naming::service_name(job_name);
     if let Some(why) = dns_label_problem(&service) {
@@ -144,7 +159,8 @@ pub fn validate(job: &DIJob) -> Result<(), Invalid> {
                 "use lowercase letters, digits and '-'",
             ));
         }
-        let last = naming::pod_name(job_name, &name, task.replicas.saturating_sub(1));
+        let most = task.replicas.max(task.max_replicas());
+        let last = naming::pod_name(job_name, &name, most.saturating_sub(1));
         if let Some(why) = dns_label_problem(&last) {
             return Err(Invalid::new(
                 format!("spec.tasks[{i}].name"),
@@ -180,6 +196,40 @@ fn dns_label_problem(s: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn min_and_max_replicas_must_bracket_replicas() {
+        let ok = job(
+            "mm",
+            json!([{"type": "collector", "replicas": 2, "minReplicas": 1, "maxReplicas": 4}]),
+        );
+        assert_eq!(validate(&ok), Ok(()));
+        for (min, max) in [(3, 4), (1, 1), (0, 2)] {
+            let bad = job(
+                "mm",
+                json!([{"type": "collector", "replicas": 2, "minReplicas": min, "maxReplicas": max}]),
+            );
+            let err = validate(&bad).expect_err("out of order");
+            assert_eq!(err.field, "spec.tasks[0]");
+            assert!(
+                err.message
+                    .contains("1 <= minReplicas <= replicas <= maxReplicas")
+            );
+        }
+    }
+
+    #[test]
+    fn the_longest_pod_name_counts_max_replicas() {
+        // `<53 chars>-learner-1` is 63 characters; `-99` makes it 64.
+        let name = "a".repeat(53);
+        let fits = job(&name, json!([{"type": "learner", "replicas": 2}]));
+        assert_eq!(validate(&fits), Ok(()));
+        let grows = job(
+            &name,
+            json!([{"type": "learner", "replicas": 2, "maxReplicas": 100}]),
+        );
+        assert!(validate(&grows).is_err());
+    }
 
     fn job(name: &str, tasks: Value) -> DIJob {
         serde_json::from_value(json!({

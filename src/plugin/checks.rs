@@ -116,6 +116,58 @@ pub fn plan(
         .collect()
 }
 
+/// Whether an allocation (node names, one per replica in rank order) fits the nodes' free
+/// capacity: a policy that over-commits a node would leave pods pending forever.
+pub fn capacity(
+    plugin: &str,
+    job: &Job,
+    nodes: &[Node],
+    alloc: &[String],
+) -> Result<(), PluginError> {
+    let mut taken: BTreeMap<&str, super::Resources> = BTreeMap::new();
+    for (task, node) in job.replicas().zip(alloc) {
+        let sum = taken.entry(node.as_str()).or_default();
+        sum.cpu_millis = sum.cpu_millis.saturating_add(task.requests.cpu_millis);
+        sum.memory_bytes = sum.memory_bytes.saturating_add(task.requests.memory_bytes);
+        sum.gpus = sum.gpus.saturating_add(task.requests.gpus);
+        for (name, q) in &task.requests.extended {
+            match sum.extended.iter_mut().find(|(n, _)| n == name) {
+                Some(slot) => slot.1 = slot.1.saturating_add(*q),
+                None => sum.extended.push((name.clone(), *q)),
+            }
+        }
+    }
+    for (name, sum) in taken {
+        let Some(node) = nodes.iter().find(|n| n.name == name) else {
+            return Err(malformed(
+                plugin,
+                format!("job {}: unknown node {name}", job.key),
+            ));
+        };
+        if !node.free.fits(&sum) {
+            return Err(malformed(
+                plugin,
+                format!(
+                    "job {}: node {name} is over-committed: its replicas ask {} GPUs, {}m CPU, {} bytes of memory{}, it has {} GPUs, {}m CPU, {} bytes free",
+                    job.key,
+                    sum.gpus,
+                    sum.cpu_millis,
+                    sum.memory_bytes,
+                    if sum.extended.is_empty() {
+                        String::new()
+                    } else {
+                        format!(", {:?}", sum.extended)
+                    },
+                    node.free.gpus,
+                    node.free.cpu_millis,
+                    node.free.memory_bytes,
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Env vars the operator injects (spec §5): a mutator may not add, change or drop them.
 pub fn protected_env(name: &str) -> bool {
     matches!(name, "DI_JOB_ID" | "DI_SERVER_URL" | "DI_RANK" | "DI_NODES")
@@ -231,6 +283,25 @@ pub fn mutation(plugin: &str, input: &Value, output: &str) -> Result<Pod, Plugin
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn capacity_refuses_an_over_committed_node() {
+        // 2 learners with 1 GPU each, an evaluator and 4 collectors; node-0000 has 1 GPU free.
+        let (job, mut nodes) = crate::plugin::sample::allocate_input(4, 2);
+        nodes[0].free.gpus = 1;
+        let n = job.total_replicas();
+        let spread: Vec<String> = (0..n).map(|i| nodes[i % 4].name.clone()).collect();
+        assert_eq!(capacity("p", &job, &nodes, &spread), Ok(()));
+        let packed = vec![nodes[0].name.clone(); n];
+        let err = capacity("p", &job, &nodes, &packed).expect_err("over-committed");
+        assert!(
+            err.to_string()
+                .contains("node node-0000 is over-committed: its replicas ask 2 GPUs"),
+            "{err}"
+        );
+        let unknown = vec!["nowhere".to_string(); n];
+        assert!(capacity("p", &job, &nodes, &unknown).is_err());
+    }
 
     fn pod() -> Value {
         json!({"apiVersion": "v1", "kind": "Pod",

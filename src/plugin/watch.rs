@@ -143,8 +143,8 @@ async fn apply(
     let event = Event {
         type_,
         reason: reason.into(),
+        action: crate::events::action("LoadPlugin", &note),
         note: Some(note),
-        action: "LoadPlugin".into(),
         secondary: None,
     };
     if let Err(error) = recorder.publish(&event, &cm.object_ref(&())).await {

@@ -3,6 +3,7 @@
 //! would, and with the `kube` client.
 #![allow(dead_code)] // each test binary uses its own subset
 
+pub mod allocation;
 pub mod controller;
 pub mod foundation;
 

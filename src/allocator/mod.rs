@@ -1,0 +1,463 @@
+//! The allocator: places preemptible DIJobs on nodes through the active scheduling policy
+//! (a Wasm plugin, or the built-in native one), all-or-nothing.
+//!
+//! It keeps its own view of the cluster from watches (nodes, and every pod's requests per
+//! node: [`view`]) and a ledger of the allocations it holds, so two jobs admitted back to back
+//! never get the same free capacity before either's pods exist. The controller calls
+//! [`Allocator::admit`] from a reconcile when a preemptible job needs an allocation and writes
+//! the answer into the job's status itself; jobs left waiting are reconciled again as soon as
+//! capacity frees (a pod ends or goes, a node changes).
+//!
+//! Owns: admission decisions, the ledger, policy choice and fallback, the cluster view.
+//! Must not touch: DIJob status or pods (the controller writes them), Wasm (the plugin
+//! registry runs policies).
+
+pub mod view;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt as _;
+use k8s_openapi::api::core::v1::Node;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt as _, watcher};
+use kube::{Api, Client};
+
+use crate::api::DIJob;
+use crate::controller::cache::CachedJob;
+use crate::metrics::{AllocationLabels, Metrics};
+use crate::plugin::registry::PluginRegistry;
+use crate::plugin::{self, PluginError, PolicyError, SchedulingPolicy as _};
+use crate::resources::Resources;
+
+pub use crate::controller::planner::Admission;
+
+/// Annotation on a DIJob naming the policy plugin that places it (overrides `--default-policy`).
+pub const POLICY_ANNOTATION: &str = "diorch.io/policy";
+
+/// A reservation not confirmed by the job's status within this long is dropped (its status
+/// write never landed, e.g. the job was edited meanwhile); the next reconcile asks again.
+const UNCONFIRMED_TTL: Duration = Duration::from_secs(120);
+
+/// How the allocator chooses a policy.
+#[derive(Clone, Debug, Default)]
+pub struct Settings {
+    /// Policy plugin for jobs without the [`POLICY_ANNOTATION`]; `None` = the registry's
+    /// built-in policy (which also serves when a named plugin is not loaded or fails).
+    pub default_policy: Option<String>,
+}
+
+/// An allocation the allocator counts as taken.
+#[derive(Clone, Debug)]
+struct Held {
+    uid: String,
+    /// Node per slot (slot order), for returning the same answer again.
+    slots: Vec<String>,
+    /// What each placed replica takes on its node.
+    usage: Vec<(String, Resources)>,
+    /// Seen in the job's status (else it is a reservation this process made).
+    confirmed: bool,
+    since: Instant,
+}
+
+#[derive(Default)]
+struct Ledger {
+    seeded: bool,
+    held: HashMap<String, Held>,
+    /// Jobs told to wait, reconciled again when capacity frees.
+    waiting: HashSet<ObjectRef<CachedJob>>,
+}
+
+pub struct Allocator {
+    registry: Arc<PluginRegistry>,
+    nodes: Store<Node>,
+    pods: Store<view::UsagePod>,
+    jobs: Store<CachedJob>,
+    settings: Settings,
+    ledger: tokio::sync::Mutex<Ledger>,
+    metrics: Arc<Metrics>,
+    retry: futures::channel::mpsc::UnboundedSender<ObjectRef<CachedJob>>,
+}
+
+fn job_key(job: &DIJob) -> String {
+    format!(
+        "{}/{}",
+        job.metadata.namespace.as_deref().unwrap_or_default(),
+        job.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+fn job_ref(job: &DIJob) -> ObjectRef<CachedJob> {
+    ObjectRef::new(job.metadata.name.as_deref().unwrap_or_default())
+        .within(job.metadata.namespace.as_deref().unwrap_or_default())
+}
+
+/// Whether `job` needs an allocation: preemptible, still active, and its status does not hold
+/// one node per replica. A pure function of the job, so the executor can ask before planning.
+pub fn needs_allocation(job: &DIJob) -> bool {
+    if !job.spec.preemptible {
+        return false;
+    }
+    let status = job.status.as_ref();
+    if status
+        .and_then(|s| s.phase)
+        .is_some_and(crate::api::Phase::is_terminal)
+    {
+        return false;
+    }
+    let placed = status
+        .and_then(|s| s.allocation.as_ref())
+        .map_or(0, |a| a.iter().filter(|n| !n.is_empty()).count());
+    let want: i64 = job.spec.tasks.iter().map(|t| i64::from(t.replicas)).sum();
+    i64::try_from(placed).unwrap_or(i64::MAX) != want
+}
+
+/// Per-node usage of an allocation: `slots` in slot order, requests per task.
+fn usage_of(job: &DIJob, slots: &[String]) -> Vec<(String, Resources)> {
+    let requests = view::task_requests(job);
+    view::slot_pods(job)
+        .iter()
+        .zip(slots)
+        .filter(|(_, node)| !node.is_empty())
+        .map(|((_, task), node)| (node.clone(), requests[*task].clone()))
+        .collect()
+}
+
+/// The job's confirmed allocation in slot order (empty entries where a slot has none).
+fn confirmed_slots(job: &DIJob) -> Vec<String> {
+    let placed = view::placed_pods(job);
+    view::slot_pods(job)
+        .iter()
+        .map(|(pod, _)| placed.get(pod).cloned().unwrap_or_default())
+        .collect()
+}
+
+impl Allocator {
+    /// Starts the allocator's watches (all nodes; all pods, slimmed) and returns it with the
+    /// stream of jobs to reconcile again when capacity frees. `jobs` is the controller's cache.
+    pub fn start(
+        client: Client,
+        registry: Arc<PluginRegistry>,
+        jobs: Store<CachedJob>,
+        settings: Settings,
+        metrics: Arc<Metrics>,
+    ) -> (
+        Arc<Allocator>,
+        futures::channel::mpsc::UnboundedReceiver<ObjectRef<CachedJob>>,
+    ) {
+        let (node_store, node_writer) = reflector::store::<Node>();
+        let (pod_store, pod_writer) = reflector::store::<view::UsagePod>();
+        let (retry, retries) = futures::channel::mpsc::unbounded();
+        let allocator = Arc::new(Allocator {
+            registry,
+            nodes: node_store,
+            pods: pod_store,
+            jobs,
+            settings,
+            ledger: tokio::sync::Mutex::new(Ledger::default()),
+            metrics,
+            retry,
+        });
+        let nodes = watcher(Api::<Node>::all(client.clone()), watcher::Config::default())
+            .default_backoff()
+            .modify(view::trim_node)
+            .reflect(node_writer)
+            .touched_objects();
+        let pods = watcher(
+            Api::<view::UsagePod>::all(client),
+            watcher::Config::default(),
+        )
+        .default_backoff()
+        .reflect(pod_writer);
+        let wake = allocator.clone();
+        tokio::spawn(async move {
+            let mut nodes = std::pin::pin!(nodes);
+            let mut pods = std::pin::pin!(pods);
+            loop {
+                // Any node change may add room; a pod frees room when it ends or goes.
+                let frees = tokio::select! {
+                    event = nodes.next() => match event {
+                        None => break,
+                        Some(event) => event.is_ok(),
+                    },
+                    event = pods.next() => match event {
+                        None => break,
+                        Some(Ok(watcher::Event::Delete(_))) => true,
+                        Some(Ok(watcher::Event::Apply(pod))) => pod.terminal,
+                        Some(_) => false,
+                    },
+                };
+                if frees {
+                    wake.wake_waiting().await;
+                }
+            }
+        });
+        (allocator, retries)
+    }
+
+    /// Resolves once the node and pod caches have synced.
+    pub async fn wait_until_ready(&self) -> Result<(), reflector::store::WriterDropped> {
+        self.nodes.wait_until_ready().await?;
+        self.pods.wait_until_ready().await
+    }
+
+    /// Sends every waiting job to the controller again.
+    async fn wake_waiting(&self) {
+        let waiting = std::mem::take(&mut self.ledger.lock().await.waiting);
+        for job in waiting {
+            // The receiver lives as long as the controller; after that nothing needs waking.
+            let _ = self.retry.unbounded_send(job);
+        }
+    }
+
+    /// Keeps the ledger in step with a job that needs no allocation now (called from every
+    /// reconcile of a preemptible job, and for jobs that are no longer preemptible or active).
+    pub async fn observe(&self, job: &DIJob) {
+        let key = job_key(job);
+        let mut ledger = self.ledger.lock().await;
+        let active = job.spec.preemptible
+            && !job
+                .status
+                .as_ref()
+                .and_then(|s| s.phase)
+                .is_some_and(crate::api::Phase::is_terminal);
+        if !active {
+            let freed = ledger.held.remove(&key).is_some();
+            drop(ledger);
+            if freed {
+                self.wake_waiting().await;
+            }
+            return;
+        }
+        let slots = confirmed_slots(job);
+        let held = Held {
+            uid: job.metadata.uid.clone().unwrap_or_default(),
+            usage: usage_of(job, &slots),
+            slots,
+            confirmed: true,
+            since: Instant::now(),
+        };
+        ledger.held.insert(key, held);
+    }
+
+    /// Forgets a deleted job.
+    pub async fn forget(&self, namespace: &str, name: &str) {
+        let key = format!("{namespace}/{name}");
+        let freed = self.ledger.lock().await.held.remove(&key).is_some();
+        if freed {
+            self.wake_waiting().await;
+        }
+    }
+
+    /// The policy a job asks for, by name (`None` = the built-in one).
+    fn policy_name(&self, job: &DIJob) -> Option<String> {
+        job.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(POLICY_ANNOTATION))
+            .filter(|n| !n.is_empty())
+            .cloned()
+            .or_else(|| self.settings.default_policy.clone())
+    }
+
+    /// Places `job` (all replicas or none). Returns the same answer again while the
+    /// reservation it made is not yet in the job's status.
+    pub async fn admit(&self, job: &DIJob) -> Admission {
+        let key = job_key(job);
+        let uid = job.metadata.uid.clone().unwrap_or_default();
+        let want = view::slot_pods(job).len();
+        let mut ledger = self.ledger.lock().await;
+        if !ledger.seeded {
+            self.seed(&mut ledger);
+        }
+        let now = Instant::now();
+        ledger
+            .held
+            .retain(|_, h| h.confirmed || now.duration_since(h.since) < UNCONFIRMED_TTL);
+        if let Some(h) = ledger.held.get(&key)
+            && h.uid == uid
+            && !h.confirmed
+            && h.slots.len() == want
+        {
+            return Admission::Placed {
+                nodes: h.slots.clone(),
+                by: "reservation".to_string(),
+                fallback: None,
+            };
+        }
+
+        let nodes = self.model_nodes(&ledger, &key);
+        let node_index: HashMap<&str, u32> = nodes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, n)| Some((n.name.as_str(), u32::try_from(i).ok()?)))
+            .collect();
+        let age = job.metadata.creation_timestamp.as_ref().map_or(0, |t| {
+            u64::try_from(jiff::Timestamp::now().duration_since(t.0).as_secs()).unwrap_or(0)
+        });
+        let model = view::model_job(job, &node_index, age);
+        let need = view::describe_need(&model);
+        let model = Arc::new(model);
+        let nodes: Arc<[plugin::Node]> = nodes.into();
+
+        let requested = self.policy_name(job);
+        let policy = self.registry.policy(requested.as_deref());
+        let by = policy.describe();
+        let started = Instant::now();
+        let mut answer = policy.allocate(model.clone(), nodes.clone()).await;
+        self.metrics
+            .allocator
+            .call_duration
+            .observe(started.elapsed().as_secs_f64());
+        if let Ok(slots) = &answer
+            && let Err(e) = plugin::checks::capacity(&by, &model, &nodes, slots)
+        {
+            answer = Err(e);
+        }
+        let mut fallback = requested
+            .as_deref()
+            .filter(|name| self.registry.wasm_policy(name).is_none())
+            .map(|name| format!("policy plugin {name} is not loaded"));
+        let (by, answer) = match answer {
+            Err(e)
+                if !matches!(
+                    e,
+                    PluginError::Refused {
+                        error: PolicyError::NoFit(_),
+                        ..
+                    }
+                ) =>
+            {
+                // A failing plugin must not stall admission: the built-in policy answers.
+                self.metrics
+                    .allocator
+                    .fallbacks
+                    .get_or_create(&AllocationLabels {
+                        policy: policy_label(&by),
+                        result: e.reason().to_string(),
+                    })
+                    .inc();
+                tracing::warn!(job = %key, policy = %by, reason = e.reason(), error = %e,
+                    "policy failed; the built-in policy places this job");
+                fallback = Some(e.to_string());
+                let builtin = self.registry.fallback();
+                (builtin.describe(), builtin.allocate_now(&model, &nodes))
+            }
+            other => (by, other),
+        };
+        let admission = match answer {
+            Ok(slots) => {
+                let held = Held {
+                    uid,
+                    usage: usage_of(job, &slots),
+                    slots: slots.clone(),
+                    confirmed: false,
+                    since: now,
+                };
+                ledger.held.insert(key.clone(), held);
+                ledger.waiting.remove(&job_ref(job));
+                Admission::Placed {
+                    nodes: slots,
+                    by: by.clone(),
+                    fallback,
+                }
+            }
+            Err(e) => {
+                let why = match &e {
+                    PluginError::Refused {
+                        error: PolicyError::NoFit(m),
+                        ..
+                    } => m.clone(),
+                    other => other.to_string(),
+                };
+                ledger.waiting.insert(job_ref(job));
+                Admission::Waiting {
+                    message: format!(
+                        "waiting for capacity: {need} do not all fit ({}); {why}",
+                        view::describe_free(&nodes)
+                    ),
+                    by: by.clone(),
+                }
+            }
+        };
+        let result = match &admission {
+            Admission::Placed { fallback: None, .. } => "placed",
+            Admission::Placed { .. } => "placed_by_fallback",
+            Admission::Waiting { .. } => "waiting",
+        };
+        self.metrics
+            .allocator
+            .decisions
+            .get_or_create(&AllocationLabels {
+                policy: policy_label(&by),
+                result: result.to_string(),
+            })
+            .inc();
+        tracing::info!(job = %key, policy = %by, result, "allocation decided");
+        admission
+    }
+
+    /// Fills the ledger from the cached jobs once, so allocations made before a restart count.
+    fn seed(&self, ledger: &mut Ledger) {
+        for cached in self.jobs.state() {
+            let Ok(job) = cached.decode() else { continue };
+            if !job.spec.preemptible
+                || job
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.phase)
+                    .is_some_and(crate::api::Phase::is_terminal)
+            {
+                continue;
+            }
+            let slots = confirmed_slots(&job);
+            if slots.iter().all(String::is_empty) {
+                continue;
+            }
+            ledger.held.insert(
+                job_key(&job),
+                Held {
+                    uid: job.metadata.uid.clone().unwrap_or_default(),
+                    usage: usage_of(&job, &slots),
+                    slots,
+                    confirmed: true,
+                    since: Instant::now(),
+                },
+            );
+        }
+        ledger.seeded = true;
+    }
+
+    /// The cluster's nodes with free capacity as seen by `key`'s placement: allocatable minus
+    /// every bound pod, except pods of jobs whose allocation the ledger holds (counted from the
+    /// allocation instead, so a reservation counts before its pods exist) and of `key` itself.
+    fn model_nodes(&self, ledger: &Ledger, key: &str) -> Vec<plugin::Node> {
+        let pods = self.pods.state();
+        let mut usage = view::node_usage(pods.iter().map(AsRef::as_ref), |job| {
+            job == key || ledger.held.contains_key(job)
+        });
+        for (job, held) in &ledger.held {
+            if job == key {
+                continue;
+            }
+            for (node, requests) in &held.usage {
+                usage.entry(node.clone()).or_default().add(requests);
+            }
+        }
+        let mut nodes: Vec<plugin::Node> = self
+            .nodes
+            .state()
+            .iter()
+            .map(|n| view::model_node(n, usage.get(n.metadata.name.as_deref().unwrap_or_default())))
+            .collect();
+        // A stable order: the same cluster gives a policy the same input.
+        nodes.sort_by(|a, b| a.name.cmp(&b.name));
+        nodes
+    }
+}
+
+/// Policy label values without the version hash, so series stay few across uploads.
+fn policy_label(describe: &str) -> String {
+    describe.split('@').next().unwrap_or(describe).to_string()
+}

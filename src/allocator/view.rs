@@ -1,0 +1,611 @@
+//! The allocator's view of the cluster: nodes, and what every pod bound to them requests, as
+//! they enter the reflector caches (slimmed), and the pure conversions from those caches and
+//! DIJobs to the plugin model (`plugin::Node`, `plugin::Job`).
+//!
+//! Owns: [`UsagePod`], node trimming, per-node usage and the model conversions. Must not touch:
+//! the API server (the caches are fed by the allocator's watches) or policy calls.
+
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashMap};
+
+use k8s_openapi::api::core::v1::{Node, NodeCondition, ResourceRequirements};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde::Deserialize;
+
+use crate::api::{DIJob, Priority, labels};
+use crate::controller::build;
+use crate::controller::naming;
+use crate::plugin;
+use crate::resources::{self, CPU, ContainerShape, GPU, MEMORY, Resources};
+
+/// A pod as the allocator caches it: its job (if it is a DIJob's), its node and what it
+/// requests there. Decoded straight from the watch; every other field is skipped.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(from = "PodShape")]
+pub struct UsagePod {
+    pub metadata: ObjectMeta,
+    pub node: Option<String>,
+    pub requests: Resources,
+    /// Succeeded or Failed: the pod no longer holds its requests.
+    pub terminal: bool,
+}
+
+impl UsagePod {
+    /// `namespace/job` if the operator created this pod for a DIJob.
+    pub fn job_key(&self) -> Option<String> {
+        let job = self.metadata.labels.as_ref()?.get(labels::JOB)?;
+        Some(format!(
+            "{}/{}",
+            self.metadata.namespace.as_deref().unwrap_or_default(),
+            job
+        ))
+    }
+}
+
+#[derive(Deserialize)]
+struct PodShape {
+    #[serde(default)]
+    metadata: ObjectMeta,
+    #[serde(default)]
+    spec: Option<SpecShape>,
+    #[serde(default)]
+    status: Option<StatusShape>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SpecShape {
+    #[serde(default)]
+    node_name: Option<String>,
+    #[serde(default)]
+    containers: Vec<ContainerFields>,
+    #[serde(default)]
+    init_containers: Vec<ContainerFields>,
+    #[serde(default)]
+    overhead: Option<BTreeMap<String, Quantity>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ContainerFields {
+    #[serde(default)]
+    resources: Option<ResourceRequirements>,
+    #[serde(default)]
+    restart_policy: Option<String>,
+}
+
+impl ContainerFields {
+    fn shape(&self) -> ContainerShape<'_> {
+        ContainerShape {
+            resources: self.resources.as_ref(),
+            restart_policy: self.restart_policy.as_deref(),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct StatusShape {
+    #[serde(default)]
+    phase: Option<String>,
+}
+
+impl From<PodShape> for UsagePod {
+    fn from(pod: PodShape) -> UsagePod {
+        let mut metadata = pod.metadata;
+        let job = metadata.labels.as_mut().and_then(|l| l.remove(labels::JOB));
+        metadata = ObjectMeta {
+            name: metadata.name,
+            namespace: metadata.namespace,
+            uid: metadata.uid,
+            resource_version: metadata.resource_version,
+            labels: job.map(|j| BTreeMap::from([(labels::JOB.to_string(), j)])),
+            ..ObjectMeta::default()
+        };
+        let (node, requests) = match &pod.spec {
+            Some(spec) => (
+                spec.node_name.clone(),
+                resources::requests(
+                    spec.containers.iter().map(ContainerFields::shape),
+                    spec.init_containers.iter().map(ContainerFields::shape),
+                    spec.overhead.as_ref(),
+                    false,
+                ),
+            ),
+            None => (None, Resources::default()),
+        };
+        let terminal = matches!(
+            pod.status.and_then(|s| s.phase).as_deref(),
+            Some("Succeeded" | "Failed")
+        );
+        UsagePod {
+            metadata,
+            node,
+            requests,
+            terminal,
+        }
+    }
+}
+
+impl kube::Resource for UsagePod {
+    type DynamicType = ();
+    type Scope = k8s_openapi::NamespaceResourceScope;
+
+    fn kind(_: &()) -> Cow<'_, str> {
+        Cow::Borrowed("Pod")
+    }
+    fn group(_: &()) -> Cow<'_, str> {
+        Cow::Borrowed("")
+    }
+    fn version(_: &()) -> Cow<'_, str> {
+        Cow::Borrowed("v1")
+    }
+    fn plural(_: &()) -> Cow<'_, str> {
+        Cow::Borrowed("pods")
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+/// Drops what the allocator never reads from a node (images alone can be tens of KB).
+pub fn trim_node(node: &mut Node) {
+    node.metadata.managed_fields = None;
+    node.metadata.annotations = None;
+    if let Some(status) = node.status.as_mut() {
+        status.images = None;
+        status.node_info = None;
+        status.addresses = None;
+        status.daemon_endpoints = None;
+        status.volumes_attached = None;
+        status.volumes_in_use = None;
+        status.config = None;
+        if let Some(conditions) = status.conditions.as_mut() {
+            conditions.retain(|c| c.type_ == "Ready");
+        }
+    }
+}
+
+/// Ready, and not cordoned.
+fn node_ready(node: &Node) -> bool {
+    let ready = node
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .any(|c: &NodeCondition| c.type_ == "Ready" && c.status == "True");
+    let cordoned = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.unschedulable)
+        .unwrap_or(false);
+    ready && !cordoned
+}
+
+/// Milli-units to whole units, rounding down (a node offers whole units), clamped at 0.
+fn whole(milli: i128) -> u64 {
+    u64::try_from(milli.max(0) / 1000).unwrap_or(u64::MAX)
+}
+
+/// Milli-units to whole units, rounding up (a request needs whole units), clamped at 0.
+fn whole_up(milli: i128) -> u64 {
+    u64::try_from((milli.max(0) + 999) / 1000).unwrap_or(u64::MAX)
+}
+
+/// Resource names the model does not carry as extended resources.
+fn not_extended(name: &str) -> bool {
+    matches!(name, CPU | MEMORY | GPU | "pods" | "ephemeral-storage")
+        || name.starts_with("hugepages-")
+}
+
+/// Kubernetes amounts to the model's; `up` rounds fractions up (requests) instead of down
+/// (capacity), so a policy never sees more room than there is.
+pub fn model_resources(r: &Resources, up: bool) -> plugin::Resources {
+    let conv = if up { whole_up } else { whole };
+    let cpu = r.get(CPU).max(0);
+    plugin::Resources {
+        cpu_millis: u64::try_from(cpu).unwrap_or(u64::MAX),
+        memory_bytes: conv(r.get(MEMORY)),
+        gpus: u32::try_from(conv(r.get(GPU))).unwrap_or(u32::MAX),
+        extended: r
+            .0
+            .iter()
+            .filter(|(name, _)| !not_extended(name))
+            .map(|(name, q)| (name.clone(), conv(*q)))
+            .filter(|(_, q)| *q > 0)
+            .collect(),
+    }
+}
+
+/// The model of `node`, with `used` (what pods and held allocations take on it) subtracted
+/// from its allocatable to give `free`.
+pub fn model_node(node: &Node, used: Option<&Resources>) -> plugin::Node {
+    let allocatable = resources::node_allocatable(node);
+    let mut free = allocatable.clone();
+    if let Some(used) = used {
+        free.sub(used);
+    }
+    plugin::Node {
+        name: node.metadata.name.clone().unwrap_or_default(),
+        labels: node
+            .metadata
+            .labels
+            .iter()
+            .flatten()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+        taints: node
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.as_ref())
+            .into_iter()
+            .flatten()
+            .filter_map(|t| {
+                let effect = match t.effect.as_str() {
+                    "NoSchedule" => plugin::TaintEffect::NoSchedule,
+                    "PreferNoSchedule" => plugin::TaintEffect::PreferNoSchedule,
+                    "NoExecute" => plugin::TaintEffect::NoExecute,
+                    _ => return None,
+                };
+                Some(plugin::Taint {
+                    key: t.key.clone(),
+                    value: t.value.clone().unwrap_or_default(),
+                    effect,
+                })
+            })
+            .collect(),
+        allocatable: model_resources(&allocatable, false),
+        free: model_resources(&free, false),
+        ready: node_ready(node),
+    }
+}
+
+/// What non-terminal pods bound to each node request, skipping pods of the jobs `skip` names
+/// (jobs whose allocation is counted instead, and the job being placed).
+pub fn node_usage<'a>(
+    pods: impl IntoIterator<Item = &'a UsagePod>,
+    skip: impl Fn(&str) -> bool,
+) -> HashMap<String, Resources> {
+    let mut usage: HashMap<String, Resources> = HashMap::new();
+    for pod in pods {
+        let Some(node) = pod.node.as_deref() else {
+            continue;
+        };
+        if pod.terminal || pod.job_key().is_some_and(|k| skip(&k)) {
+            continue;
+        }
+        usage
+            .entry(node.to_string())
+            .or_default()
+            .add(&pod.requests);
+    }
+    usage
+}
+
+/// Per-replica requests of each task of `job`, in spec order.
+pub fn task_requests(job: &DIJob) -> Vec<Resources> {
+    job.spec
+        .tasks
+        .iter()
+        .map(|t| {
+            t.template
+                .spec
+                .as_ref()
+                .map(|s| resources::pod_spec_requests(s, false))
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
+/// The job's replica pod names in slot order: tasks in spec order, then local rank. This is
+/// the order of an allocation a policy returns.
+pub fn slot_pods(job: &DIJob) -> Vec<(String, usize)> {
+    let name = job.metadata.name.as_deref().unwrap_or_default();
+    job.spec
+        .tasks
+        .iter()
+        .enumerate()
+        .flat_map(|(i, t)| {
+            let task = build::task_name(t);
+            (0..t.replicas.max(0)).map(move |r| (naming::pod_name(name, &task, r), i))
+        })
+        .collect()
+}
+
+/// Where each of the job's current ranks runs: pod name → node, from `status.ranks` and
+/// `status.allocation` (both indexed by global rank).
+pub fn placed_pods(job: &DIJob) -> HashMap<String, String> {
+    let Some(status) = job.status.as_ref() else {
+        return HashMap::new();
+    };
+    let ranks = status.ranks.as_deref().unwrap_or_default();
+    let allocation = status.allocation.as_deref().unwrap_or_default();
+    ranks
+        .iter()
+        .zip(allocation)
+        .filter(|(pod, node)| !pod.is_empty() && !node.is_empty())
+        .map(|(pod, node)| (pod.clone(), node.clone()))
+        .collect()
+}
+
+/// The model of `job` for a policy call; `node_index` maps node names to indices of the
+/// call's node list, `age_seconds` is the job's age.
+pub fn model_job(job: &DIJob, node_index: &HashMap<&str, u32>, age_seconds: u64) -> plugin::Job {
+    let requests = task_requests(job);
+    let placed = placed_pods(job);
+    let to_u32 = |n: i32| u32::try_from(n.max(0)).unwrap_or(0);
+    plugin::Job {
+        key: format!(
+            "{}/{}",
+            job.metadata.namespace.as_deref().unwrap_or_default(),
+            job.metadata.name.as_deref().unwrap_or_default()
+        ),
+        priority: match job.spec.priority {
+            Priority::Normal => 0,
+            Priority::High => 100,
+        },
+        preemptible: job.spec.preemptible,
+        tasks: job
+            .spec
+            .tasks
+            .iter()
+            .zip(&requests)
+            .map(|(t, r)| plugin::Task {
+                name: build::task_name(t),
+                task_type: t.type_.map(|t| t.as_str()).unwrap_or("none").to_string(),
+                replicas: to_u32(t.replicas),
+                min_replicas: to_u32(t.min_replicas()),
+                max_replicas: to_u32(t.max_replicas()),
+                requests: model_resources(r, true),
+            })
+            .collect(),
+        current: slot_pods(job)
+            .iter()
+            .map(|(pod, _)| {
+                placed
+                    .get(pod)
+                    .and_then(|node| node_index.get(node.as_str()).copied())
+            })
+            .collect(),
+        profilings: job
+            .status
+            .as_ref()
+            .and_then(|s| s.profilings.as_ref())
+            .map(|p| p.to_string())
+            .unwrap_or_default(),
+        age_seconds,
+    }
+}
+
+/// A short human summary of what a job asks, e.g. `4 replicas: 16 GPUs, 8 CPUs, 32 GiB`.
+pub fn describe_need(job: &plugin::Job) -> String {
+    let mut gpus = 0u64;
+    let mut cpu = 0u64;
+    let mut mem = 0u64;
+    for t in job.replicas() {
+        gpus += u64::from(t.requests.gpus);
+        cpu += t.requests.cpu_millis;
+        mem += t.requests.memory_bytes;
+    }
+    format!(
+        "{} replicas: {gpus} GPUs, {} CPUs, {} GiB",
+        job.total_replicas(),
+        fmt_cpu(cpu),
+        fmt_gib(mem)
+    )
+}
+
+/// A short human summary of free capacity, e.g. `free: 12 GPUs on 3 ready nodes (at most 4 on one)`.
+pub fn describe_free(nodes: &[plugin::Node]) -> String {
+    let ready: Vec<&plugin::Node> = nodes.iter().filter(|n| n.ready).collect();
+    let gpus: u64 = ready.iter().map(|n| u64::from(n.free.gpus)).sum();
+    let most = ready.iter().map(|n| n.free.gpus).max().unwrap_or(0);
+    let cpu: u64 = ready.iter().map(|n| n.free.cpu_millis).sum();
+    format!(
+        "free: {gpus} GPUs (at most {most} on one node), {} CPUs on {} ready of {} nodes",
+        fmt_cpu(cpu),
+        ready.len(),
+        nodes.len()
+    )
+}
+
+fn fmt_cpu(millis: u64) -> String {
+    if millis.is_multiple_of(1000) {
+        (millis / 1000).to_string()
+    } else {
+        format!("{:.1}", millis as f64 / 1000.0)
+    }
+}
+
+fn fmt_gib(bytes: u64) -> String {
+    let gib = bytes as f64 / f64::from(1u32 << 30);
+    if gib.fract() == 0.0 {
+        format!("{gib:.0}")
+    } else {
+        format!("{gib:.1}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn node(name: &str, gpus: u32, ready: bool) -> Node {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": {"zone": "a"}},
+            "spec": {"taints": [{"key": "gpu", "value": "yes", "effect": "PreferNoSchedule"}]},
+            "status": {
+                "allocatable": {"cpu": "32", "memory": "128Gi", "nvidia.com/gpu": gpus.to_string(), "pods": "110", "rdma/hca": "2"},
+                "conditions": [{"type": "Ready", "status": if ready {"True"} else {"False"}}],
+                "images": [{"names": ["big"], "sizeBytes": 1}]
+            }
+        }))
+        .expect("node")
+    }
+
+    fn usage_pod(
+        job: Option<&str>,
+        node: Option<&str>,
+        phase: &str,
+        cpu: &str,
+        gpus: &str,
+    ) -> UsagePod {
+        let mut labels = json!({"app": "x"});
+        if let Some(job) = job {
+            labels["diengine/job"] = json!(job);
+        }
+        serde_json::from_value(json!({
+            "metadata": {"name": "p", "namespace": "ns", "labels": labels, "annotations": {"a": "b"}},
+            "spec": {
+                "nodeName": node,
+                "containers": [
+                    {"name": "a", "image": "i", "resources": {"requests": {"cpu": cpu}, "limits": {"nvidia.com/gpu": gpus}}},
+                    {"name": "b", "image": "i", "resources": {"requests": {"memory": "1Gi"}}}
+                ],
+                "initContainers": [{"name": "init", "image": "i", "resources": {"requests": {"cpu": "8"}}}]
+            },
+            "status": {"phase": phase}
+        }))
+        .expect("pod")
+    }
+
+    #[test]
+    fn a_usage_pod_keeps_only_its_job_node_and_summed_requests() {
+        let pod = usage_pod(Some("job1"), Some("n1"), "Running", "2", "1");
+        assert_eq!(pod.job_key().as_deref(), Some("ns/job1"));
+        assert_eq!(pod.node.as_deref(), Some("n1"));
+        // The init container's 8 CPUs exceed the containers' 2: kube-scheduler's rule.
+        assert_eq!(pod.requests.get(CPU), 8000);
+        assert_eq!(pod.requests.get(GPU), 1000, "limits stand in for requests");
+        assert_eq!(pod.requests.get(MEMORY), (1i128 << 30) * 1000);
+        assert!(!pod.terminal);
+        assert_eq!(pod.metadata.annotations, None);
+        assert_eq!(pod.metadata.labels.as_ref().map(BTreeMap::len), Some(1));
+        assert!(usage_pod(None, None, "Succeeded", "1", "0").terminal);
+        assert_eq!(usage_pod(None, None, "Pending", "1", "0").job_key(), None);
+    }
+
+    #[test]
+    fn usage_counts_bound_live_pods_except_skipped_jobs() {
+        let pods = [
+            usage_pod(Some("a"), Some("n1"), "Running", "1", "1"),
+            usage_pod(Some("b"), Some("n1"), "Running", "1", "2"),
+            usage_pod(None, Some("n1"), "Running", "1", "4"),
+            usage_pod(None, Some("n1"), "Succeeded", "1", "8"),
+            usage_pod(None, None, "Pending", "1", "8"),
+            usage_pod(None, Some("n2"), "Pending", "1", "1"),
+        ];
+        let usage = node_usage(&pods, |k| k == "ns/b");
+        assert_eq!(usage["n1"].get(GPU), 5000);
+        assert_eq!(usage["n2"].get(GPU), 1000);
+        assert_eq!(usage.len(), 2);
+    }
+
+    #[test]
+    fn a_node_model_subtracts_usage_and_rounds_capacity_down() {
+        let mut n = node("n1", 8, true);
+        trim_node(&mut n);
+        assert_eq!(n.status.as_ref().and_then(|s| s.images.as_ref()), None);
+        let mut used = Resources::default();
+        used.0.insert(GPU.into(), 3000);
+        used.0.insert(CPU.into(), 1500);
+        used.0.insert(MEMORY.into(), 1500); // 1.5 bytes
+        let m = model_node(&n, Some(&used));
+        assert_eq!(m.name, "n1");
+        assert!(m.ready);
+        assert_eq!(m.allocatable.gpus, 8);
+        assert_eq!(m.free.gpus, 5);
+        assert_eq!(m.free.cpu_millis, 30_500);
+        assert_eq!(
+            m.free.memory_bytes,
+            (128u64 << 30) - 2,
+            "1.5 bytes used leaves 2 fewer whole bytes"
+        );
+        assert_eq!(m.allocatable.extended, vec![("rdma/hca".to_string(), 2)]);
+        assert_eq!(m.labels, vec![("zone".to_string(), "a".to_string())]);
+        assert_eq!(m.taints.len(), 1);
+        assert_eq!(m.taints[0].effect, plugin::TaintEffect::PreferNoSchedule);
+        assert!(!model_node(&node("n2", 8, false), None).ready);
+        // Over-committed nodes show no room rather than wrapping around.
+        let mut lots = Resources::default();
+        lots.0.insert(GPU.into(), 100_000);
+        assert_eq!(model_node(&n, Some(&lots)).free.gpus, 0);
+    }
+
+    #[test]
+    fn a_cordoned_node_is_not_ready() {
+        let mut n = node("n1", 8, true);
+        n.spec.get_or_insert_with(Default::default).unschedulable = Some(true);
+        assert!(!model_node(&n, None).ready);
+    }
+
+    fn job(status: serde_json::Value) -> DIJob {
+        serde_json::from_value(json!({
+            "apiVersion": "diengine.opendilab.org/v2alpha1",
+            "kind": "DIJob",
+            "metadata": {"name": "j", "namespace": "ns"},
+            "spec": {
+                "priority": "high",
+                "preemptible": true,
+                "tasks": [
+                    {"type": "learner", "name": "learner", "replicas": 1,
+                     "template": {"spec": {"containers": [{"name": "di-container", "image": "i",
+                        "resources": {"requests": {"cpu": "500m", "memory": "1.5Gi", "nvidia.com/gpu": "2"}}}]}}},
+                    {"type": "collector", "name": "collector", "replicas": 2, "minReplicas": 1, "maxReplicas": 5,
+                     "template": {"spec": {"containers": [{"name": "di-container", "image": "i"}]}}}
+                ]
+            },
+            "status": status
+        }))
+        .expect("job")
+    }
+
+    #[test]
+    fn a_job_model_has_tasks_requests_and_current_placement_in_slot_order() {
+        let j = job(json!({
+            "ranks": ["j-learner-0", "", "j-collector-1", "j-collector-0"],
+            "allocation": ["n1", "", "n2", "gone"],
+            "profilings": {"collectors": []}
+        }));
+        let index = HashMap::from([("n1", 0u32), ("n2", 1u32)]);
+        let m = model_job(&j, &index, 42);
+        assert_eq!(m.key, "ns/j");
+        assert_eq!(m.priority, 100);
+        assert!(m.preemptible);
+        assert_eq!(m.tasks[0].requests.cpu_millis, 500);
+        assert_eq!(m.tasks[0].requests.gpus, 2);
+        assert_eq!(m.tasks[0].requests.memory_bytes, 3 << 29);
+        assert_eq!(
+            (
+                m.tasks[1].replicas,
+                m.tasks[1].min_replicas,
+                m.tasks[1].max_replicas
+            ),
+            (2, 1, 5)
+        );
+        assert_eq!(m.tasks[1].task_type, "collector");
+        // Slots: learner-0, collector-0, collector-1. collector-0 is on a vanished node.
+        assert_eq!(m.current, vec![Some(0), None, Some(1)]);
+        assert_eq!(m.profilings, r#"{"collectors":[]}"#);
+        assert_eq!(m.age_seconds, 42);
+        assert_eq!(describe_need(&m), "3 replicas: 2 GPUs, 0.5 CPUs, 1.5 GiB");
+    }
+
+    #[test]
+    fn describe_free_sums_ready_nodes_only() {
+        let nodes = [
+            model_node(&node("n1", 8, true), None),
+            model_node(&node("n2", 4, true), None),
+            model_node(&node("n3", 8, false), None),
+        ];
+        assert_eq!(
+            describe_free(&nodes),
+            "free: 12 GPUs (at most 8 on one node), 64 CPUs on 2 ready of 3 nodes"
+        );
+    }
+}

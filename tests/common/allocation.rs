@@ -1,0 +1,311 @@
+//! Allocation and plugin scenarios against the real `diorch run` binary: policy plugins
+//! uploaded as ConfigMaps place preemptible jobs, hot swaps reach the next job, a bad upload
+//! keeps the last good version, mutators change pods, and a job that does not fit waits with a
+//! clear condition until capacity frees. Written against a `Kubectl` so the sandbox tests and
+//! the real-cluster e2e suite share them.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use super::Kubectl;
+use super::controller::{self as scenario, T};
+
+/// A built example plugin (`scripts/build-plugins.sh` puts them in target/plugins).
+pub fn plugin_file(name: &str) -> String {
+    let path = super::repo_root()
+        .join("target/plugins")
+        .join(format!("{name}.wasm"));
+    assert!(
+        path.exists(),
+        "{} is missing: run scripts/build-plugins.sh first",
+        path.display()
+    );
+    path.display().to_string()
+}
+
+/// Uploads `file` as plugin `name` with `diorch plugin configmap ... | kubectl apply -f -`.
+pub fn upload(k: &Kubectl, file: &str, name: &str, kind: &str, extra: &[&str]) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_diorch"))
+        .args(["plugin", "configmap", file, "--name", name, "--kind", kind])
+        .args(extra)
+        .output()
+        .expect("diorch plugin configmap");
+    assert!(out.status.success(), "{out:?}");
+    k.ok_stdin(&["apply", "-f", "-"], &String::from_utf8_lossy(&out.stdout));
+}
+
+/// The Events recorded on `kind/name`, oldest first, as (type, reason, note).
+pub fn events_of(k: &Kubectl, kind: &str, name: &str) -> Vec<(String, String, String)> {
+    let out = k.ok(&[
+        "get",
+        "events.v1.events.k8s.io",
+        "--field-selector",
+        &format!("regarding.kind={kind},regarding.name={name}"),
+        "-o",
+        "json",
+    ]);
+    let list: Value = serde_json::from_str(&out).expect("event list");
+    let mut events: Vec<(String, String, String, String)> = list["items"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .map(|e| {
+            let s = |v: &Value| v.as_str().unwrap_or_default().to_string();
+            (
+                s(&e["eventTime"]),
+                s(&e["type"]),
+                s(&e["reason"]),
+                s(&e["note"]),
+            )
+        })
+        .collect();
+    events.sort();
+    events.into_iter().map(|(_, t, r, n)| (t, r, n)).collect()
+}
+
+/// Waits until `kind/name` has `count` Events with `reason`; returns the newest one's note.
+pub fn wait_event(k: &Kubectl, kind: &str, name: &str, reason: &str, count: usize) -> String {
+    let deadline = Instant::now() + T;
+    loop {
+        let events = events_of(k, kind, name);
+        let matching: Vec<&(String, String, String)> =
+            events.iter().filter(|e| e.1 == reason).collect();
+        if matching.len() >= count {
+            return matching.last().map(|e| e.2.clone()).unwrap_or_default();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no {count} {reason} Events on {kind}/{name}: {events:#?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A preemptible job of `replicas` learners asking `gpus` GPUs and 1 CPU each, placed by
+/// policy `policy` (annotation; empty for the operator's default).
+pub fn gpu_job(name: &str, policy: &str, replicas: i32, gpus: i32) -> String {
+    let annotations = if policy.is_empty() {
+        String::new()
+    } else {
+        format!("  annotations:\n    diorch.io/policy: {policy}\n")
+    };
+    format!(
+        "apiVersion: diengine.opendilab.org/v2alpha1\nkind: DIJob\nmetadata:\n  name: {name}\n{annotations}spec:\n  preemptible: true\n  tasks:\n  - type: learner\n    name: learner\n    replicas: {replicas}\n    template:\n      spec:\n        containers:\n        - name: di-container\n          image: busybox\n          command: [\"sh\", \"-c\", \"sleep 3600\"]\n          resources:\n            requests: {{cpu: \"1\", nvidia.com/gpu: \"{gpus}\"}}\n            limits: {{nvidia.com/gpu: \"{gpus}\"}}\n"
+    )
+}
+
+/// The job's `Allocated` condition as (status, reason, message), once it has one.
+pub fn allocated(k: &Kubectl, job: &str) -> Option<(String, String, String)> {
+    let out = k.run(&["get", &format!("dijob/{job}"), "-o", "json"]);
+    if !out.status.success() {
+        return None;
+    }
+    let job: Value = serde_json::from_slice(&out.stdout).ok()?;
+    let c = job["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == "Allocated")?
+        .clone();
+    let s = |v: &Value| v.as_str().unwrap_or_default().to_string();
+    Some((s(&c["status"]), s(&c["reason"]), s(&c["message"])))
+}
+
+pub fn wait_allocated(k: &Kubectl, job: &str, status: &str) -> (String, String, String) {
+    let deadline = Instant::now() + T;
+    loop {
+        if let Some(c) = allocated(k, job).filter(|c| c.0 == status) {
+            return c;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{job} has no Allocated={status} condition: {:?}",
+            allocated(k, job)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Checks every pod runs on the node its job's allocation names, and returns pod → node.
+pub fn placement(k: &Kubectl, job: &str) -> BTreeMap<String, String> {
+    let pods = scenario::pods(k, job);
+    let out = k.ok(&["get", &format!("dijob/{job}"), "-o", "json"]);
+    let dijob: Value = serde_json::from_str(&out).expect("job");
+    let allocation: Vec<String> = dijob["status"]["allocation"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .map(|n| n.as_str().unwrap_or_default().to_string())
+        .collect();
+    pods.iter()
+        .map(|(name, pod)| {
+            let node = pod["spec"]["nodeName"].as_str().unwrap_or_default();
+            let rank = scenario::rank(pod) as usize;
+            assert_eq!(
+                allocation.get(rank).map(String::as_str),
+                Some(node),
+                "{name} (rank {rank}) runs on {node:?}, allocation {allocation:?}"
+            );
+            assert_eq!(
+                pod["metadata"]["annotations"]["diengine/node"].as_str(),
+                Some(node)
+            );
+            (name.clone(), node.to_string())
+        })
+        .collect()
+}
+
+fn distinct(placement: &BTreeMap<String, String>) -> usize {
+    placement.values().collect::<BTreeSet<_>>().len()
+}
+
+/// Upload the spread policy as `team`, place a job with it (one replica per node); replace
+/// the ConfigMap with bin-pack, the next job is packed on one node within 5 s of the upload;
+/// upload garbage, a Warning Event names the cause and bin-pack keeps placing jobs.
+/// Needs 4 ready nodes with at least 4 free GPUs each; plugins live in `plugin_ns`.
+pub fn policy_plugins_place_jobs_and_hot_swap(k: &Kubectl, ns: &str, plugin_ns: &str) {
+    let k = k.in_namespace(ns);
+    let p = k.in_namespace(plugin_ns);
+    upload(&p, &plugin_file("spread"), "team", "policy", &[]);
+    wait_event(&p, "ConfigMap", "plugin-team", "PluginLoaded", 1);
+    scenario::apply(&k, &gpu_job("spread", "team", 4, 1));
+    let (_, reason, message) = wait_allocated(&k, "spread", "True");
+    assert_eq!(reason, "Allocated");
+    assert!(message.starts_with("placed by team@"), "{message}");
+    scenario::wait_phase(&k, "spread", "Running");
+    let spread = placement(&k, "spread");
+    assert_eq!(spread.len(), 4);
+    assert_eq!(
+        distinct(&spread),
+        4,
+        "spread: one replica per node {spread:?}"
+    );
+
+    // Hot swap: the same plugin name now serves bin-pack.
+    let swapped = Instant::now();
+    upload(&p, &plugin_file("binpack"), "team", "policy", &[]);
+    wait_event(&p, "ConfigMap", "plugin-team", "PluginLoaded", 2);
+    scenario::apply(&k, &gpu_job("packed", "team", 4, 1));
+    wait_allocated(&k, "packed", "True");
+    let took = swapped.elapsed();
+    assert!(
+        took < Duration::from_secs(5),
+        "the swap took {took:?} to reach a job"
+    );
+    scenario::wait_phase(&k, "packed", "Running");
+    let packed = placement(&k, "packed");
+    assert_eq!(distinct(&packed), 1, "bin-pack: one node {packed:?}");
+
+    // Garbage: refused, the Warning names the cause, bin-pack keeps serving.
+    let cm = p.ok(&["get", "configmap", "plugin-team", "-o", "json"]);
+    let mut cm: Value = serde_json::from_str(&cm).expect("configmap");
+    let key = cm["binaryData"]
+        .as_object()
+        .and_then(|m| m.keys().next().cloned())
+        .expect("binaryData key");
+    cm["binaryData"][&key] = Value::String("bm90IGEgd2FzbSBjb21wb25lbnQ=".into()); // "not a wasm component"
+    cm["metadata"]
+        .as_object_mut()
+        .expect("metadata")
+        .retain(|k, _| k == "name" || k == "namespace" || k == "labels" || k == "annotations");
+    p.ok_stdin(&["apply", "-f", "-"], &cm.to_string());
+    let note = wait_event(&p, "ConfigMap", "plugin-team", "CompileError", 1);
+    assert!(note.contains("not a valid component"), "{note}");
+    assert!(note.contains("last good version"), "{note}");
+    scenario::apply(&k, &gpu_job("after-garbage", "team", 2, 1));
+    let (_, _, message) = wait_allocated(&k, "after-garbage", "True");
+    assert!(message.starts_with("placed by team@"), "{message}");
+    scenario::wait_phase(&k, "after-garbage", "Running");
+    assert_eq!(distinct(&placement(&k, "after-garbage")), 1);
+    p.ok(&["delete", "configmap", "plugin-team"]);
+}
+
+/// A mutator uploaded for learners changes learner pods only, in the order configured.
+pub fn mutator_changes_pods(k: &Kubectl, ns: &str, plugin_ns: &str) {
+    let k = k.in_namespace(ns);
+    let p = k.in_namespace(plugin_ns);
+    upload(
+        &p,
+        &plugin_file("accel_env"),
+        "nccl",
+        "mutator",
+        &[
+            "--task-types",
+            "learner",
+            "--config",
+            r#"{"interface": "ib0", "env": {"TEAM": "rl"}}"#,
+        ],
+    );
+    wait_event(&p, "ConfigMap", "plugin-nccl", "PluginLoaded", 1);
+    scenario::apply(&k, &scenario::standard_job("mutated", ""));
+    scenario::wait_phase(&k, "mutated", "Running");
+    let pods = scenario::pods(&k, "mutated");
+    let env_of = |pod: &str| -> BTreeMap<String, String> {
+        pods[pod]["spec"]["containers"][0]["env"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .iter()
+            .map(|e| {
+                (
+                    e["name"].as_str().unwrap_or_default().to_string(),
+                    e["value"].as_str().unwrap_or_default().to_string(),
+                )
+            })
+            .collect()
+    };
+    let learner = env_of("mutated-learner-0");
+    assert_eq!(
+        learner.get("NCCL_SOCKET_IFNAME").map(String::as_str),
+        Some("ib0")
+    );
+    assert_eq!(learner.get("TEAM").map(String::as_str), Some("rl"));
+    assert_eq!(
+        learner.get("DI_RANK").map(String::as_str),
+        Some("0"),
+        "operator env kept"
+    );
+    let collector = env_of("mutated-collector-0");
+    assert!(
+        !collector.contains_key("NCCL_SOCKET_IFNAME"),
+        "{collector:?}"
+    );
+    p.ok(&["delete", "configmap", "plugin-nccl"]);
+}
+
+/// On 4 nodes of 8 GPUs: a job holding 3 whole nodes leaves room for one; a job asking two
+/// whole nodes waits in Pending (no pods) with a condition and an Event saying why, and starts
+/// once the first job is deleted.
+pub fn oversized_job_waits_for_capacity(k: &Kubectl, ns: &str) {
+    let k = k.in_namespace(ns);
+    scenario::apply(&k, &gpu_job("holder", "", 3, 8));
+    scenario::wait_phase(&k, "holder", "Running");
+    scenario::apply(&k, &gpu_job("waiter", "", 2, 8));
+    let (_, reason, message) = wait_allocated(&k, "waiter", "False");
+    assert_eq!(reason, "Unschedulable");
+    assert!(
+        message.starts_with("waiting for capacity: 2 replicas: 16 GPUs"),
+        "{message}"
+    );
+    assert!(message.contains("free: 8 GPUs"), "{message}");
+    let note = wait_event(&k, "DIJob", "waiter", "FailedAllocation", 1);
+    assert_eq!(note, message);
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(scenario::pods(&k, "waiter").is_empty(), "no partial start");
+    assert_eq!(
+        scenario::jsonpath(&k, "dijob/waiter", "{.status.phase}"),
+        "Pending"
+    );
+    let freed = Instant::now();
+    k.ok(&["delete", "dijob", "holder", "--wait=false"]);
+    wait_allocated(&k, "waiter", "True");
+    scenario::wait_phase(&k, "waiter", "Running");
+    println!(
+        "waiting job started {:?} after capacity freed",
+        freed.elapsed()
+    );
+    assert_eq!(distinct(&placement(&k, "waiter")), 2);
+}
