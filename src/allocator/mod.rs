@@ -28,7 +28,7 @@ use crate::api::DIJob;
 use crate::controller::cache::CachedJob;
 use crate::metrics::{AllocationLabels, Metrics};
 use crate::plugin::registry::PluginRegistry;
-use crate::plugin::{self, PluginError, PolicyError, SchedulingPolicy as _};
+use crate::plugin::{self, NativePolicy, PluginError, PolicyError, SchedulingPolicy};
 use crate::resources::Resources;
 
 pub use crate::controller::planner::Admission;
@@ -69,8 +69,28 @@ struct Ledger {
     waiting: HashSet<ObjectRef<CachedJob>>,
 }
 
+/// Where the allocator gets its policies: the plugin registry (or a test double).
+pub trait Policies: Send + Sync {
+    /// The loaded policy plugin `name`, if any.
+    fn named(&self, name: &str) -> Option<Arc<dyn SchedulingPolicy>>;
+    /// The built-in policy.
+    fn builtin(&self) -> NativePolicy;
+}
+
+impl Policies for PluginRegistry {
+    fn named(&self, name: &str) -> Option<Arc<dyn SchedulingPolicy>> {
+        self.wasm_policy(name)
+            .is_some()
+            .then(|| self.policy(Some(name)))
+    }
+
+    fn builtin(&self) -> NativePolicy {
+        self.fallback()
+    }
+}
+
 pub struct Allocator {
-    registry: Arc<PluginRegistry>,
+    policies: Arc<dyn Policies>,
     nodes: Store<Node>,
     pods: Store<view::UsagePod>,
     jobs: Store<CachedJob>,
@@ -134,11 +154,39 @@ fn confirmed_slots(job: &DIJob) -> Vec<String> {
 }
 
 impl Allocator {
-    /// Starts the allocator's watches (all nodes; all pods, slimmed) and returns it with the
-    /// stream of jobs to reconcile again when capacity frees. `jobs` is the controller's cache.
+    /// The allocator over the given caches, and the stream of jobs to reconcile again when
+    /// capacity frees. Feeding the caches is the caller's ([`Allocator::start`] watches).
+    pub fn new(
+        policies: Arc<dyn Policies>,
+        nodes: Store<Node>,
+        pods: Store<view::UsagePod>,
+        jobs: Store<CachedJob>,
+        settings: Settings,
+        metrics: Arc<Metrics>,
+    ) -> (
+        Arc<Allocator>,
+        futures::channel::mpsc::UnboundedReceiver<ObjectRef<CachedJob>>,
+    ) {
+        let (retry, retries) = futures::channel::mpsc::unbounded();
+        let allocator = Arc::new(Allocator {
+            policies,
+            nodes,
+            pods,
+            jobs,
+            settings,
+            ledger: tokio::sync::Mutex::new(Ledger::default()),
+            metrics,
+            retry,
+        });
+        (allocator, retries)
+    }
+
+    /// Starts the allocator with its watches (all nodes; all pods, slimmed) and returns it with
+    /// the stream of jobs to reconcile again when capacity frees. `jobs` is the controller's
+    /// cache.
     pub fn start(
         client: Client,
-        registry: Arc<PluginRegistry>,
+        policies: Arc<dyn Policies>,
         jobs: Store<CachedJob>,
         settings: Settings,
         metrics: Arc<Metrics>,
@@ -148,17 +196,8 @@ impl Allocator {
     ) {
         let (node_store, node_writer) = reflector::store::<Node>();
         let (pod_store, pod_writer) = reflector::store::<view::UsagePod>();
-        let (retry, retries) = futures::channel::mpsc::unbounded();
-        let allocator = Arc::new(Allocator {
-            registry,
-            nodes: node_store,
-            pods: pod_store,
-            jobs,
-            settings,
-            ledger: tokio::sync::Mutex::new(Ledger::default()),
-            metrics,
-            retry,
-        });
+        let (allocator, retries) =
+            Allocator::new(policies, node_store, pod_store, jobs, settings, metrics);
         let nodes = watcher(Api::<Node>::all(client.clone()), watcher::Config::default())
             .default_backoff()
             .modify(view::trim_node)
@@ -302,33 +341,34 @@ impl Allocator {
         let nodes: Arc<[plugin::Node]> = nodes.into();
 
         let requested = self.policy_name(job);
-        let policy = self.registry.policy(requested.as_deref());
+        let builtin = self.policies.builtin();
+        let (policy, mut fallback): (Arc<dyn SchedulingPolicy>, Option<String>) =
+            match requested.as_deref() {
+                None => (Arc::new(builtin), None),
+                Some(name) => match self.policies.named(name) {
+                    Some(p) => (p, None),
+                    None => (
+                        Arc::new(builtin),
+                        Some(format!("policy plugin {name} is not loaded")),
+                    ),
+                },
+            };
         let by = policy.describe();
         let started = Instant::now();
         let mut answer = policy.allocate(model.clone(), nodes.clone()).await;
-        self.metrics
-            .allocator
-            .call_duration
-            .observe(started.elapsed().as_secs_f64());
         if let Ok(slots) = &answer
             && let Err(e) = plugin::checks::capacity(&by, &model, &nodes, slots)
         {
             answer = Err(e);
         }
-        let mut fallback = requested
-            .as_deref()
-            .filter(|name| self.registry.wasm_policy(name).is_none())
-            .map(|name| format!("policy plugin {name} is not loaded"));
+        self.metrics
+            .allocator
+            .call_duration
+            .observe(started.elapsed().as_secs_f64());
+        let plugin_failed =
+            fallback.is_none() && requested.is_some() && matches!(&answer, Err(e) if !is_no_fit(e));
         let (by, answer) = match answer {
-            Err(e)
-                if !matches!(
-                    e,
-                    PluginError::Refused {
-                        error: PolicyError::NoFit(_),
-                        ..
-                    }
-                ) =>
-            {
+            Err(e) if plugin_failed => {
                 // A failing plugin must not stall admission: the built-in policy answers.
                 self.metrics
                     .allocator
@@ -341,8 +381,14 @@ impl Allocator {
                 tracing::warn!(job = %key, policy = %by, reason = e.reason(), error = %e,
                     "policy failed; the built-in policy places this job");
                 fallback = Some(e.to_string());
-                let builtin = self.registry.fallback();
-                (builtin.describe(), builtin.allocate_now(&model, &nodes))
+                let mut answer = builtin.allocate_now(&model, &nodes);
+                if let Ok(slots) = &answer
+                    && let Err(e) =
+                        plugin::checks::capacity(&builtin.describe(), &model, &nodes, slots)
+                {
+                    answer = Err(e);
+                }
+                (builtin.describe(), answer)
             }
             other => (by, other),
         };
@@ -457,7 +503,307 @@ impl Allocator {
     }
 }
 
+fn is_no_fit(e: &PluginError) -> bool {
+    matches!(
+        e,
+        PluginError::Refused {
+            error: PolicyError::NoFit(_),
+            ..
+        }
+    )
+}
+
 /// Policy label values without the version hash, so series stay few across uploads.
 fn policy_label(describe: &str) -> String {
     describe.split('@').next().unwrap_or(describe).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::FutureExt as _;
+    use futures::future::BoxFuture;
+    use kube::runtime::watcher::Event as WatchEvent;
+    use serde_json::json;
+
+    use crate::plugin::{Job, JobPlan};
+
+    /// A policy that always gives the same answer.
+    struct Fixed(Result<Vec<String>, PluginError>);
+
+    impl SchedulingPolicy for Fixed {
+        fn describe(&self) -> String {
+            "fixed@1234".into()
+        }
+        fn allocate(
+            &self,
+            _: Arc<Job>,
+            _: Arc<[plugin::Node]>,
+        ) -> BoxFuture<'static, Result<Vec<String>, PluginError>> {
+            let answer = self.0.clone();
+            async move { answer }.boxed()
+        }
+        fn optimize(
+            &self,
+            _: Arc<[Job]>,
+            _: Arc<[plugin::Node]>,
+            _: Vec<JobPlan>,
+        ) -> BoxFuture<'static, Result<Vec<JobPlan>, PluginError>> {
+            async { Ok(vec![]) }.boxed()
+        }
+    }
+
+    struct Fake(HashMap<String, Arc<dyn SchedulingPolicy>>);
+
+    impl Policies for Fake {
+        fn named(&self, name: &str) -> Option<Arc<dyn SchedulingPolicy>> {
+            self.0.get(name).cloned()
+        }
+        fn builtin(&self) -> NativePolicy {
+            NativePolicy::BinPack
+        }
+    }
+
+    struct Harness {
+        allocator: Arc<Allocator>,
+        retries: futures::channel::mpsc::UnboundedReceiver<ObjectRef<CachedJob>>,
+        pods: reflector::store::Writer<view::UsagePod>,
+        metrics: Arc<Metrics>,
+    }
+
+    /// `n` ready nodes of 8 GPUs and 32 CPUs; `named` policies loaded.
+    fn harness(n: usize, named: Vec<(&str, Fixed)>, default_policy: Option<&str>) -> Harness {
+        let (nodes, mut node_writer) = reflector::store::<Node>();
+        for i in 0..n {
+            let node: Node = serde_json::from_value(json!({
+                "metadata": {"name": format!("n{i}")},
+                "status": {
+                    "allocatable": {"cpu": "32", "memory": "128Gi", "nvidia.com/gpu": "8"},
+                    "conditions": [{"type": "Ready", "status": "True"}]
+                }
+            }))
+            .expect("node");
+            node_writer.apply_watcher_event(&WatchEvent::Apply(node));
+        }
+        let (pods, pod_writer) = reflector::store::<view::UsagePod>();
+        let (jobs, _job_writer) = reflector::store::<CachedJob>();
+        let policies = Fake(
+            named
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), Arc::new(v) as Arc<dyn SchedulingPolicy>))
+                .collect(),
+        );
+        let metrics = Arc::new(Metrics::new());
+        let (allocator, retries) = Allocator::new(
+            Arc::new(policies),
+            nodes,
+            pods,
+            jobs,
+            Settings {
+                default_policy: default_policy.map(String::from),
+            },
+            metrics.clone(),
+        );
+        Harness {
+            allocator,
+            retries,
+            pods: pod_writer,
+            metrics,
+        }
+    }
+
+    /// A preemptible job of `replicas` learners asking `gpus` GPUs each.
+    fn job(name: &str, replicas: i32, gpus: i32, policy: Option<&str>) -> DIJob {
+        let annotations = policy.map(|p| json!({"diorch.io/policy": p}));
+        serde_json::from_value(json!({
+            "apiVersion": "diengine.opendilab.org/v2alpha1",
+            "kind": "DIJob",
+            "metadata": {"name": name, "namespace": "ns", "uid": format!("uid-{name}"), "annotations": annotations},
+            "spec": {"preemptible": true, "tasks": [{"type": "learner", "name": "learner", "replicas": replicas,
+                "template": {"spec": {"containers": [{"name": "di-container", "image": "i",
+                    "resources": {"requests": {"cpu": "1", "nvidia.com/gpu": gpus.to_string()}}}]}}}]}
+        }))
+        .expect("job")
+    }
+
+    fn placed_nodes(a: &Admission) -> Vec<String> {
+        match a {
+            Admission::Placed { nodes, .. } => nodes.clone(),
+            Admission::Waiting { message, .. } => panic!("waiting: {message}"),
+        }
+    }
+
+    fn metric(h: &Harness, needle: &str) -> bool {
+        h.metrics.encode().lines().any(|l| l.contains(needle))
+    }
+
+    #[tokio::test]
+    async fn reservations_count_before_pods_exist_so_nothing_is_double_booked() {
+        let h = harness(4, vec![], None);
+        let a = h.allocator.admit(&job("a", 3, 8, None)).await;
+        assert_eq!(placed_nodes(&a).len(), 3);
+        // Asked again before its status shows it (e.g. after a 409): the same answer.
+        let again = h.allocator.admit(&job("a", 3, 8, None)).await;
+        assert_eq!(placed_nodes(&again), placed_nodes(&a));
+        // a holds 3 whole nodes though none of its pods exist: b (2 whole nodes) must wait.
+        let b = h.allocator.admit(&job("b", 2, 8, None)).await;
+        let Admission::Waiting { message, by } = b else {
+            panic!("b placed: {b:?}")
+        };
+        assert_eq!(by, "builtin-binpack");
+        assert!(
+            message.starts_with("waiting for capacity: 2 replicas: 16 GPUs, 2 CPUs, 0 GiB do not all fit (free: 8 GPUs (at most 8 on one node)"),
+            "{message}"
+        );
+        assert!(metric(
+            &h,
+            "diorch_allocator_decisions_total{policy=\"builtin-binpack\",result=\"waiting\"} 1"
+        ));
+        // A smaller job takes the last node.
+        let c = h.allocator.admit(&job("c", 1, 8, None)).await;
+        let nodes_a = placed_nodes(&a);
+        assert!(!nodes_a.contains(&placed_nodes(&c)[0]));
+    }
+
+    #[tokio::test]
+    async fn freeing_a_job_wakes_the_waiting_ones() {
+        let mut h = harness(2, vec![], None);
+        placed_nodes(&h.allocator.admit(&job("a", 2, 8, None)).await);
+        assert!(matches!(
+            h.allocator.admit(&job("b", 1, 8, None)).await,
+            Admission::Waiting { .. }
+        ));
+        h.allocator.forget("ns", "a").await;
+        let woken = h.retries.next().await.expect("a wake-up");
+        assert_eq!(woken, ObjectRef::new("b").within("ns"));
+        assert_eq!(
+            placed_nodes(&h.allocator.admit(&job("b", 1, 8, None)).await).len(),
+            1
+        );
+    }
+
+    #[tokio::test]
+    async fn pods_of_other_workloads_take_room_and_finished_ones_do_not() {
+        let mut h = harness(1, vec![], None);
+        let pod = |name: &str, phase: &str| -> view::UsagePod {
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "namespace": "other"},
+                "spec": {"nodeName": "n0", "containers": [{"name": "c", "image": "i",
+                    "resources": {"requests": {"nvidia.com/gpu": "6"}}}]},
+                "status": {"phase": phase}
+            }))
+            .expect("pod")
+        };
+        h.pods
+            .apply_watcher_event(&WatchEvent::Apply(pod("busy", "Running")));
+        assert!(matches!(
+            h.allocator.admit(&job("a", 1, 4, None)).await,
+            Admission::Waiting { .. }
+        ));
+        h.pods
+            .apply_watcher_event(&WatchEvent::Apply(pod("busy", "Succeeded")));
+        assert_eq!(
+            placed_nodes(&h.allocator.admit(&job("a", 1, 4, None)).await),
+            ["n0"]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_plugin_answering_nonsense_falls_back_to_the_built_in_policy() {
+        let nonsense = [
+            Fixed(Ok(vec!["n0".into(); 3])), // 24 GPUs on one 8-GPU node
+            Fixed(Ok(vec!["nowhere".into(), "n1".into()])), // an unknown node
+            Fixed(Ok(vec!["n1".into()])),    // one node for two replicas
+            Fixed(Err(PluginError::Timeout {
+                plugin: "p".into(),
+                deadline: Duration::from_millis(50),
+            })),
+        ];
+        for (i, policy) in nonsense.into_iter().enumerate() {
+            let h = harness(4, vec![("p", policy)], None);
+            let a = h.allocator.admit(&job("a", 2, 8, Some("p"))).await;
+            let Admission::Placed {
+                nodes,
+                by,
+                fallback,
+            } = a
+            else {
+                panic!("case {i}: {a:?}")
+            };
+            assert_eq!(by, "builtin-binpack", "case {i}");
+            assert_eq!(nodes.len(), 2);
+            assert_ne!(nodes[0], nodes[1], "case {i}: 8 GPUs each need 2 nodes");
+            let why = fallback.expect("why");
+            assert!(!why.is_empty(), "case {i}");
+            assert!(
+                metric(&h, "diorch_allocator_fallbacks_total{policy=\"fixed\""),
+                "case {i}"
+            );
+            assert!(metric(&h, "result=\"placed_by_fallback\"} 1"), "case {i}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_plugin_saying_no_fit_is_an_answer_not_a_failure() {
+        let no_fit = Fixed(Err(PluginError::Refused {
+            plugin: "p".into(),
+            error: PolicyError::NoFit("only whole racks".into()),
+        }));
+        let h = harness(4, vec![("p", no_fit)], Some("p"));
+        let a = h.allocator.admit(&job("a", 1, 1, None)).await;
+        let Admission::Waiting { message, by } = a else {
+            panic!("{a:?}")
+        };
+        assert_eq!(by, "fixed@1234");
+        assert!(message.ends_with("; only whole racks"), "{message}");
+    }
+
+    #[tokio::test]
+    async fn the_annotation_wins_over_the_default_and_a_missing_plugin_is_reported() {
+        let h = harness(
+            4,
+            vec![
+                ("p", Fixed(Ok(vec!["n3".into()]))),
+                ("q", Fixed(Ok(vec!["n2".into()]))),
+            ],
+            Some("p"),
+        );
+        assert_eq!(
+            placed_nodes(&h.allocator.admit(&job("a", 1, 1, None)).await),
+            ["n3"]
+        );
+        assert_eq!(
+            placed_nodes(&h.allocator.admit(&job("b", 1, 1, Some("q"))).await),
+            ["n2"]
+        );
+        let c = h.allocator.admit(&job("c", 1, 1, Some("gone"))).await;
+        let Admission::Placed { by, fallback, .. } = c else {
+            panic!("{c:?}")
+        };
+        assert_eq!(by, "builtin-binpack");
+        assert_eq!(
+            fallback.as_deref(),
+            Some("policy plugin gone is not loaded")
+        );
+    }
+
+    #[test]
+    fn only_active_preemptible_jobs_short_of_an_allocation_need_one() {
+        let mut j = job("a", 2, 1, None);
+        assert!(needs_allocation(&j));
+        j.status = Some(crate::api::DIJobStatus {
+            allocation: Some(vec!["n0".into(), "n1".into()]),
+            ..Default::default()
+        });
+        assert!(!needs_allocation(&j));
+        j.spec.tasks[0].replicas = 3;
+        assert!(needs_allocation(&j), "scaled up");
+        if let Some(s) = j.status.as_mut() {
+            s.phase = Some(crate::api::Phase::Succeeded);
+        }
+        assert!(!needs_allocation(&j), "finished");
+        let mut k = job("k", 2, 1, None);
+        k.spec.preemptible = false;
+        assert!(!needs_allocation(&k));
+    }
 }

@@ -124,6 +124,17 @@ pub fn capacity(
     nodes: &[Node],
     alloc: &[String],
 ) -> Result<(), PluginError> {
+    if alloc.len() != job.total_replicas() {
+        return Err(malformed(
+            plugin,
+            format!(
+                "job {}: {} nodes for {} replicas (one per replica expected)",
+                job.key,
+                alloc.len(),
+                job.total_replicas()
+            ),
+        ));
+    }
     let mut taken: BTreeMap<&str, super::Resources> = BTreeMap::new();
     for (task, node) in job.replicas().zip(alloc) {
         let sum = taken.entry(node.as_str()).or_default();
