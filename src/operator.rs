@@ -14,7 +14,7 @@ use kube::{Api, Client, Config};
 use tracing::{info, warn};
 
 use crate::api::DIJob;
-use crate::controller::build::BuildContext;
+use crate::controller::build::{BuildContext, Gang, GangKind};
 use crate::controller::executor::{self, Settings};
 use crate::metrics::Metrics;
 use crate::plugin::registry::PluginRegistry;
@@ -186,6 +186,14 @@ pub struct RunArgs {
     /// Default memory cap of one plugin call, in MiB.
     #[arg(long, default_value_t = 64)]
     pub plugin_memory_mib: usize,
+    /// Gang scheduler: every job gets a PodGroup (minMember = its replicas, owned by the job)
+    /// and its pods that scheduler's schedulerName, so no job ever starts partially. Unset, the
+    /// allocator's all-or-nothing admission of preemptible jobs still prevents partial starts.
+    #[arg(long, value_enum)]
+    pub gang_scheduler: Option<GangKind>,
+    /// schedulerName of the gang scheduler (default: `volcano`, `scheduler-plugins-scheduler`).
+    #[arg(long, requires = "gang_scheduler")]
+    pub gang_scheduler_name: Option<String>,
 }
 
 /// The built-in policies.
@@ -212,6 +220,13 @@ impl RunArgs {
             build: BuildContext {
                 service_domain: self.service_domain_name.clone(),
                 server_url: self.di_server_url.clone(),
+                gang: self.gang_scheduler.map(|kind| Gang {
+                    kind,
+                    scheduler_name: self
+                        .gang_scheduler_name
+                        .clone()
+                        .unwrap_or_else(|| kind.default_scheduler_name().to_string()),
+                }),
             },
             qps: self.qps,
             burst: self.burst,

@@ -48,3 +48,22 @@ fn an_oversized_job_waits_with_a_reason_and_starts_when_capacity_frees() {
     let (sandbox, _operator) = cluster();
     scenario::oversized_job_waits_for_capacity(&sandbox.kubectl(), "default");
 }
+
+#[test]
+fn a_gang_scheduler_gets_a_podgroup_per_job() {
+    let sandbox = SandboxProcess::start(&["--nodes", "2", "--pod-start-delay", "100ms"]);
+    let k = sandbox.kubectl();
+    foundation::install_crd(&k);
+    k.ok_stdin(&["apply", "-f", "-"], scenario::POD_GROUP_CRD);
+    // The sandbox's scheduler is default-scheduler: the pods name it so they still run.
+    let _operator = OperatorProcess::start_with(
+        &sandbox.kubeconfig,
+        &[
+            "--gang-scheduler",
+            "scheduler-plugins",
+            "--gang-scheduler-name",
+            "default-scheduler",
+        ],
+    );
+    scenario::gang_scheduled_job_gets_a_podgroup(&k, "default", "default-scheduler");
+}

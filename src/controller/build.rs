@@ -23,6 +23,8 @@ pub struct BuildContext {
     pub service_domain: String,
     /// URL of the replica API workers call (`--di-server-url`).
     pub server_url: String,
+    /// Gang scheduler whose PodGroups the job's pods join (`--gang-scheduler`).
+    pub gang: Option<Gang>,
 }
 
 impl Default for BuildContext {
@@ -30,8 +32,61 @@ impl Default for BuildContext {
         BuildContext {
             service_domain: naming::DEFAULT_SERVICE_DOMAIN.to_string(),
             server_url: "http://di-server.di-system.svc.cluster.local:8081".to_string(),
+            gang: None,
         }
     }
+}
+
+/// Which gang scheduler, and the schedulerName its pods carry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Gang {
+    pub kind: GangKind,
+    pub scheduler_name: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum GangKind {
+    /// Volcano: `scheduling.volcano.sh/v1beta1` PodGroup, pods annotated
+    /// `scheduling.k8s.io/group-name`.
+    Volcano,
+    /// kubernetes-sigs/scheduler-plugins coscheduling: `scheduling.x-k8s.io/v1alpha1` PodGroup,
+    /// pods labelled `scheduling.x-k8s.io/pod-group`.
+    SchedulerPlugins,
+}
+
+impl GangKind {
+    /// The schedulerName of that scheduler's standard installation.
+    pub fn default_scheduler_name(self) -> &'static str {
+        match self {
+            GangKind::Volcano => "volcano",
+            GangKind::SchedulerPlugins => "scheduler-plugins-scheduler",
+        }
+    }
+
+    /// API version of its PodGroup.
+    pub fn api_version(self) -> &'static str {
+        match self {
+            GangKind::Volcano => "scheduling.volcano.sh/v1beta1",
+            GangKind::SchedulerPlugins => "scheduling.x-k8s.io/v1alpha1",
+        }
+    }
+}
+
+/// The PodGroup of `job`: named like the job, owned by it, with `min_member` replicas that must
+/// be placed together.
+pub fn build_pod_group(job: &DIJob, gang: GangKind, min_member: i32) -> serde_json::Value {
+    let name = job.metadata.name.clone().unwrap_or_default();
+    serde_json::json!({
+        "apiVersion": gang.api_version(),
+        "kind": "PodGroup",
+        "metadata": {
+            "name": name,
+            "namespace": job.metadata.namespace.clone().unwrap_or_default(),
+            "labels": job_labels(&name),
+            "ownerReferences": [owner_reference(job)],
+        },
+        "spec": {"minMember": min_member},
+    })
 }
 
 /// One replica's place in its job.
@@ -140,6 +195,11 @@ pub fn world(job: &DIJob, ranks: &RankTable, ctx: &BuildContext) -> World {
 }
 
 /// Builds the pod of `slot`, or `None` if the slot names no task of the job.
+/// Annotation naming a pod's Volcano PodGroup.
+pub const VOLCANO_GROUP_ANNOTATION: &str = "scheduling.k8s.io/group-name";
+/// Label naming a pod's coscheduling PodGroup.
+pub const COSCHEDULING_GROUP_LABEL: &str = "scheduling.x-k8s.io/pod-group";
+
 /// Pins a pod to `node` with a required node affinity on the node's name, ANDed into every
 /// term the template already has (terms are ORed, so each must carry it).
 ///
@@ -217,6 +277,17 @@ pub fn build_pod(
     spec.subdomain = Some(naming::service_name(&job_name));
     if let Some(node) = node.filter(|n| !n.is_empty()) {
         pin_to_node(&mut spec, node);
+    }
+    if let Some(gang) = &ctx.gang {
+        spec.scheduler_name = Some(gang.scheduler_name.clone());
+        match gang.kind {
+            GangKind::Volcano => {
+                annotations.insert(VOLCANO_GROUP_ANNOTATION.to_string(), job_name.clone());
+            }
+            GangKind::SchedulerPlugins => {
+                pod_labels.insert(COSCHEDULING_GROUP_LABEL.to_string(), job_name.clone());
+            }
+        }
     }
     if let Some(job_volumes) = &job.spec.volumes {
         spec.volumes

@@ -560,6 +560,49 @@ async fn execute(ctx: &Context, job: &DIJob, key: &str, plan: &Plan) -> Outcome 
     ctx.expectations
         .expect(key, &creates, &deletes, Instant::now());
 
+    // The PodGroup first: pods of a gang the scheduler does not know would never start.
+    for action in &plan.actions {
+        let Action::EnsurePodGroup(group) = action else {
+            continue;
+        };
+        ctx.throttle.acquire().await;
+        if let Err(err) = ensure_pod_group(ctx, &namespace, group).await {
+            let name = group["metadata"]["name"].as_str().unwrap_or_default();
+            for pod in &creates {
+                ctx.expectations.forget(key, Some(pod), None);
+            }
+            let message = match &err {
+                kube::Error::Api(status) if status.code == 404 => format!(
+                    "failed to create podgroup {name}: the {} PodGroup CRD is not installed (--gang-scheduler needs its scheduler)",
+                    group["apiVersion"].as_str().unwrap_or_default()
+                ),
+                other => format!(
+                    "failed to create podgroup {name} error: {}",
+                    api_message(other)
+                ),
+            };
+            tracing::warn!(job = %key, error = %err, "podgroup write failed");
+            publish(
+                ctx,
+                job,
+                &[planner::JobEvent {
+                    type_: EventType::Warning,
+                    reason: "FailedCreate",
+                    message: message.clone(),
+                }],
+            );
+            return Outcome {
+                error: Some(Error::Writes {
+                    job: key.to_string(),
+                    failed: 1,
+                    kind: "create",
+                    first: message,
+                }),
+                invalid: None,
+            };
+        }
+    }
+
     let results = future::join_all(plan.actions.iter().map(|action| {
         let pods = pods.clone();
         let services = services.clone();
@@ -609,6 +652,8 @@ async fn execute(ctx: &Context, job: &DIJob, key: &str, plan: &Plan) -> Outcome 
                     ctx.count_action("create_service");
                     ("create", format!("service {name}"), result)
                 }
+                // Written above, before any pod.
+                Action::EnsurePodGroup(_) => ("done", String::new(), Ok(())),
                 Action::DeleteService { name, uid } => {
                     let params = DeleteParams {
                         preconditions: Some(Preconditions {
@@ -631,6 +676,9 @@ async fn execute(ctx: &Context, job: &DIJob, key: &str, plan: &Plan) -> Outcome 
     let mut events = Vec::new();
     let mut failed = 0;
     for (kind, what, result) in results {
+        if kind == "done" {
+            continue;
+        }
         let (reason, event_type, message) = match (&result, kind) {
             (Ok(()), "create") => (
                 "SuccessfulCreate",
@@ -699,6 +747,35 @@ async fn execute(ctx: &Context, job: &DIJob, key: &str, plan: &Plan) -> Outcome 
     }
     publish_related(ctx, job, events);
     outcome
+}
+
+/// Creates the job's PodGroup, or sets its minMember when it exists.
+async fn ensure_pod_group(
+    ctx: &Context,
+    namespace: &str,
+    group: &serde_json::Value,
+) -> Result<(), kube::Error> {
+    let api_version = group["apiVersion"].as_str().unwrap_or_default();
+    let (api_group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    let resource = kube::discovery::ApiResource::from_gvk_with_plural(
+        &kube::api::GroupVersionKind::gvk(api_group, version, "PodGroup"),
+        "podgroups",
+    );
+    let api: Api<kube::api::DynamicObject> =
+        Api::namespaced_with(ctx.client.clone(), namespace, &resource);
+    let object: kube::api::DynamicObject =
+        serde_json::from_value(group.clone()).map_err(kube::Error::SerdeError)?;
+    match bounded(api.create(&PostParams::default(), &object)).await {
+        Ok(_) => Ok(()),
+        Err(err) if is_status(&err, 409) => {
+            let name = group["metadata"]["name"].as_str().unwrap_or_default();
+            let patch = serde_json::json!({"spec": {"minMember": group["spec"]["minMember"]}});
+            bounded(api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)))
+                .await
+                .map(|_| ())
+        }
+        Err(err) => Err(err),
+    }
 }
 
 /// What a mutator is told about the pod: read back from the labels and annotations the

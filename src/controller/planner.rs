@@ -90,6 +90,9 @@ pub enum Action {
         why: &'static str,
     },
     CreateService(Box<Service>),
+    /// Create (or update the minMember of) the job's gang-scheduler PodGroup; carried out
+    /// before the pods of the same plan.
+    EnsurePodGroup(Box<Value>),
     DeleteService {
         name: String,
         uid: String,
@@ -148,6 +151,11 @@ impl Plan {
                     )
                 }
                 Action::DeleteService { name, .. } => format!("delete service {name}"),
+                Action::EnsurePodGroup(pg) => format!(
+                    "ensure podgroup {} (minMember {})",
+                    pg["metadata"]["name"].as_str().unwrap_or_default(),
+                    pg["spec"]["minMember"]
+                ),
             });
         }
         if parts.is_empty() {
@@ -709,6 +717,19 @@ impl Planner<'_> {
                 }
             }
         }
+        // The gang scheduler must know the group before it sees any of its pods.
+        if let Some(gang) = &self.ctx.gang
+            && self
+                .plan
+                .actions
+                .iter()
+                .any(|a| matches!(a, Action::CreatePod(_)))
+        {
+            self.plan.actions.insert(
+                0,
+                Action::EnsurePodGroup(Box::new(build::build_pod_group(job, gang.kind, r))),
+            );
+        }
         // A service of that name that is not the job's, or is being deleted, takes the name: wait.
         if observed.service.is_none() {
             self.plan
@@ -903,6 +924,9 @@ mod tests {
         events: Vec<JobEvent>,
         /// What the allocator answers while the job needs an allocation.
         admission: Option<Admission>,
+        ctx: BuildContext,
+        /// PodGroups as last ensured.
+        pod_groups: Vec<Value>,
     }
 
     impl Sim {
@@ -923,6 +947,8 @@ mod tests {
                     fallback: None,
                 }),
                 job,
+                ctx: BuildContext::default(),
+                pod_groups: Vec::new(),
             }
         }
 
@@ -937,12 +963,7 @@ mod tests {
                 service: self.service.as_ref(),
                 admission,
             };
-            plan(
-                &self.job,
-                &observed,
-                &BuildContext::default(),
-                &t(self.clock),
-            )
+            plan(&self.job, &observed, &self.ctx, &t(self.clock))
         }
 
         /// Plans and applies one reconcile; returns the plan.
@@ -987,6 +1008,19 @@ mod tests {
                         self.service = Some(svc);
                     }
                     Action::DeleteService { .. } => self.service = None,
+                    Action::EnsurePodGroup(group) => {
+                        assert!(
+                            plan.actions
+                                .iter()
+                                .position(|a| matches!(a, Action::EnsurePodGroup(_)))
+                                < plan
+                                    .actions
+                                    .iter()
+                                    .position(|a| matches!(a, Action::CreatePod(_))),
+                            "the podgroup comes before the pods"
+                        );
+                        self.pod_groups.push((**group).clone());
+                    }
                 }
             }
             plan
@@ -1713,6 +1747,68 @@ mod tests {
         sim.settle();
         assert_eq!(sim.phase(), Some(Phase::Running));
         assert!(!crate::allocator::needs_allocation(&sim.job));
+    }
+
+    #[test]
+    fn a_gang_scheduled_job_ensures_its_podgroup_before_creating_pods() {
+        let mut sim = Sim::new(job());
+        sim.ctx.gang = Some(build::Gang {
+            kind: build::GangKind::SchedulerPlugins,
+            scheduler_name: "sp".into(),
+        });
+        sim.settle();
+        assert_eq!(sim.pod_groups.len(), 1, "once, with the first pods");
+        let group = &sim.pod_groups[0];
+        assert_eq!(group["apiVersion"], "scheduling.x-k8s.io/v1alpha1");
+        assert_eq!(group["metadata"]["name"], "j");
+        assert_eq!(group["spec"]["minMember"], 4);
+        assert_eq!(group["metadata"]["ownerReferences"][0]["uid"], "uid-1");
+        for pod in &sim.pods {
+            let spec = pod.spec.as_ref().expect("spec");
+            assert_eq!(spec.scheduler_name.as_deref(), Some("sp"));
+            assert_eq!(
+                pod.metadata.labels.as_ref().expect("labels")[build::COSCHEDULING_GROUP_LABEL],
+                "j"
+            );
+        }
+        // Scaling up updates minMember with the new pods.
+        sim.all("Running", true);
+        sim.settle();
+        sim.job.spec.tasks[2].replicas = 4;
+        sim.settle();
+        assert_eq!(
+            sim.pod_groups.last().expect("group")["spec"]["minMember"],
+            6
+        );
+        // Volcano groups by annotation.
+        let mut sim = Sim::new(job());
+        sim.ctx.gang = Some(build::Gang {
+            kind: build::GangKind::Volcano,
+            scheduler_name: "volcano".into(),
+        });
+        sim.step();
+        assert_eq!(
+            sim.pod_groups[0]["apiVersion"],
+            "scheduling.volcano.sh/v1beta1"
+        );
+        assert!(sim.pods.iter().all(|p| {
+            p.metadata
+                .annotations
+                .as_ref()
+                .is_some_and(|a| a[build::VOLCANO_GROUP_ANNOTATION] == "j")
+        }));
+    }
+
+    #[test]
+    fn without_a_gang_scheduler_there_is_no_podgroup() {
+        let mut sim = Sim::new(job());
+        sim.settle();
+        assert!(sim.pod_groups.is_empty());
+        assert!(
+            sim.pods
+                .iter()
+                .all(|p| p.spec.as_ref().is_some_and(|s| s.scheduler_name.is_none()))
+        );
     }
 
     #[test]

@@ -309,3 +309,68 @@ pub fn oversized_job_waits_for_capacity(k: &Kubectl, ns: &str) {
     );
     assert_eq!(distinct(&placement(&k, "waiter")), 2);
 }
+
+/// A minimal scheduler-plugins PodGroup CRD, for clusters without that scheduler.
+pub const POD_GROUP_CRD: &str = r#"apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: podgroups.scheduling.x-k8s.io
+spec:
+  group: scheduling.x-k8s.io
+  names: {kind: PodGroup, listKind: PodGroupList, plural: podgroups, singular: podgroup, shortNames: [pg]}
+  scope: Namespaced
+  versions:
+  - name: v1alpha1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec:
+            type: object
+            properties:
+              minMember: {type: integer, format: int32}
+              scheduleTimeoutSeconds: {type: integer, format: int32}
+          status: {type: object, x-kubernetes-preserve-unknown-fields: true}
+"#;
+
+/// With `--gang-scheduler scheduler-plugins`: the job's PodGroup exists before its pods, with
+/// minMember = replicas and the job as owner; pods carry the group label and schedulerName;
+/// scaling updates minMember; deleting the job deletes the PodGroup.
+pub fn gang_scheduled_job_gets_a_podgroup(k: &Kubectl, ns: &str, scheduler_name: &str) {
+    let k = k.in_namespace(ns);
+    scenario::apply(&k, &scenario::standard_job("gang", ""));
+    scenario::wait_phase(&k, "gang", "Running");
+    let group: Value =
+        serde_json::from_str(&k.ok(&["get", "podgroup", "gang", "-o", "json"])).expect("podgroup");
+    assert_eq!(group["spec"]["minMember"], 4);
+    assert_eq!(group["metadata"]["ownerReferences"][0]["kind"], "DIJob");
+    assert_eq!(group["metadata"]["ownerReferences"][0]["controller"], true);
+    for pod in scenario::pods(&k, "gang").values() {
+        assert_eq!(pod["spec"]["schedulerName"], scheduler_name);
+        assert_eq!(
+            pod["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"],
+            "gang"
+        );
+    }
+    k.ok(&[
+        "patch",
+        "dijob",
+        "gang",
+        "--type=json",
+        "-p",
+        r#"[{"op": "replace", "path": "/spec/tasks/2/replicas", "value": 4}]"#,
+    ]);
+    let deadline = Instant::now() + T;
+    while scenario::jsonpath(&k, "podgroup/gang", "{.spec.minMember}") != "6" {
+        assert!(Instant::now() < deadline, "minMember not updated");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    k.ok(&["delete", "dijob", "gang"]);
+    let deadline = Instant::now() + T;
+    while k.run(&["get", "podgroup", "gang"]).status.success() {
+        assert!(Instant::now() < deadline, "podgroup not garbage-collected");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
