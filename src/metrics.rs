@@ -78,7 +78,8 @@ impl ServerMetrics {
 pub struct AllocationLabels {
     /// The policy's name without its version hash (`binpack`, `builtin-binpack`).
     pub policy: String,
-    /// Decisions: `placed`, `placed_by_fallback`, `waiting`; fallbacks: the plugin error reason.
+    /// Decisions: `placed`, `placed_by_fallback`, `waiting`, `moved`, `suppressed`; fallbacks:
+    /// the plugin error reason.
     pub result: String,
 }
 
@@ -87,6 +88,7 @@ pub struct AllocatorMetrics {
     pub decisions: Family<AllocationLabels, Counter>,
     pub fallbacks: Family<AllocationLabels, Counter>,
     pub call_duration: Histogram,
+    pub optimize_duration: Histogram,
 }
 
 /// Every metric of the process, plus readiness.
@@ -163,6 +165,7 @@ impl Metrics {
             decisions: Family::default(),
             fallbacks: Family::default(),
             call_duration: Histogram::new(exponential_buckets(0.000_01, 2.0, 16)),
+            optimize_duration: Histogram::new(exponential_buckets(0.000_1, 2.0, 16)),
         };
         registry.register(
             "allocator_decisions",
@@ -178,6 +181,11 @@ impl Metrics {
             "allocator_policy_call_duration_seconds",
             "Time of one allocate call of a scheduling policy, checks included",
             allocator.call_duration.clone(),
+        );
+        registry.register(
+            "allocator_optimize_duration_seconds",
+            "Time of one optimize pass over every placed preemptible job",
+            allocator.optimize_duration.clone(),
         );
         Metrics {
             registry,

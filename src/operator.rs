@@ -186,6 +186,14 @@ pub struct RunArgs {
     /// Default memory cap of one plugin call, in MiB.
     #[arg(long, default_value_t = 64)]
     pub plugin_memory_mib: usize,
+    /// How often placed preemptible jobs are re-planned with their policy's `optimize` (also
+    /// at once when a job ends or nodes change; `0s` turns re-planning off).
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    pub optimize_period: std::time::Duration,
+    /// A job is moved by re-planning at most once per this long, so a flapping policy cannot
+    /// thrash training.
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    pub min_reschedule_interval: std::time::Duration,
     /// Gang scheduler: every job gets a PodGroup (minMember = its replicas, owned by the job)
     /// and its pods that scheduler's schedulerName, so no job ever starts partially. Unset, the
     /// allocator's all-or-nothing admission of preemptible jobs still prevents partial starts.
@@ -234,6 +242,8 @@ impl RunArgs {
             concurrency: self.concurrency,
             allocator: crate::allocator::Settings {
                 default_policy: self.default_policy.clone(),
+                optimize_period: self.optimize_period,
+                min_reschedule_interval: self.min_reschedule_interval,
             },
             ..Settings::default()
         }

@@ -12,6 +12,7 @@
 //! Must not touch: DIJob status or pods (the controller writes them), Wasm (the plugin
 //! registry runs policies).
 
+pub mod optimize;
 pub mod view;
 
 use std::collections::{HashMap, HashSet};
@@ -40,12 +41,27 @@ pub const POLICY_ANNOTATION: &str = "diorch.io/policy";
 /// write never landed, e.g. the job was edited meanwhile); the next reconcile asks again.
 const UNCONFIRMED_TTL: Duration = Duration::from_secs(120);
 
-/// How the allocator chooses a policy.
-#[derive(Clone, Debug, Default)]
+/// How the allocator chooses a policy and re-plans.
+#[derive(Clone, Debug)]
 pub struct Settings {
     /// Policy plugin for jobs without the [`POLICY_ANNOTATION`]; `None` = the registry's
     /// built-in policy (which also serves when a named plugin is not loaded or fails).
     pub default_policy: Option<String>,
+    /// How often `optimize` re-plans placed preemptible jobs (also at once when a job ends or
+    /// nodes change). Zero turns re-planning off.
+    pub optimize_period: Duration,
+    /// A job is moved by re-planning at most once per this long.
+    pub min_reschedule_interval: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            default_policy: None,
+            optimize_period: Duration::from_secs(60),
+            min_reschedule_interval: Duration::from_secs(300),
+        }
+    }
 }
 
 /// An allocation the allocator counts as taken.
@@ -67,6 +83,10 @@ struct Ledger {
     held: HashMap<String, Held>,
     /// Jobs told to wait, reconciled again when capacity frees.
     waiting: HashSet<ObjectRef<CachedJob>>,
+    /// Re-planned allocations (slot order) not yet in the jobs' status, with their policy.
+    proposals: HashMap<String, (Vec<String>, String)>,
+    /// When re-planning last moved each job.
+    last_moved: HashMap<String, Instant>,
 }
 
 /// Where the allocator gets its policies: the plugin registry (or a test double).
@@ -98,6 +118,8 @@ pub struct Allocator {
     ledger: tokio::sync::Mutex<Ledger>,
     metrics: Arc<Metrics>,
     retry: futures::channel::mpsc::UnboundedSender<ObjectRef<CachedJob>>,
+    /// Asks for an optimize pass before the period is up.
+    replan: tokio::sync::Notify,
 }
 
 fn job_key(job: &DIJob) -> String {
@@ -177,6 +199,7 @@ impl Allocator {
             ledger: tokio::sync::Mutex::new(Ledger::default()),
             metrics,
             retry,
+            replan: tokio::sync::Notify::new(),
         });
         (allocator, retries)
     }
@@ -218,7 +241,10 @@ impl Allocator {
                 let frees = tokio::select! {
                     event = nodes.next() => match event {
                         None => break,
-                        Some(event) => event.is_ok(),
+                        Some(event) => {
+                            wake.replan.notify_one();
+                            event.is_ok()
+                        }
                     },
                     event = pods.next() => match event {
                         None => break,
@@ -232,6 +258,10 @@ impl Allocator {
                 }
             }
         });
+        if !allocator.settings.optimize_period.is_zero() {
+            let optimizer = allocator.clone();
+            tokio::spawn(async move { optimizer.run_optimizer().await });
+        }
         (allocator, retries)
     }
 
@@ -263,13 +293,24 @@ impl Allocator {
                 .is_some_and(crate::api::Phase::is_terminal);
         if !active {
             let freed = ledger.held.remove(&key).is_some();
+            ledger.proposals.remove(&key);
             drop(ledger);
             if freed {
                 self.wake_waiting().await;
+                // A finished job frees room others may grow into.
+                self.replan.notify_one();
             }
             return;
         }
         let slots = confirmed_slots(job);
+        if let Some((proposed, _)) = ledger.proposals.get(&key) {
+            if *proposed == slots {
+                ledger.proposals.remove(&key);
+            } else {
+                // The re-plan is not in the status yet: it stays what the job holds.
+                return;
+            }
+        }
         let held = Held {
             uid: job.metadata.uid.clone().unwrap_or_default(),
             usage: usage_of(job, &slots),
@@ -283,10 +324,239 @@ impl Allocator {
     /// Forgets a deleted job.
     pub async fn forget(&self, namespace: &str, name: &str) {
         let key = format!("{namespace}/{name}");
-        let freed = self.ledger.lock().await.held.remove(&key).is_some();
+        let freed = {
+            let mut ledger = self.ledger.lock().await;
+            ledger.proposals.remove(&key);
+            ledger.last_moved.remove(&key);
+            ledger.held.remove(&key).is_some()
+        };
         if freed {
             self.wake_waiting().await;
+            self.replan.notify_one();
         }
+    }
+
+    /// What the controller should do about `job`'s placement in this reconcile: a first
+    /// allocation, a re-planned one, or nothing (`None`; the ledger follows the status).
+    pub async fn consult(&self, job: &DIJob) -> Option<Admission> {
+        if needs_allocation(job) {
+            return Some(self.admit(job).await);
+        }
+        if !job.spec.preemptible && job.status.as_ref().is_none_or(|s| s.allocation.is_none()) {
+            return None;
+        }
+        self.observe(job).await;
+        let ledger = self.ledger.lock().await;
+        let (slots, by) = ledger.proposals.get(&job_key(job))?;
+        Some(Admission::Placed {
+            nodes: slots.clone(),
+            by: by.clone(),
+            fallback: None,
+            replan: true,
+        })
+    }
+
+    async fn run_optimizer(self: Arc<Self>) {
+        let mut tick = tokio::time::interval(self.settings.optimize_period);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tick.tick().await; // the first tick is immediate; nothing is placed yet
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                () = self.replan.notified() => {
+                    // Let a burst of endings and node events settle into one pass.
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            }
+            if self.wait_until_ready().await.is_err() {
+                return;
+            }
+            self.optimize_once().await;
+        }
+    }
+
+    /// One re-plan of every placed preemptible job, grouped by policy (groups with the
+    /// highest-priority job first; each sees the others where they are). Applies the changed
+    /// allocations through the controller and returns the decisions.
+    pub async fn optimize_once(&self) -> Vec<optimize::Decision> {
+        let started = Instant::now();
+        let mut ledger = self.ledger.lock().await;
+        if !ledger.seeded {
+            self.seed(&mut ledger);
+        }
+        // Placed, active, preemptible jobs with nothing in flight.
+        let mut groups: HashMap<Option<String>, Vec<DIJob>> = HashMap::new();
+        for cached in self.jobs.state() {
+            let Ok(job) = cached.decode() else { continue };
+            let key = job_key(&job);
+            let placed = ledger.held.get(&key).is_some_and(|h| h.confirmed);
+            if !job.spec.preemptible
+                || needs_allocation(&job)
+                || !placed
+                || ledger.proposals.contains_key(&key)
+                || job
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.phase)
+                    .is_some_and(crate::api::Phase::is_terminal)
+            {
+                continue;
+            }
+            groups.entry(self.policy_name(&job)).or_default().push(job);
+        }
+        let mut groups: Vec<(Option<String>, Vec<DIJob>)> = groups.into_iter().collect();
+        let top = |jobs: &[DIJob]| {
+            jobs.iter()
+                .map(|j| j.spec.priority == crate::api::Priority::High)
+                .max()
+                .unwrap_or(false)
+        };
+        groups.sort_by(|a, b| top(&b.1).cmp(&top(&a.1)).then(a.0.cmp(&b.0)));
+
+        let mut decisions = Vec::new();
+        for (requested, jobs) in groups {
+            let keys: HashSet<String> = jobs.iter().map(job_key).collect();
+            let nodes = self.model_nodes_without(&ledger, &keys);
+            let node_index: HashMap<&str, u32> = nodes
+                .iter()
+                .enumerate()
+                .filter_map(|(i, n)| Some((n.name.as_str(), u32::try_from(i).ok()?)))
+                .collect();
+            let now = jiff::Timestamp::now();
+            let mut models: Vec<(plugin::Job, &DIJob)> = jobs
+                .iter()
+                .map(|j| {
+                    let age = j.metadata.creation_timestamp.as_ref().map_or(0, |t| {
+                        u64::try_from(now.duration_since(t.0).as_secs()).unwrap_or(0)
+                    });
+                    (view::model_job(j, &node_index, age), j)
+                })
+                .collect();
+            // Highest priority first, then oldest.
+            models.sort_by(|a, b| {
+                b.0.priority
+                    .cmp(&a.0.priority)
+                    .then(b.0.age_seconds.cmp(&a.0.age_seconds))
+                    .then(a.0.key.cmp(&b.0.key))
+            });
+            let current: HashMap<String, Vec<String>> = models
+                .iter()
+                .map(|(m, j)| (m.key.clone(), confirmed_slots(j)))
+                .collect();
+            let previous: Vec<plugin::JobPlan> = models
+                .iter()
+                .map(|(m, _)| plugin::JobPlan {
+                    job: m.key.clone(),
+                    nodes: current.get(&m.key).cloned().unwrap_or_default(),
+                })
+                .collect();
+            let job_models: Arc<[plugin::Job]> = models
+                .iter()
+                .map(|(m, _)| m.clone())
+                .collect::<Vec<_>>()
+                .into();
+            let nodes: Arc<[plugin::Node]> = nodes.into();
+
+            let builtin = self.policies.builtin();
+            let policy: Arc<dyn SchedulingPolicy> = requested
+                .as_deref()
+                .and_then(|name| self.policies.named(name))
+                .unwrap_or_else(|| Arc::new(builtin));
+            let by = policy.describe();
+            let mut answer = policy
+                .optimize(job_models.clone(), nodes.clone(), previous.clone())
+                .await;
+            if let Ok(plan) = &answer
+                && let Err(e) = plugin::checks::plan_capacity(&by, &job_models, &nodes, plan)
+            {
+                answer = Err(e);
+            }
+            let (by, plan) = match answer {
+                Ok(plan) => (by, plan),
+                Err(e) => {
+                    self.metrics
+                        .allocator
+                        .fallbacks
+                        .get_or_create(&AllocationLabels {
+                            policy: policy_label(&by),
+                            result: e.reason().to_string(),
+                        })
+                        .inc();
+                    tracing::warn!(policy = %by, reason = e.reason(), error = %e,
+                        "optimize failed; the built-in policy re-plans instead");
+                    let fallback = builtin
+                        .optimize_now(&job_models, &nodes, &previous)
+                        .and_then(|plan| {
+                            plugin::checks::plan_capacity(
+                                &builtin.describe(),
+                                &job_models,
+                                &nodes,
+                                &plan,
+                            )
+                            .map(|()| plan)
+                        });
+                    match fallback {
+                        Ok(plan) => (builtin.describe(), plan),
+                        Err(e) => {
+                            tracing::warn!(error = %e, "the built-in policy cannot re-plan either; nothing moves");
+                            continue;
+                        }
+                    }
+                }
+            };
+            let group = optimize::decide(
+                &plan,
+                &current,
+                &ledger.last_moved,
+                Instant::now(),
+                self.settings.min_reschedule_interval,
+            );
+            for decision in &group {
+                let result = match decision {
+                    optimize::Decision::Move { job, slots, moved } => {
+                        if let Some((_, dijob)) = models.iter().find(|(m, _)| &m.key == job) {
+                            let key = job.clone();
+                            ledger.held.insert(
+                                key.clone(),
+                                Held {
+                                    uid: dijob.metadata.uid.clone().unwrap_or_default(),
+                                    usage: usage_of(dijob, slots),
+                                    slots: slots.clone(),
+                                    confirmed: true,
+                                    since: Instant::now(),
+                                },
+                            );
+                            ledger
+                                .proposals
+                                .insert(key.clone(), (slots.clone(), by.clone()));
+                            ledger.last_moved.insert(key, Instant::now());
+                            let _ = self.retry.unbounded_send(job_ref(dijob));
+                        }
+                        tracing::info!(job = %job, policy = %by, moved, "re-plan moves the job");
+                        "moved"
+                    }
+                    optimize::Decision::Suppressed { job, retry_in } => {
+                        tracing::info!(job = %job, policy = %by, ?retry_in,
+                            "re-plan would move the job again too soon; it stays");
+                        "suppressed"
+                    }
+                };
+                self.metrics
+                    .allocator
+                    .decisions
+                    .get_or_create(&AllocationLabels {
+                        policy: policy_label(&by),
+                        result: result.to_string(),
+                    })
+                    .inc();
+            }
+            decisions.extend(group);
+        }
+        self.metrics
+            .allocator
+            .optimize_duration
+            .observe(started.elapsed().as_secs_f64());
+        decisions
     }
 
     /// The policy a job asks for, by name (`None` = the built-in one).
@@ -323,6 +593,7 @@ impl Allocator {
                 nodes: h.slots.clone(),
                 by: "reservation".to_string(),
                 fallback: None,
+                replan: false,
             };
         }
 
@@ -407,6 +678,7 @@ impl Allocator {
                     nodes: slots,
                     by: by.clone(),
                     fallback,
+                    replan: false,
                 }
             }
             Err(e) => {
@@ -479,12 +751,17 @@ impl Allocator {
     /// every bound pod, except pods of jobs whose allocation the ledger holds (counted from the
     /// allocation instead, so a reservation counts before its pods exist) and of `key` itself.
     fn model_nodes(&self, ledger: &Ledger, key: &str) -> Vec<plugin::Node> {
+        self.model_nodes_without(ledger, &HashSet::from([key.to_string()]))
+    }
+
+    /// [`Allocator::model_nodes`] as seen by placing all of `keys` at once.
+    fn model_nodes_without(&self, ledger: &Ledger, keys: &HashSet<String>) -> Vec<plugin::Node> {
         let pods = self.pods.state();
         let mut usage = view::node_usage(pods.iter().map(AsRef::as_ref), |job| {
-            job == key || ledger.held.contains_key(job)
+            keys.contains(job) || ledger.held.contains_key(job)
         });
         for (job, held) in &ledger.held {
-            if job == key {
+            if keys.contains(job) {
                 continue;
             }
             for (node, requests) in &held.usage {
@@ -528,8 +805,21 @@ mod tests {
 
     use crate::plugin::{Job, JobPlan};
 
-    /// A policy that always gives the same answer.
-    struct Fixed(Result<Vec<String>, PluginError>);
+    /// A policy that always gives the same answer (and, for optimize, the plans in turn).
+    struct Fixed(
+        Result<Vec<String>, PluginError>,
+        std::sync::Mutex<Vec<Result<Vec<JobPlan>, PluginError>>>,
+    );
+
+    impl Fixed {
+        fn allocating(answer: Result<Vec<String>, PluginError>) -> Fixed {
+            Fixed(answer, std::sync::Mutex::new(vec![]))
+        }
+
+        fn planning(plans: Vec<Result<Vec<JobPlan>, PluginError>>) -> Fixed {
+            Fixed(Ok(vec![]), std::sync::Mutex::new(plans))
+        }
+    }
 
     impl SchedulingPolicy for Fixed {
         fn describe(&self) -> String {
@@ -549,7 +839,13 @@ mod tests {
             _: Arc<[plugin::Node]>,
             _: Vec<JobPlan>,
         ) -> BoxFuture<'static, Result<Vec<JobPlan>, PluginError>> {
-            async { Ok(vec![]) }.boxed()
+            let mut plans = self.1.lock().expect("plans");
+            let answer = if plans.is_empty() {
+                Ok(vec![])
+            } else {
+                plans.remove(0)
+            };
+            async move { answer }.boxed()
         }
     }
 
@@ -568,6 +864,7 @@ mod tests {
         allocator: Arc<Allocator>,
         retries: futures::channel::mpsc::UnboundedReceiver<ObjectRef<CachedJob>>,
         pods: reflector::store::Writer<view::UsagePod>,
+        jobs: reflector::store::Writer<CachedJob>,
         metrics: Arc<Metrics>,
     }
 
@@ -586,7 +883,7 @@ mod tests {
             node_writer.apply_watcher_event(&WatchEvent::Apply(node));
         }
         let (pods, pod_writer) = reflector::store::<view::UsagePod>();
-        let (jobs, _job_writer) = reflector::store::<CachedJob>();
+        let (jobs, job_writer) = reflector::store::<CachedJob>();
         let policies = Fake(
             named
                 .into_iter()
@@ -601,6 +898,7 @@ mod tests {
             jobs,
             Settings {
                 default_policy: default_policy.map(String::from),
+                ..Settings::default()
             },
             metrics.clone(),
         );
@@ -608,6 +906,7 @@ mod tests {
             allocator,
             retries,
             pods: pod_writer,
+            jobs: job_writer,
             metrics,
         }
     }
@@ -711,10 +1010,10 @@ mod tests {
     #[tokio::test]
     async fn a_plugin_answering_nonsense_falls_back_to_the_built_in_policy() {
         let nonsense = [
-            Fixed(Ok(vec!["n0".into(); 3])), // 24 GPUs on one 8-GPU node
-            Fixed(Ok(vec!["nowhere".into(), "n1".into()])), // an unknown node
-            Fixed(Ok(vec!["n1".into()])),    // one node for two replicas
-            Fixed(Err(PluginError::Timeout {
+            Fixed::allocating(Ok(vec!["n0".into(); 3])), // 24 GPUs on one 8-GPU node
+            Fixed::allocating(Ok(vec!["nowhere".into(), "n1".into()])), // an unknown node
+            Fixed::allocating(Ok(vec!["n1".into()])),    // one node for two replicas
+            Fixed::allocating(Err(PluginError::Timeout {
                 plugin: "p".into(),
                 deadline: Duration::from_millis(50),
             })),
@@ -726,6 +1025,7 @@ mod tests {
                 nodes,
                 by,
                 fallback,
+                ..
             } = a
             else {
                 panic!("case {i}: {a:?}")
@@ -745,7 +1045,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_plugin_saying_no_fit_is_an_answer_not_a_failure() {
-        let no_fit = Fixed(Err(PluginError::Refused {
+        let no_fit = Fixed::allocating(Err(PluginError::Refused {
             plugin: "p".into(),
             error: PolicyError::NoFit("only whole racks".into()),
         }));
@@ -763,8 +1063,8 @@ mod tests {
         let h = harness(
             4,
             vec![
-                ("p", Fixed(Ok(vec!["n3".into()]))),
-                ("q", Fixed(Ok(vec!["n2".into()]))),
+                ("p", Fixed::allocating(Ok(vec!["n3".into()]))),
+                ("q", Fixed::allocating(Ok(vec!["n2".into()]))),
             ],
             Some("p"),
         );
@@ -785,6 +1085,109 @@ mod tests {
             fallback.as_deref(),
             Some("policy plugin gone is not loaded")
         );
+    }
+
+    /// `job(...)` as placed and running on `nodes` (slot order = rank order here).
+    fn running(name: &str, nodes: &[&str], gpus: i32, policy: Option<&str>) -> DIJob {
+        let mut j = job(name, nodes.len() as i32, gpus, policy);
+        j.status = Some(crate::api::DIJobStatus {
+            phase: Some(crate::api::Phase::Running),
+            allocation: Some(nodes.iter().map(|n| n.to_string()).collect()),
+            ranks: Some(
+                (0..nodes.len())
+                    .map(|i| format!("{name}-learner-{i}"))
+                    .collect(),
+            ),
+            ..Default::default()
+        });
+        j
+    }
+
+    fn cache(h: &mut Harness, j: &DIJob) {
+        let cached: CachedJob =
+            serde_json::from_value(serde_json::to_value(j).expect("json")).expect("cached");
+        h.jobs.apply_watcher_event(&WatchEvent::Apply(cached));
+    }
+
+    fn plan(job: &str, nodes: &[&str]) -> JobPlan {
+        JobPlan {
+            job: job.into(),
+            nodes: nodes.iter().map(|n| n.to_string()).collect(),
+        }
+    }
+
+    #[tokio::test]
+    async fn optimize_moves_jobs_through_the_controller_and_rate_limits_flapping() {
+        // A flapping policy: n0 -> n1 -> n0 ...
+        let flap = Fixed::planning(vec![
+            Ok(vec![plan("ns/a", &["n1"])]),
+            Ok(vec![plan("ns/a", &["n0"])]),
+        ]);
+        let mut h = harness(2, vec![("flap", flap)], Some("flap"));
+        let a = running("a", &["n0"], 4, None);
+        cache(&mut h, &a);
+        assert_eq!(h.allocator.consult(&a).await, None, "placed, nothing to do");
+        let decisions = h.allocator.optimize_once().await;
+        assert_eq!(
+            decisions,
+            vec![optimize::Decision::Move {
+                job: "ns/a".into(),
+                slots: vec!["n1".into()],
+                moved: 1
+            }]
+        );
+        // The controller is asked to reconcile the job, and gets the new allocation.
+        assert_eq!(
+            h.retries.next().await,
+            Some(ObjectRef::new("a").within("ns"))
+        );
+        let Some(Admission::Placed {
+            nodes, replan, by, ..
+        }) = h.allocator.consult(&a).await
+        else {
+            panic!("no re-plan")
+        };
+        assert_eq!(
+            (nodes, replan, by.as_str()),
+            (vec!["n1".to_string()], true, "fixed@1234")
+        );
+        // Once the status shows it, the proposal is done.
+        let moved = running("a", &["n1"], 4, None);
+        cache(&mut h, &moved);
+        assert_eq!(h.allocator.consult(&moved).await, None);
+        // The policy flips back at once: suppressed.
+        let decisions = h.allocator.optimize_once().await;
+        assert!(
+            matches!(&decisions[..], [optimize::Decision::Suppressed { job, .. }] if job == "ns/a"),
+            "{decisions:?}"
+        );
+        assert!(metric(&h, "result=\"suppressed\"} 1"));
+    }
+
+    #[tokio::test]
+    async fn a_failing_or_nonsense_optimize_falls_back_to_the_built_in_policy() {
+        for (i, answer) in [
+            Err(PluginError::Trap {
+                plugin: "p".into(),
+                message: "unreachable".into(),
+            }),
+            Ok(vec![plan("ns/a", &["n0", "n0"])]), // two 8-GPU replicas on one 8-GPU node
+            Ok(vec![plan("ns/a", &["n0"])]),       // the wrong count
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let mut h = harness(2, vec![("p", Fixed::planning(vec![answer]))], Some("p"));
+            let a = running("a", &["n0", "n1"], 8, None);
+            cache(&mut h, &a);
+            h.allocator.consult(&a).await;
+            // The built-in policy keeps the job where it is.
+            assert_eq!(h.allocator.optimize_once().await, vec![], "case {i}");
+            assert!(
+                metric(&h, "diorch_allocator_fallbacks_total{policy=\"fixed\""),
+                "case {i}"
+            );
+        }
     }
 
     #[test]

@@ -402,14 +402,7 @@ async fn reconcile_inner(job: &DIJob, ctx: &Context) -> Result<Requeue, Error> {
     let service = ctx
         .services
         .get(&ObjectRef::new(&naming::service_name(&name)).within(&namespace));
-    let admission = if allocator::needs_allocation(job) {
-        Some(ctx.allocator.admit(job).await)
-    } else {
-        if job.spec.preemptible || job.status.as_ref().is_some_and(|s| s.allocation.is_some()) {
-            ctx.allocator.observe(job).await;
-        }
-        None
-    };
+    let admission = ctx.allocator.consult(job).await;
     let observed = Observed {
         pods: pod_refs,
         service: service.as_deref(),

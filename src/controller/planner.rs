@@ -44,6 +44,8 @@ pub enum Admission {
         by: String,
         /// Why the built-in policy answered instead of the requested one.
         fallback: Option<String>,
+        /// A periodic re-plan moving a placed job (not its first placement).
+        replan: bool,
     },
     /// Not every replica fits now; the job waits in Pending.
     Waiting { message: String, by: String },
@@ -410,7 +412,13 @@ impl Planner<'_> {
     }
 
     /// Records a new allocation (by global rank) with its condition and Event.
-    fn allocated(&mut self, allocation: Vec<String>, by: &str, fallback: Option<&str>) {
+    fn allocated(
+        &mut self,
+        allocation: Vec<String>,
+        by: &str,
+        fallback: Option<&str>,
+        replan: bool,
+    ) {
         let mut per_node: BTreeMap<&str, usize> = BTreeMap::new();
         for node in allocation.iter().filter(|n| !n.is_empty()) {
             *per_node.entry(node).or_default() += 1;
@@ -420,7 +428,17 @@ impl Planner<'_> {
             .map(|(node, n)| format!("{node}×{n}"))
             .collect::<Vec<_>>()
             .join(", ");
-        let message = format!("placed by {by} on {spread}");
+        let message = if replan {
+            let before = self.status.allocation.clone().unwrap_or_default();
+            let moved = allocation
+                .iter()
+                .enumerate()
+                .filter(|(r, n)| !n.is_empty() && before.get(*r) != Some(n))
+                .count();
+            format!("re-planned by {by}: {moved} replicas move; now on {spread}")
+        } else {
+            format!("placed by {by} on {spread}")
+        };
         self.status.allocation = Some(allocation);
         self.plan.allocated = true;
         if let Some(why) = fallback {
@@ -432,7 +450,11 @@ impl Planner<'_> {
         }
         self.plan.events.push(JobEvent {
             type_: EventType::Normal,
-            reason: "JobAllocated",
+            reason: if replan {
+                "JobReallocated"
+            } else {
+                "JobAllocated"
+            },
             message: message.clone(),
         });
         self.set_allocated_condition("True", "Allocated", message);
@@ -556,6 +578,7 @@ impl Planner<'_> {
                     nodes,
                     by,
                     fallback,
+                    replan,
                 }) => {
                     let mut allocation = vec![String::new(); ranks.entries().len()];
                     for (slot, node) in slots.iter().zip(nodes) {
@@ -566,7 +589,10 @@ impl Planner<'_> {
                             entry.clone_from(node);
                         }
                     }
-                    self.allocated(allocation, by, fallback.as_deref());
+                    // The same allocation again (a retried answer) is nothing new.
+                    if self.status.allocation.as_ref() != Some(&allocation) {
+                        self.allocated(allocation, by, fallback.as_deref(), *replan);
+                    }
                     placed = true;
                 }
                 Some(Admission::Waiting { message, by }) => self.waiting(message, by),
@@ -945,6 +971,7 @@ mod tests {
                         .collect(),
                     by: "test-policy".into(),
                     fallback: None,
+                    replan: false,
                 }),
                 job,
                 ctx: BuildContext::default(),
@@ -957,7 +984,10 @@ mod tests {
             let admission = self
                 .admission
                 .as_ref()
-                .filter(|_| crate::allocator::needs_allocation(&self.job));
+                .filter(|a| {
+                    crate::allocator::needs_allocation(&self.job)
+                        || matches!(a, Admission::Placed { replan: true, .. })
+                });
             let observed = Observed {
                 pods: cached.iter().collect(),
                 service: self.service.as_ref(),
@@ -1580,6 +1610,7 @@ mod tests {
             nodes: nodes.iter().map(|n| n.to_string()).collect(),
             by: "binpack@abc".into(),
             fallback: fallback.map(String::from),
+            replan: false,
         }
     }
 
@@ -1706,6 +1737,50 @@ mod tests {
             Some(("Running", "True"))
         );
         assert_eq!(sim.status().replicas, 4);
+    }
+
+    #[test]
+    fn a_re_plan_moves_only_the_replicas_whose_node_changed() {
+        let mut sim = Sim::running(job_with(json!({"preemptible": true})));
+        let before: BTreeMap<String, String> = sim
+            .pods
+            .iter()
+            .map(|p| {
+                (
+                    p.metadata.name.clone().unwrap_or_default(),
+                    p.metadata.uid.clone().unwrap_or_default(),
+                )
+            })
+            .collect();
+        // Slots: learner-0, evaluator-0, collector-0, collector-1 on n0, n1, n0, n1.
+        sim.admission = Some(Admission::Placed {
+            nodes: ["n0", "n1", "n2", "n1"].map(String::from).to_vec(),
+            by: "goodput@1".into(),
+            fallback: None,
+            replan: true,
+        });
+        let plan = sim.step();
+        assert!(plan.status_first());
+        sim.admission = None;
+        sim.settle();
+        assert_eq!(sim.status().reschedules, 1);
+        let event = sim
+            .events
+            .iter()
+            .find(|e| e.reason == "JobReallocated")
+            .expect("event");
+        assert_eq!(
+            event.message,
+            "re-planned by goodput@1: 1 replicas move; now on n0×1, n1×2, n2×1"
+        );
+        for p in &sim.pods {
+            let name = p.metadata.name.clone().unwrap_or_default();
+            let same = before.get(&name) == p.metadata.uid.as_ref();
+            assert_eq!(same, name != "j-collector-0", "{name}");
+        }
+        sim.all("Running", true);
+        sim.settle();
+        assert_eq!(sim.phase(), Some(Phase::Running));
     }
 
     #[test]

@@ -124,43 +124,66 @@ pub fn capacity(
     nodes: &[Node],
     alloc: &[String],
 ) -> Result<(), PluginError> {
-    if alloc.len() != job.total_replicas() {
-        return Err(malformed(
-            plugin,
-            format!(
-                "job {}: {} nodes for {} replicas (one per replica expected)",
-                job.key,
-                alloc.len(),
-                job.total_replicas()
-            ),
-        ));
-    }
+    plan_capacity(
+        plugin,
+        std::slice::from_ref(job),
+        nodes,
+        &[JobPlan {
+            job: job.key.clone(),
+            nodes: alloc.to_vec(),
+        }],
+    )
+}
+
+/// Whether a whole plan fits: each entry one node per replica of its job, and every node's
+/// replicas of all the plan's jobs together within its free capacity.
+pub fn plan_capacity(
+    plugin: &str,
+    jobs: &[Job],
+    nodes: &[Node],
+    plan: &[JobPlan],
+) -> Result<(), PluginError> {
     let mut taken: BTreeMap<&str, super::Resources> = BTreeMap::new();
-    for (task, node) in job.replicas().zip(alloc) {
-        let sum = taken.entry(node.as_str()).or_default();
-        sum.cpu_millis = sum.cpu_millis.saturating_add(task.requests.cpu_millis);
-        sum.memory_bytes = sum.memory_bytes.saturating_add(task.requests.memory_bytes);
-        sum.gpus = sum.gpus.saturating_add(task.requests.gpus);
-        for (name, q) in &task.requests.extended {
-            match sum.extended.iter_mut().find(|(n, _)| n == name) {
-                Some(slot) => slot.1 = slot.1.saturating_add(*q),
-                None => sum.extended.push((name.clone(), *q)),
+    for entry in plan {
+        let Some(job) = jobs.iter().find(|j| j.key == entry.job) else {
+            return Err(malformed(
+                plugin,
+                format!("plan names unknown job {}", entry.job),
+            ));
+        };
+        if entry.nodes.len() != job.total_replicas() {
+            return Err(malformed(
+                plugin,
+                format!(
+                    "job {}: {} nodes for {} replicas (one per replica expected)",
+                    job.key,
+                    entry.nodes.len(),
+                    job.total_replicas()
+                ),
+            ));
+        }
+        for (task, node) in job.replicas().zip(&entry.nodes) {
+            let sum = taken.entry(node.as_str()).or_default();
+            sum.cpu_millis = sum.cpu_millis.saturating_add(task.requests.cpu_millis);
+            sum.memory_bytes = sum.memory_bytes.saturating_add(task.requests.memory_bytes);
+            sum.gpus = sum.gpus.saturating_add(task.requests.gpus);
+            for (name, q) in &task.requests.extended {
+                match sum.extended.iter_mut().find(|(n, _)| n == name) {
+                    Some(slot) => slot.1 = slot.1.saturating_add(*q),
+                    None => sum.extended.push((name.clone(), *q)),
+                }
             }
         }
     }
     for (name, sum) in taken {
         let Some(node) = nodes.iter().find(|n| n.name == name) else {
-            return Err(malformed(
-                plugin,
-                format!("job {}: unknown node {name}", job.key),
-            ));
+            return Err(malformed(plugin, format!("unknown node {name}")));
         };
         if !node.free.fits(&sum) {
             return Err(malformed(
                 plugin,
                 format!(
-                    "job {}: node {name} is over-committed: its replicas ask {} GPUs, {}m CPU, {} bytes of memory{}, it has {} GPUs, {}m CPU, {} bytes free",
-                    job.key,
+                    "node {name} is over-committed: its replicas ask {} GPUs, {}m CPU, {} bytes of memory{}, it has {} GPUs, {}m CPU, {} bytes free",
                     sum.gpus,
                     sum.cpu_millis,
                     sum.memory_bytes,

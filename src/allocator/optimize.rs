@@ -1,0 +1,140 @@
+//! Which optimize results are applied: the pure part of the periodic re-plan.
+//!
+//! Owns: comparing a policy's plan with the jobs' current allocations, keeping jobs the plan
+//! leaves out where they are, and rate-limiting moves per job so a flapping policy cannot
+//! thrash training. Must not touch: policy calls, the ledger or the API.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use crate::plugin::JobPlan;
+
+/// What happens to one job after an optimize pass.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// Move to `slots` (node per slot); `moved` replicas change node.
+    Move {
+        job: String,
+        slots: Vec<String>,
+        moved: usize,
+    },
+    /// The plan would move the job, but it moved less than the minimum interval ago.
+    Suppressed { job: String, retry_in: Duration },
+}
+
+/// The decisions for `plan` given the jobs' `current` allocations (slot order). Jobs the plan
+/// leaves out keep their allocation (this version never preempts a running job outright); jobs
+/// whose plan equals their allocation are left alone.
+pub fn decide(
+    plan: &[JobPlan],
+    current: &HashMap<String, Vec<String>>,
+    last_moved: &HashMap<String, Instant>,
+    now: Instant,
+    min_interval: Duration,
+) -> Vec<Decision> {
+    let mut out = Vec::new();
+    for entry in plan {
+        let Some(now_on) = current.get(&entry.job) else {
+            continue;
+        };
+        if *now_on == entry.nodes {
+            continue;
+        }
+        if let Some(at) = last_moved.get(&entry.job) {
+            let since = now.saturating_duration_since(*at);
+            if since < min_interval {
+                out.push(Decision::Suppressed {
+                    job: entry.job.clone(),
+                    retry_in: min_interval - since,
+                });
+                continue;
+            }
+        }
+        let moved = now_on
+            .iter()
+            .zip(&entry.nodes)
+            .filter(|(a, b)| a != b)
+            .count()
+            + now_on.len().abs_diff(entry.nodes.len());
+        out.push(Decision::Move {
+            job: entry.job.clone(),
+            slots: entry.nodes.clone(),
+            moved,
+        });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(job: &str, nodes: &[&str]) -> JobPlan {
+        JobPlan {
+            job: job.into(),
+            nodes: nodes.iter().map(|n| n.to_string()).collect(),
+        }
+    }
+
+    fn current(entries: &[(&str, &[&str])]) -> HashMap<String, Vec<String>> {
+        entries
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.iter().map(|n| n.to_string()).collect()))
+            .collect()
+    }
+
+    #[test]
+    fn only_changed_jobs_move_and_left_out_jobs_stay() {
+        let now = Instant::now();
+        let cur = current(&[("a", &["n1", "n2"]), ("b", &["n1"]), ("c", &["n3"])]);
+        let decisions = decide(
+            &[
+                plan("a", &["n1", "n3"]),
+                plan("b", &["n1"]),
+                plan("zz", &["n1"]),
+            ],
+            &cur,
+            &HashMap::new(),
+            now,
+            Duration::from_secs(60),
+        );
+        assert_eq!(
+            decisions,
+            vec![Decision::Move {
+                job: "a".into(),
+                slots: vec!["n1".into(), "n3".into()],
+                moved: 1
+            }]
+        );
+    }
+
+    #[test]
+    fn a_job_moved_recently_is_not_moved_again() {
+        let now = Instant::now();
+        let cur = current(&[("a", &["n1"])]);
+        let recently = HashMap::from([("a".to_string(), now - Duration::from_secs(10))]);
+        let decisions = decide(
+            &[plan("a", &["n2"])],
+            &cur,
+            &recently,
+            now,
+            Duration::from_secs(60),
+        );
+        assert_eq!(
+            decisions,
+            vec![Decision::Suppressed {
+                job: "a".into(),
+                retry_in: Duration::from_secs(50)
+            }]
+        );
+        let long_ago = HashMap::from([("a".to_string(), now - Duration::from_secs(61))]);
+        let decisions = decide(
+            &[plan("a", &["n2"])],
+            &cur,
+            &long_ago,
+            now,
+            Duration::from_secs(60),
+        );
+        assert!(matches!(decisions[..], [Decision::Move { moved: 1, .. }]));
+    }
+}
