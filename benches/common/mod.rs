@@ -18,16 +18,17 @@ pub struct Sandbox {
 
 impl Sandbox {
     pub fn start() -> anyhow::Result<Sandbox> {
+        Sandbox::start_with(&["--no-cluster"])
+    }
+
+    /// `diorch sandbox` with `args` (e.g. `--nodes 100`).
+    pub fn start_with(args: &[&str]) -> anyhow::Result<Sandbox> {
         let dir = tempfile::tempdir()?;
         let kubeconfig = dir.path().join("kubeconfig");
         let mut child = Command::new(env!("CARGO_BIN_EXE_diorch"))
-            .args([
-                "sandbox",
-                "--no-cluster",
-                "--listen",
-                "127.0.0.1:0",
-                "--kubeconfig-out",
-            ])
+            .arg("sandbox")
+            .args(args)
+            .args(["--listen", "127.0.0.1:0", "--kubeconfig-out"])
             .arg(&kubeconfig)
             .env("RUST_LOG", "warn")
             .stdout(Stdio::piped())

@@ -981,13 +981,10 @@ mod tests {
 
         fn plan(&self) -> Plan {
             let cached: Vec<CachedPod> = self.pods.iter().cloned().map(CachedPod::from).collect();
-            let admission = self
-                .admission
-                .as_ref()
-                .filter(|a| {
-                    crate::allocator::needs_allocation(&self.job)
-                        || matches!(a, Admission::Placed { replan: true, .. })
-                });
+            let admission = self.admission.as_ref().filter(|a| {
+                crate::allocator::needs_allocation(&self.job)
+                    || matches!(a, Admission::Placed { replan: true, .. })
+            });
             let observed = Observed {
                 pods: cached.iter().collect(),
                 service: self.service.as_ref(),

@@ -1,0 +1,188 @@
+//! Placement bench: time from creating N preemptible DIJobs (4 replicas each) to all their
+//! pods bound to nodes in the sandbox (`--nodes 100`), with the real `diorch run`, once with
+//! the built-in bin-pack policy and once with the same policy as a Wasm plugin
+//! (`target/plugins/binpack.wasm`, uploaded as a ConfigMap and named by `--default-policy`).
+//!
+//! `cargo bench --bench placement` (env: SIZES=100,1000, NODES=100, CONCURRENCY=32). Needs
+//! `scripts/build-plugins.sh` first for the Wasm run.
+
+mod common;
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use futures::{StreamExt, TryStreamExt, stream};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{ListParams, PostParams, WatchEvent, WatchParams};
+use kube::{Api, Client};
+
+use common::{Sandbox, env_usize};
+use diorch::api::DIJob;
+
+fn job(name: &str) -> DIJob {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "diengine.opendilab.org/v2alpha1",
+        "kind": "DIJob",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"preemptible": true, "tasks": [
+            {"name": "learner", "type": "learner", "replicas": 1, "template": {"spec": {"containers": [
+                {"name": "di-container", "image": "busybox", "resources": {"requests": {"cpu": "500m", "nvidia.com/gpu": "1"}}}]}}},
+            {"name": "collector", "type": "collector", "replicas": 3, "template": {"spec": {"containers": [
+                {"name": "di-container", "image": "busybox", "resources": {"requests": {"cpu": "100m"}}}]}}}
+        ]}
+    }))
+    .expect("valid job")
+}
+
+/// Counts pods of `default` getting a node from now on, until `want` are bound.
+async fn pods_bound(client: Client, want: usize) -> anyhow::Result<Instant> {
+    let pods: Api<Pod> = Api::namespaced(client, "default");
+    let mut rv = pods
+        .list_metadata(&ListParams::default().limit(1))
+        .await?
+        .metadata
+        .resource_version
+        .unwrap_or_default();
+    let mut bound = std::collections::HashSet::new();
+    while bound.len() < want {
+        let mut events = pods
+            .watch(&WatchParams::default().timeout(290), &rv)
+            .await?
+            .boxed();
+        while let Some(event) = events.try_next().await? {
+            match event {
+                WatchEvent::Added(p) | WatchEvent::Modified(p) => {
+                    rv = p.metadata.resource_version.clone().unwrap_or_default();
+                    if p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some() {
+                        bound.insert(p.metadata.name.unwrap_or_default());
+                    }
+                    if bound.len() >= want {
+                        break;
+                    }
+                }
+                WatchEvent::Deleted(p) => rv = p.metadata.resource_version.unwrap_or_default(),
+                WatchEvent::Bookmark(b) => rv = b.metadata.resource_version,
+                WatchEvent::Error(e) => anyhow::bail!("watch error: {e:?}"),
+            }
+        }
+    }
+    Ok(Instant::now())
+}
+
+struct Operator(Child);
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// One run: a fresh sandbox of `nodes` nodes, the operator (with the Wasm bin-pack policy if
+/// `wasm`), N jobs created; returns the time to all 4N pods bound.
+async fn run(n: usize, nodes: usize, wasm: bool, concurrency: usize) -> anyhow::Result<Duration> {
+    let nodes_arg = nodes.to_string();
+    let sandbox = Sandbox::start_with(&[
+        "--nodes",
+        &nodes_arg,
+        "--node-gpus",
+        "8",
+        "--kubelet-events",
+        "false",
+        "--sim-concurrency",
+        "64",
+    ])?;
+    let crds: Api<CustomResourceDefinition> = Api::all(sandbox.client.clone());
+    crds.create(&PostParams::default(), &diorch::api::crd::dijob_crd())
+        .await?;
+    let mut args = vec![
+        "run",
+        "--qps",
+        "0",
+        "--metric-addr",
+        "0",
+        "--probe-addr",
+        "0",
+        "--server-bind-address",
+        "0",
+        "--optimize-period",
+        "0s",
+        "--kubeconfig",
+    ];
+    let kubeconfig = sandbox.kubeconfig.display().to_string();
+    args.push(&kubeconfig);
+    if wasm {
+        let path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/plugins/binpack.wasm");
+        let bytes = std::fs::read(&path).map_err(|e| {
+            anyhow::anyhow!("{}: {e}; run scripts/build-plugins.sh", path.display())
+        })?;
+        let spec = diorch::plugin::spec::PluginSpec::new(
+            "binpack",
+            diorch::plugin::spec::PluginKind::Policy,
+        );
+        let cm = diorch::plugin::spec::to_configmap(&spec, bytes, Some("default"));
+        Api::<ConfigMap>::namespaced(sandbox.client.clone(), "default")
+            .create(&PostParams::default(), &cm)
+            .await?;
+        args.extend(["--default-policy", "binpack"]);
+    }
+    let operator = Operator(
+        Command::new(env!("CARGO_BIN_EXE_diorch"))
+            .args(&args)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .spawn()?,
+    );
+    // Warm up: caches synced, the plugin loaded, once a first job is placed.
+    let jobs: Api<DIJob> = Api::namespaced(sandbox.client.clone(), "default");
+    let warm = pods_bound(sandbox.client.clone(), 4);
+    jobs.create(&PostParams::default(), &job("warmup")).await?;
+    tokio::time::timeout(Duration::from_secs(60), warm).await??;
+
+    let done = tokio::spawn(pods_bound(sandbox.client.clone(), 4 * n));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let start = Instant::now();
+    stream::iter(0..n)
+        .map(|i| {
+            let api = jobs.clone();
+            async move {
+                api.create(&PostParams::default(), &job(&format!("job-{i}")))
+                    .await
+            }
+        })
+        .buffer_unordered(concurrency)
+        .try_collect::<Vec<_>>()
+        .await?;
+    let end = tokio::time::timeout(Duration::from_secs(600), done).await???;
+    drop(operator);
+    Ok(end - start)
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let sizes: Vec<usize> = std::env::var("SIZES")
+        .unwrap_or_else(|_| "100,1000".to_string())
+        .split(',')
+        .filter_map(|s| s.trim().parse().ok())
+        .collect();
+    let nodes = env_usize("NODES", 100);
+    let concurrency = env_usize("CONCURRENCY", 32);
+    println!(
+        "placement bench: preemptible DIJobs of 4 replicas (1 GPU learner + 3 collectors), {nodes} nodes of 8 GPUs, time to all pods bound"
+    );
+    for n in sizes {
+        let native = run(n, nodes, false, concurrency).await?;
+        let wasm = run(n, nodes, true, concurrency).await?;
+        println!(
+            "  N = {n:>5}: built-in bin-pack {:>8.1} ms ({:.0} jobs/s), Wasm bin-pack {:>8.1} ms ({:.0} jobs/s), Wasm/native {:.3}",
+            native.as_secs_f64() * 1e3,
+            n as f64 / native.as_secs_f64(),
+            wasm.as_secs_f64() * 1e3,
+            n as f64 / wasm.as_secs_f64(),
+            wasm.as_secs_f64() / native.as_secs_f64()
+        );
+    }
+    Ok(())
+}
