@@ -47,7 +47,9 @@ pub const MIN_GAIN_PERCENT: f64 = 5.0;
 pub struct Goodput;
 
 /// A job's measured collector throughput: (collector count, env steps/s), sorted by count, with
-/// at least two points (one point says nothing about gain).
+/// at least one point. A single point shows no plateau yet, so it starts the probing (see
+/// [`CollectorProfile::target`]); requiring two would leave a job that only ever reported its
+/// current count stuck there.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CollectorProfile {
     points: Vec<(u32, f64)>,
@@ -55,7 +57,7 @@ pub struct CollectorProfile {
 
 impl CollectorProfile {
     /// The profile in a job's profilings text. `None` for anything that is not the documented
-    /// format or has fewer than two usable measurements: a worker's bad report must not stop its
+    /// format or has no usable measurement: a worker's bad report must not stop its
     /// job from being planned, so malformed input is "no profilings", never an error. Unknown
     /// keys are ignored; an unusable entry (count not a canonical decimal ≥ 1, throughput not a
     /// finite number ≥ 0) is skipped.
@@ -74,7 +76,7 @@ impl CollectorProfile {
                 points.insert(count, throughput);
             }
         }
-        (points.len() >= 2).then(|| CollectorProfile {
+        (!points.is_empty()).then(|| CollectorProfile {
             points: points.into_iter().collect(),
         })
     }
@@ -91,7 +93,10 @@ impl CollectorProfile {
     /// measured count (a probe, whose measurement decides the next step), but never below
     /// `current`, since a count beyond the measurements has not been shown to gain nothing.
     pub fn target(&self, current: u32) -> u32 {
-        let mut best = self.points[0].0;
+        // `parse` builds profiles with at least one point; an empty one would mean "keep".
+        let Some(&(mut best, _)) = self.points.first() else {
+            return current;
+        };
         for step in self.points.windows(2) {
             if !pays_off(step[0], step[1]) {
                 return best;
@@ -357,7 +362,8 @@ mod tests {
             r#"{"collectors": [{"replicas": 2, "throughput": 1200.0}]}"#,
             r#"{"collectors": "many"}"#,
             r#"{"collector": {"1": {"throughput": 1}, "2": {"throughput": 2}}}"#,
-            r#"{"collectors": {"2": {"throughput": 1200.0}}}"#,
+            r#"{"collectors": {}}"#,
+            r#"{"collectors": {"0": {"throughput": 1200.0}}}"#,
             r#"{"collectors": {"1": {"throughput": 1e999}, "2": {"throughput": 2}}}"#,
             r#"{"collectors": {"1": {"throughput": 1}, "2": {"throughput": 2}}"#,
         ] {
@@ -387,9 +393,51 @@ mod tests {
         assert_eq!(flat.target(6), 4);
         assert_eq!(flat.target(9), 4);
         assert_eq!(flat.target(1), 4);
+        // One measurement shows no plateau: probe one past it.
+        let single = CollectorProfile::parse(&profile(&[(2, 1200.0)])).unwrap();
+        assert_eq!(
+            (single.target(2), single.target(1), single.target(4)),
+            (3, 3, 4)
+        );
         // The first flat step ends the walk even if a later one rises again (noise).
         let bumpy = profile(&[(1, 100.0), (2, 101.0), (3, 300.0)]);
         assert_eq!(CollectorProfile::parse(&bumpy).unwrap().target(3), 1);
+    }
+
+    /// The worked example of docs/profilings.md, report by report.
+    #[test]
+    fn the_documented_worked_example() {
+        let nodes = vec![gpu_node("gpu", 8), cpu_node("cpu")];
+        let mut j = elastic("default/my-job", 2, 1, 8, "");
+        j.current = vec![Some(0), Some(1), Some(1)];
+        let mut reports = BTreeMap::new();
+        for (count, throughput, next) in [
+            (2, 1200.0, 3),
+            (3, 1750.0, 4),
+            (4, 2100.0, 5),
+            (5, 2120.0, 4),
+        ] {
+            assert_eq!(j.tasks[1].replicas, count);
+            reports.insert(count, throughput);
+            j.profilings = profile(&reports.clone().into_iter().collect::<Vec<_>>());
+            let plan = Goodput
+                .optimize(std::slice::from_ref(&j), &nodes, &[])
+                .unwrap();
+            let alloc = only(&plan, 0);
+            assert_eq!(
+                alloc.len(),
+                1 + next as usize,
+                "after the report at {count}"
+            );
+            assert!(alloc[1..].iter().all(|&n| n == 1));
+            j.tasks[1].replicas = next;
+            j.current = alloc.iter().copied().map(Some).collect();
+        }
+        // Settled: 4 is the plateau's lower end.
+        let plan = Goodput
+            .optimize(std::slice::from_ref(&j), &nodes, &[])
+            .unwrap();
+        assert_eq!(only(&plan, 0).len(), 5);
     }
 
     #[test]
@@ -487,7 +535,7 @@ mod tests {
             "",
             "{",
             r#"{"learner": {"step_time_ms": 120}}"#,
-            r#"{"collectors": {"4": {"throughput": 2100}}}"#,
+            r#"{"collectors": {"4": {"throughput": -2100}}}"#,
             r#"{"collectors": {"1": {"throughput": "1"}, "2": {"throughput": null}}}"#,
         ] {
             let mut a = elastic("ns/a", 2, 1, 10, profilings);
