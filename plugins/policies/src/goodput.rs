@@ -458,6 +458,20 @@ mod tests {
     }
 
     #[test]
+    fn resized_layout_of_the_docs() {
+        let nodes = vec![gpu_node("gpu", 8), cpu_node("cpu-0"), cpu_node("cpu-1")];
+        let mut j = job(
+            "ns/a",
+            &[("learner", 1, 1), ("collector", 2, 0), ("evaluator", 1, 0)],
+        );
+        j.tasks[1].max_replicas = 3;
+        j.profilings = linear(2);
+        j.current = [0, 1, 1, 2].map(Some).to_vec();
+        let plan = Goodput.optimize(&[j], &nodes, &[]).unwrap();
+        assert_eq!(only(&plan, 0), &[0, 1, 1, 1, 2]);
+    }
+
+    #[test]
     fn growth_stops_at_max_replicas() {
         let nodes = vec![gpu_node("gpu", 8), cpu_node("cpu")];
         let j = elastic("ns/a", 2, 1, 3, &linear(8));
