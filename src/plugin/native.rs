@@ -10,6 +10,7 @@ use futures::future::BoxFuture;
 
 use diorch_policies::Policy;
 use diorch_policies::binpack::BinPack;
+use diorch_policies::goodput::Goodput;
 use diorch_policies::spread::Spread;
 
 use super::{Job, JobPlan, Node, PluginError, SchedulingPolicy, checks};
@@ -19,6 +20,7 @@ use super::{Job, JobPlan, Node, PluginError, SchedulingPolicy, checks};
 pub enum NativePolicy {
     BinPack,
     Spread,
+    Goodput,
 }
 
 impl NativePolicy {
@@ -26,6 +28,7 @@ impl NativePolicy {
         match self {
             NativePolicy::BinPack => "builtin-binpack",
             NativePolicy::Spread => "builtin-spread",
+            NativePolicy::Goodput => "builtin-goodput",
         }
     }
 
@@ -33,6 +36,7 @@ impl NativePolicy {
         match self {
             NativePolicy::BinPack => &BinPack,
             NativePolicy::Spread => &Spread,
+            NativePolicy::Goodput => &Goodput,
         }
     }
 
@@ -101,7 +105,11 @@ mod tests {
     async fn native_policies_place_the_sample() {
         let (job, nodes) = sample::allocate_input(10, 4);
         let nodes: Arc<[Node]> = nodes.into();
-        for p in [NativePolicy::BinPack, NativePolicy::Spread] {
+        for p in [
+            NativePolicy::BinPack,
+            NativePolicy::Spread,
+            NativePolicy::Goodput,
+        ] {
             let names = p
                 .allocate(Arc::new(job.clone()), nodes.clone())
                 .await

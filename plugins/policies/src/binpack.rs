@@ -1,9 +1,8 @@
 //! GPU bin-packing: fill the fullest node that still fits, keep GPU nodes for GPU work, so that
 //! whole GPU nodes stay free for large jobs.
 
-use crate::Policy;
-use crate::engine::{self, Chooser, Placing, Score};
-use crate::model::{Job, JobAllocation, Node, PolicyError, Resources, Task};
+use crate::engine::{Chooser, Placing, Score};
+use crate::model::{Resources, Task};
 
 /// Best fit on GPUs, then CPU, then memory; CPU-only replicas avoid GPU nodes when they can;
 /// PreferNoSchedule nodes only when nothing else fits.
@@ -31,24 +30,11 @@ impl Chooser for BinPack {
     }
 }
 
-impl Policy for BinPack {
-    fn allocate(&self, job: &Job, nodes: &[Node]) -> Result<Vec<u32>, PolicyError> {
-        engine::place(self, job, nodes, &mut engine::Overlay::default())
-    }
-
-    fn optimize(
-        &self,
-        jobs: &[Job],
-        nodes: &[Node],
-        previous: &[JobAllocation],
-    ) -> Result<Vec<JobAllocation>, PolicyError> {
-        engine::optimize(self, jobs, nodes, previous)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Policy;
+    use crate::model::{JobAllocation, PolicyError};
     use crate::testutil::*;
 
     #[test]

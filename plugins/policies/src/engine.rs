@@ -1,7 +1,12 @@
-//! The greedy placement loop both policies share; a policy only ranks candidate nodes.
+//! The greedy placement loop the policies share; a placement strategy only ranks candidate nodes.
+//!
+//! Owns: the free-resource overlay, the keep-or-place re-plan loop, the job order of a re-plan and
+//! the one `Policy` impl every [`Chooser`] gets. Must not touch: how nodes are ranked (that is the
+//! strategy's) and anything beyond placement (resizing is `goodput`'s).
 
 use std::collections::BTreeMap;
 
+use crate::Policy;
 use crate::model::{Job, JobAllocation, Node, PolicyError, Resources, Task};
 
 /// Free resources after the placements made so far. Only touched nodes are copied, so a call
@@ -14,7 +19,7 @@ impl Overlay {
         self.0.get(&i).unwrap_or(&nodes[i].free)
     }
 
-    fn take(&mut self, nodes: &[Node], i: usize, request: &Resources) {
+    pub fn take(&mut self, nodes: &[Node], i: usize, request: &Resources) {
         self.0
             .entry(i)
             .or_insert_with(|| nodes[i].free.clone())
@@ -31,6 +36,23 @@ pub(crate) trait Chooser {
 }
 
 pub(crate) type Score = [u64; 4];
+
+/// Every placement strategy is a policy the same way: fresh placement for `allocate`, the shared
+/// keep-or-place loop for `optimize`. One impl here instead of a copy per strategy.
+impl<C: Chooser> Policy for C {
+    fn allocate(&self, job: &Job, nodes: &[Node]) -> Result<Vec<u32>, PolicyError> {
+        place(self, job, nodes, &mut Overlay::default())
+    }
+
+    fn optimize(
+        &self,
+        jobs: &[Job],
+        nodes: &[Node],
+        previous: &[JobAllocation],
+    ) -> Result<Vec<JobAllocation>, PolicyError> {
+        optimize(self, jobs, nodes, previous, &mut Overlay::default())
+    }
+}
 
 /// The state of one job's placement in progress.
 pub(crate) struct Placing<'a> {
@@ -53,6 +75,29 @@ fn describe(task: &Task) -> String {
             format!(" and {:?}", r.extended)
         }
     )
+}
+
+/// The best schedulable node with room for one replica of `task` on `free`, if any.
+pub(crate) fn best_node(
+    chooser: &dyn Chooser,
+    ctx: &Placing<'_>,
+    free: &Overlay,
+    task: &Task,
+) -> Option<usize> {
+    let nodes = ctx.nodes;
+    let mut best: Option<(Score, usize)> = None;
+    for (i, node) in nodes.iter().enumerate() {
+        let left = free.get(nodes, i);
+        if !node.schedulable() || !left.fits(&task.requests) {
+            continue;
+        }
+        if let Some(score) = chooser.score(ctx, i, left, task)
+            && best.is_none_or(|(b, _)| score < b)
+        {
+            best = Some((score, i));
+        }
+    }
+    best.map(|(_, i)| i)
 }
 
 /// Places every replica of `job` on `free` (updated in place on success only).
@@ -92,19 +137,7 @@ pub(crate) fn place(
             nodes,
             placed: &placed,
         };
-        let mut best: Option<(Score, usize)> = None;
-        for (i, node) in nodes.iter().enumerate() {
-            let left = work.get(nodes, i);
-            if !node.schedulable() || !left.fits(&task.requests) {
-                continue;
-            }
-            if let Some(score) = chooser.score(&ctx, i, left, task)
-                && best.is_none_or(|(b, _)| score < b)
-            {
-                best = Some((score, i));
-            }
-        }
-        let Some((_, i)) = best else {
+        let Some(i) = best_node(chooser, &ctx, &work, task) else {
             return Err(PolicyError::NoFit(format!(
                 "job {}: {} and no ready, untainted node has room",
                 job.key,
@@ -149,16 +182,8 @@ fn keep_current(
     Some(current)
 }
 
-/// Global re-plan: jobs by priority (high first), then age (old first), then key; a job keeps a
-/// still-valid placement (no needless restarts), else is placed afresh; a job that fits nowhere
-/// is left out of the plan.
-pub(crate) fn optimize(
-    chooser: &dyn Chooser,
-    jobs: &[Job],
-    nodes: &[Node],
-    previous: &[JobAllocation],
-) -> Result<Vec<JobAllocation>, PolicyError> {
-    let mut free = Overlay::default();
+/// Job indices in re-plan order: priority (high first), then age (old first), then key.
+pub(crate) fn by_priority(jobs: &[Job]) -> Vec<usize> {
     let mut order: Vec<usize> = (0..jobs.len()).collect();
     order.sort_by(|&a, &b| {
         let (ja, jb) = (&jobs[a], &jobs[b]);
@@ -167,17 +192,30 @@ pub(crate) fn optimize(
             .then(jb.age_seconds.cmp(&ja.age_seconds))
             .then(ja.key.cmp(&jb.key))
     });
+    order
+}
+
+/// Global re-plan on `free` (left holding what the plan uses, for callers that place more after
+/// it): jobs in [`by_priority`] order; a job keeps a still-valid placement (no needless
+/// restarts), else is placed afresh; a job that fits nowhere is left out of the plan.
+pub(crate) fn optimize(
+    chooser: &dyn Chooser,
+    jobs: &[Job],
+    nodes: &[Node],
+    previous: &[JobAllocation],
+    free: &mut Overlay,
+) -> Result<Vec<JobAllocation>, PolicyError> {
     let mut plan = Vec::new();
-    for j in order {
+    for j in by_priority(jobs) {
         let job = &jobs[j];
         let index = u32::try_from(j).map_err(|_| PolicyError::Internal("too many jobs".into()))?;
         let hint = previous
             .iter()
             .find(|p| p.job == index)
             .map(|p| p.nodes.as_slice());
-        let chosen = match keep_current(job, nodes, &mut free, hint) {
+        let chosen = match keep_current(job, nodes, free, hint) {
             Some(kept) => Some(kept),
-            None => place(chooser, job, nodes, &mut free).ok(),
+            None => place(chooser, job, nodes, free).ok(),
         };
         if let Some(chosen) = chosen {
             plan.push(JobAllocation {

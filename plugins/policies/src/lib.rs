@@ -1,11 +1,13 @@
 //! diorch scheduling policies as plain Rust, shared by the Wasm plugins (through the guest SDK),
 //! the operator's built-in native fallback and the benchmark.
 //!
-//! Owns: the model types mirroring the WIT `types` interface, and the GPU bin-packing and
-//! spreading policies. Must not touch: anything Wasm or Kubernetes specific (no such deps).
+//! Owns: the model types mirroring the WIT `types` interface, the GPU bin-packing and spreading
+//! policies, and the goodput policy (bin-packing plus collector sizing from profilings). Must not
+//! touch: anything Wasm or Kubernetes specific (no such deps).
 
 pub mod binpack;
 mod engine;
+pub mod goodput;
 pub mod model;
 pub mod spread;
 

@@ -1,9 +1,8 @@
 //! Spreading (anti-affinity): a job's replicas go to different zones, then different nodes,
 //! then the least-allocated node, so one node or zone failure takes out as few as possible.
 
-use crate::Policy;
-use crate::engine::{self, Chooser, Placing, Score};
-use crate::model::{Job, JobAllocation, Node, PolicyError, Resources, Task};
+use crate::engine::{Chooser, Placing, Score};
+use crate::model::{Resources, Task};
 
 /// The node label whose values count as failure domains.
 pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
@@ -42,24 +41,11 @@ impl Chooser for Spread {
     }
 }
 
-impl Policy for Spread {
-    fn allocate(&self, job: &Job, nodes: &[Node]) -> Result<Vec<u32>, PolicyError> {
-        engine::place(self, job, nodes, &mut engine::Overlay::default())
-    }
-
-    fn optimize(
-        &self,
-        jobs: &[Job],
-        nodes: &[Node],
-        previous: &[JobAllocation],
-    ) -> Result<Vec<JobAllocation>, PolicyError> {
-        engine::optimize(self, jobs, nodes, previous)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Policy;
+    use crate::model::PolicyError;
     use crate::testutil::*;
 
     #[test]
