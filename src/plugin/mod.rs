@@ -11,6 +11,7 @@ mod host;
 pub mod native;
 pub mod registry;
 pub mod sample;
+pub mod snapshot;
 pub mod spec;
 pub mod status;
 pub mod watch;
