@@ -257,7 +257,8 @@ impl PluginRegistry {
         removed
     }
 
-    /// The Wasm policy `name`, if loaded.
+    /// The Wasm policy `name`, if loaded. Its calls are not recorded in the metrics: callers that
+    /// schedule use [`Self::policy`].
     pub fn wasm_policy(&self, name: &str) -> Option<WasmPolicy> {
         self.loaded.load().policies.get(name).cloned()
     }
