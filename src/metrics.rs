@@ -16,6 +16,7 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
@@ -91,12 +92,159 @@ pub struct AllocatorMetrics {
     pub optimize_duration: Histogram,
 }
 
+/// Which plugin entry point a call went to.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum PluginCall {
+    Allocate,
+    Optimize,
+    Mutate,
+}
+
+impl PluginCall {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PluginCall::Allocate => "allocate",
+            PluginCall::Optimize => "optimize",
+            PluginCall::Mutate => "mutate",
+        }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PluginCallLabels {
+    pub plugin: String,
+    /// `allocate`, `optimize` or `mutate`.
+    pub call: &'static str,
+    /// `ok`, or why the call failed (`PluginError::reason()`: `Timeout`, `Refused`, ...).
+    pub result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PluginCallKindLabels {
+    pub call: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PluginLoadLabels {
+    pub plugin: String,
+    /// `loaded`, or why the upload was rejected (`CompileError`, `WrongWorld`, ...).
+    pub result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PluginInfoLabels {
+    pub plugin: String,
+    /// `policy` or `mutator`.
+    pub kind: &'static str,
+    /// The version serving now; empty when no upload of the plugin ever loaded.
+    pub sha256: String,
+    /// `true` when the last upload loaded, `false` when it was rejected.
+    pub healthy: &'static str,
+}
+
+type DurationFamily = Family<PluginCallKindLabels, Histogram, fn() -> Histogram>;
+
+/// Metrics of the Wasm plugins, recorded by `plugin::registry::PluginRegistry`.
+pub struct PluginMetrics {
+    pub calls: Family<PluginCallLabels, Counter>,
+    pub duration: DurationFamily,
+    pub loads: Family<PluginLoadLabels, Counter>,
+    /// 1 per plugin currently known; the series of an unloaded or replaced version is removed.
+    pub info: Family<PluginInfoLabels, Gauge>,
+}
+
+fn plugin_call_histogram() -> Histogram {
+    // 10 µs .. ~5.2 s: a warm call is tens of µs, the largest deadline a ConfigMap may set is 5 s.
+    Histogram::new(exponential_buckets(1e-5, 2.0, 20))
+}
+
+impl PluginMetrics {
+    fn new() -> PluginMetrics {
+        PluginMetrics {
+            calls: Family::default(),
+            duration: Family::new_with_constructor(plugin_call_histogram),
+            loads: Family::default(),
+            info: Family::default(),
+        }
+    }
+
+    fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "plugin_calls",
+            "Wasm plugin calls by plugin, entry point and result",
+            self.calls.clone(),
+        );
+        registry.register(
+            "plugin_call_duration_seconds",
+            "Wasm plugin call latency as the caller sees it (waiting for a call slot included)",
+            self.duration.clone(),
+        );
+        registry.register(
+            "plugin_loads",
+            "Plugin upload attempts by plugin and result",
+            self.loads.clone(),
+        );
+        registry.register(
+            "plugin_info",
+            "1 for each known plugin, labelled with its kind, serving version and health",
+            self.info.clone(),
+        );
+    }
+
+    /// Records one finished call: `reason` is `None` for success, else `PluginError::reason()`.
+    pub fn observe_call(
+        &self,
+        plugin: &str,
+        call: PluginCall,
+        reason: Option<&'static str>,
+        seconds: f64,
+    ) {
+        self.calls
+            .get_or_create(&PluginCallLabels {
+                plugin: plugin.to_string(),
+                call: call.as_str(),
+                result: reason.unwrap_or("ok"),
+            })
+            .inc();
+        self.duration
+            .get_or_create(&PluginCallKindLabels {
+                call: call.as_str(),
+            })
+            .observe(seconds);
+    }
+
+    /// Records one upload attempt: `reason` is `None` when it loaded.
+    pub fn observe_load(&self, plugin: &str, reason: Option<&'static str>) {
+        self.loads
+            .get_or_create(&PluginLoadLabels {
+                plugin: plugin.to_string(),
+                result: reason.unwrap_or("loaded"),
+            })
+            .inc();
+    }
+
+    /// Replaces the info series `old` (if any) by `new` (if any). Callers serialise updates of
+    /// one plugin, so the family never shows two series for it.
+    pub fn replace_info(&self, old: Option<&PluginInfoLabels>, new: Option<&PluginInfoLabels>) {
+        if old == new {
+            return;
+        }
+        if let Some(old) = old {
+            self.info.remove(old);
+        }
+        if let Some(new) = new {
+            self.info.get_or_create(new).set(1);
+        }
+    }
+}
+
 /// Every metric of the process, plus readiness.
 pub struct Metrics {
     registry: Registry,
     pub controller: ControllerMetrics,
     pub server: ServerMetrics,
     pub allocator: AllocatorMetrics,
+    pub plugin: PluginMetrics,
     ready: AtomicBool,
 }
 
@@ -187,11 +335,14 @@ impl Metrics {
             "Time of one optimize pass over every placed preemptible job",
             allocator.optimize_duration.clone(),
         );
+        let plugin = PluginMetrics::new();
+        plugin.register(&mut registry);
         Metrics {
             registry,
             controller,
             server,
             allocator,
+            plugin,
             ready: AtomicBool::new(false),
         }
     }
@@ -261,5 +412,40 @@ mod tests {
             text.contains("diorch_phase_transitions_total{phase=\"Running\"} 2"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn plugin_metrics_appear_and_stale_info_goes() {
+        let m = Metrics::new();
+        m.plugin
+            .observe_call("packer", PluginCall::Allocate, None, 42e-6);
+        m.plugin
+            .observe_call("packer", PluginCall::Allocate, Some("Timeout"), 0.05);
+        m.plugin.observe_load("packer", Some("CompileError"));
+        let info = |sha: &str, healthy| PluginInfoLabels {
+            plugin: "packer".into(),
+            kind: "policy",
+            sha256: sha.into(),
+            healthy,
+        };
+        m.plugin.replace_info(None, Some(&info("aaa", "true")));
+        m.plugin
+            .replace_info(Some(&info("aaa", "true")), Some(&info("bbb", "false")));
+        let text = m.encode();
+        for line in [
+            "diorch_plugin_calls_total{plugin=\"packer\",call=\"allocate\",result=\"ok\"} 1",
+            "diorch_plugin_calls_total{plugin=\"packer\",call=\"allocate\",result=\"Timeout\"} 1",
+            "diorch_plugin_loads_total{plugin=\"packer\",result=\"CompileError\"} 1",
+            "diorch_plugin_info{plugin=\"packer\",kind=\"policy\",sha256=\"bbb\",healthy=\"false\"} 1",
+            // 42 µs lands in the 80 µs bucket, not the 40 µs one.
+            "diorch_plugin_call_duration_seconds_bucket{le=\"0.00004\",call=\"allocate\"} 0",
+            "diorch_plugin_call_duration_seconds_bucket{le=\"0.00008\",call=\"allocate\"} 1",
+            "diorch_plugin_call_duration_seconds_count{call=\"allocate\"} 2",
+        ] {
+            assert!(text.contains(line), "missing {line} in\n{text}");
+        }
+        assert!(!text.contains("sha256=\"aaa\""), "{text}");
+        m.plugin.replace_info(Some(&info("bbb", "false")), None);
+        assert!(!m.encode().contains("diorch_plugin_info{"));
     }
 }

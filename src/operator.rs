@@ -211,6 +211,8 @@ pub enum BuiltinPolicy {
     Binpack,
     /// One replica per node where possible.
     Spread,
+    /// Bin-pack, and re-size collectors from reported throughput (docs/profilings.md).
+    Goodput,
 }
 
 impl From<BuiltinPolicy> for NativePolicy {
@@ -218,6 +220,7 @@ impl From<BuiltinPolicy> for NativePolicy {
         match p {
             BuiltinPolicy::Binpack => NativePolicy::BinPack,
             BuiltinPolicy::Spread => NativePolicy::Spread,
+            BuiltinPolicy::Goodput => NativePolicy::Goodput,
         }
     }
 }
@@ -301,6 +304,7 @@ pub async fn run(
     preflight(&conn).await?;
     info!(server = %conn.url, "connected; running the DIJob controller");
     let metrics = Arc::new(Metrics::new());
+    let plugins = Arc::new(args.plugin_registry()?.with_metrics(metrics.clone()));
     for (what, addr) in [
         ("metrics", args.metric_addr.0),
         ("probes", args.probe_addr.0),
@@ -311,7 +315,11 @@ pub async fn run(
             .map_err(|source| OperatorError::Bind { what, addr, source })?;
         let bound = listener.local_addr().unwrap_or(addr);
         info!(what, address = %bound, "serving");
-        let router = metrics.clone().router();
+        // The metrics endpoint also lists the loaded plugins (`GET /plugins`).
+        let router = metrics
+            .clone()
+            .router()
+            .merge(crate::plugin::status::router(plugins.clone()));
         tokio::spawn(async move {
             if let Err(error) = axum::serve(listener, router).await {
                 warn!(what, %error, "endpoint stopped");
@@ -319,7 +327,6 @@ pub async fn run(
         });
     }
     let client = conn.client.clone();
-    let plugins = Arc::new(args.plugin_registry()?);
     let (stop_plugins, plugins_stopped) = tokio::sync::oneshot::channel::<()>();
     {
         let (client, namespace, plugins) = (

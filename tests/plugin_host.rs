@@ -472,3 +472,133 @@ fn plugin_check_reports_world_exports_and_results() {
         .unwrap_err();
     assert!(err.to_string().contains("DI_RANK"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registry_metrics_and_status_follow_calls_loads_and_versions() {
+    use axum::body::Body;
+    use diorch::metrics::Metrics;
+    use http_body_util::BodyExt as _;
+    use tower::ServiceExt as _;
+
+    let metrics = Arc::new(Metrics::new());
+    let reg =
+        Arc::new(PluginRegistry::new(host(), NativePolicy::BinPack).with_metrics(metrics.clone()));
+    let packer = PluginSpec::new("packer", PluginKind::Policy);
+    let first = reg
+        .apply(packer.clone(), wasm("binpack").into())
+        .await
+        .unwrap();
+    reg.apply(
+        mutator_spec("accel", 0, "", FailurePolicy::Fail),
+        wasm("accel_env").into(),
+    )
+    .await
+    .unwrap();
+
+    let policy = reg.policy(Some("packer"));
+    // The metered wrapper is transparent.
+    assert_eq!(policy.describe(), format!("packer@{}", &first[..12]));
+    let (job, nodes) = sample::allocate_input(10, 2);
+    let nodes: Arc<[Node]> = nodes.into();
+    policy
+        .allocate(Arc::new(job.clone()), nodes.clone())
+        .await
+        .unwrap();
+    let (big, few) = sample::allocate_input(2, 64);
+    let err = policy
+        .allocate(Arc::new(big), few.into())
+        .await
+        .unwrap_err();
+    assert_eq!(err.reason(), "Refused");
+    let (jobs, many) = sample::optimize_input(5, 10);
+    policy
+        .optimize(jobs.into(), many.into(), vec![])
+        .await
+        .unwrap();
+    let (ctx, pod) = sample::pod("learner");
+    reg.mutate_pod(&ctx, pod).await.unwrap();
+    // The built-in policy is not a plugin: not counted.
+    reg.policy(None)
+        .allocate(Arc::new(job), nodes)
+        .await
+        .unwrap();
+
+    let text = metrics.encode();
+    let info = |sha: &str, healthy: &str| {
+        format!(
+            "diorch_plugin_info{{plugin=\"packer\",kind=\"policy\",sha256=\"{sha}\",healthy=\"{healthy}\"}} 1"
+        )
+    };
+    for line in [
+        "diorch_plugin_calls_total{plugin=\"packer\",call=\"allocate\",result=\"ok\"} 1"
+            .to_string(),
+        "diorch_plugin_calls_total{plugin=\"packer\",call=\"allocate\",result=\"Refused\"} 1"
+            .to_string(),
+        "diorch_plugin_calls_total{plugin=\"packer\",call=\"optimize\",result=\"ok\"} 1"
+            .to_string(),
+        "diorch_plugin_calls_total{plugin=\"accel\",call=\"mutate\",result=\"ok\"} 1".to_string(),
+        "diorch_plugin_call_duration_seconds_count{call=\"allocate\"} 2".to_string(),
+        "diorch_plugin_call_duration_seconds_count{call=\"mutate\"} 1".to_string(),
+        "diorch_plugin_loads_total{plugin=\"packer\",result=\"loaded\"} 1".to_string(),
+        info(&first, "true"),
+    ] {
+        assert!(text.contains(&line), "missing {line} in\n{text}");
+    }
+    assert!(!text.contains("builtin"), "{text}");
+
+    // A new version replaces the info series; a refused upload marks it unhealthy.
+    let second = reg
+        .apply(packer.clone(), wasm("spread").into())
+        .await
+        .unwrap();
+    reg.apply(packer.clone(), Arc::from(&b"garbage"[..]))
+        .await
+        .unwrap_err();
+    let text = metrics.encode();
+    assert!(text.contains(&info(&second, "false")), "{text}");
+    assert!(!text.contains(&first), "stale series of {first}:\n{text}");
+    assert!(
+        text.contains("diorch_plugin_loads_total{plugin=\"packer\",result=\"CompileError\"} 1"),
+        "{text}"
+    );
+
+    // The status endpoint says the same.
+    let response = diorch::plugin::status::router(reg.clone())
+        .oneshot(http::Request::get("/plugins").body(Body::empty()).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    let list: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    let names: Vec<&str> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["accel", "packer"]);
+    let p = &list[1];
+    assert_eq!(p["sha256"], second.as_str());
+    assert_eq!(p["healthy"], false);
+    assert_eq!((&p["loads"], &p["failedLoads"]), (&2.into(), &1.into()));
+    assert!(
+        p["lastError"]
+            .as_str()
+            .unwrap()
+            .contains("not a valid component")
+    );
+    assert_eq!(list[0]["taskTypes"], serde_json::json!(["learner"]));
+    assert_eq!(list[0]["healthy"], true);
+
+    // Unloading removes the plugin's info series and nothing else.
+    assert!(reg.remove("packer").await);
+    let text = metrics.encode();
+    assert!(
+        !text.contains("diorch_plugin_info{plugin=\"packer\""),
+        "{text}"
+    );
+    assert!(
+        text.contains("diorch_plugin_info{plugin=\"accel\",kind=\"mutator\""),
+        "{text}"
+    );
+}

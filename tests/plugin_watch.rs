@@ -1,5 +1,6 @@
 //! Plugin ConfigMaps against the in-process sandbox: upload, replace (hot swap), garbage upload
-//! (last good version stays, Warning Event names the cause), delete (unload).
+//! (last good version stays, Warning Event names the cause), fixed upload, delete (unload), and
+//! the status labels and annotation the watcher writes back onto each ConfigMap.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -22,6 +23,40 @@ fn wasm(name: &str) -> Vec<u8> {
             path.display()
         )
     })
+}
+
+/// (state label, version label, status annotation) of a ConfigMap.
+async fn shown(cms: &Api<ConfigMap>, name: &str) -> (Option<String>, Option<String>, String) {
+    let cm = cms.get(name).await.unwrap();
+    let labels = cm.metadata.labels.unwrap_or_default();
+    (
+        labels.get(spec::STATE_LABEL).cloned(),
+        labels.get(spec::VERSION_LABEL).cloned(),
+        cm.metadata
+            .annotations
+            .unwrap_or_default()
+            .get(spec::STATUS_ANNOTATION)
+            .cloned()
+            .unwrap_or_default(),
+    )
+}
+
+/// Waits until the ConfigMap shows `state` and `version`, and returns its status annotation.
+async fn until_shown(
+    cms: &Api<ConfigMap>,
+    name: &str,
+    state: &str,
+    version: Option<&str>,
+) -> String {
+    until(
+        &format!("{name} to show {state} {version:?}"),
+        Duration::from_secs(10),
+        async || {
+            let (s, v, note) = shown(cms, name).await;
+            (s.as_deref() == Some(state) && v.as_deref() == version).then_some(note)
+        },
+    )
+    .await
 }
 
 async fn until<T>(what: &str, timeout: Duration, mut f: impl AsyncFnMut() -> Option<T>) -> T {
@@ -75,6 +110,8 @@ async fn configmaps_load_swap_keep_last_good_and_unload() {
         registry.policy(Some("packer")).describe(),
         format!("packer@{}", &first[..12])
     );
+    let note = until_shown(&cms, "plugin-packer", "Loaded", Some(&first[..12])).await;
+    assert_eq!(note, format!("loaded version {first}"));
 
     // Replace: the next call uses the new version within 5 s (compile included).
     let replaced = spec::to_configmap(&spec, wasm("spread"), Some("default"));
@@ -152,6 +189,33 @@ async fn configmaps_load_swap_keep_last_good_and_unload() {
     assert_ne!(second, first);
     let status = registry.status();
     assert!(!status[0].healthy && status[0].last_error.is_some());
+    // Rejected, while the old version (still labelled) serves.
+    let note = until_shown(&cms, "plugin-packer", "Rejected", Some(&first[..12])).await;
+    assert!(
+        note.starts_with("refused: plugin packer: not a valid component")
+            && note.ends_with(&format!("; serving {}", &first[..12])),
+        "{note}"
+    );
+
+    // A fixed upload: loaded and labelled, and the watcher's own writes reloaded nothing.
+    let mut current = cms.get("plugin-packer").await.unwrap();
+    current.binary_data = replaced.binary_data.clone();
+    cms.replace("plugin-packer", &PostParams::default(), &current)
+        .await
+        .unwrap();
+    let note = until_shown(&cms, "plugin-packer", "Loaded", Some(&second[..12])).await;
+    assert_eq!(note, format!("loaded version {second}"));
+    assert_eq!(registry.wasm_policy("packer").unwrap().sha256(), second);
+    let settled = cms.get("plugin-packer").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let later = cms.get("plugin-packer").await.unwrap();
+    assert_eq!(
+        later.metadata.resource_version, settled.metadata.resource_version,
+        "the status writes loop"
+    );
+    let status = registry.status_of("packer").unwrap();
+    // binpack, spread, binpack, spread loaded; the garbage refused; nothing else.
+    assert_eq!((status.loads, status.failed_loads), (4, 1), "{status:?}");
 
     // An invalid spec is reported too.
     let mut bad = spec::to_configmap(
@@ -164,6 +228,11 @@ async fn configmaps_load_swap_keep_last_good_and_unload() {
         .unwrap()
         .insert("kind".into(), "scheduler".into());
     cms.create(&PostParams::default(), &bad).await.unwrap();
+    let note = until_shown(&cms, "plugin-bad", "Rejected", None).await;
+    assert!(
+        note.starts_with("refused: data[\"kind\"]") && note.ends_with("; no version serves"),
+        "{note}"
+    );
     until(
         "an InvalidPluginConfigMap Event",
         Duration::from_secs(10),

@@ -2,8 +2,8 @@
 //!
 //! Owns: the typed traits callers use ([`SchedulingPolicy`], [`PodMutator`]), their plain input
 //! and output types, the error type, and the submodules (Wasm host, output checks, native
-//! fallback, registry with ConfigMap specs, `diorch plugin` CLI). Must not touch: the controller
-//! and the sandbox; callers never see wasmtime types.
+//! fallback, registry with ConfigMap specs, status endpoint, snapshot files, `diorch plugin`
+//! CLI). Must not touch: the controller and the sandbox; callers never see wasmtime types.
 
 pub mod checks;
 pub mod cli;
@@ -11,7 +11,9 @@ mod host;
 pub mod native;
 pub mod registry;
 pub mod sample;
+pub mod snapshot;
 pub mod spec;
+pub mod status;
 pub mod watch;
 
 use std::sync::Arc;
@@ -27,7 +29,8 @@ pub use host::{ComponentInfo, HostConfig, Limits, PluginHost, WasmMutator, WasmP
 pub use native::NativePolicy;
 
 /// A job's placement in a plan: node names in rank order.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct JobPlan {
     /// `namespace/name`.
     pub job: String,

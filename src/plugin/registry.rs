@@ -3,20 +3,32 @@
 //! version; calls in flight keep the version they started with (they hold its `Arc`); a failed
 //! upload leaves the last good version in place and is recorded in the plugin's status.
 //!
+//! With metrics attached ([`PluginRegistry::with_metrics`]) it records every load attempt, every
+//! Wasm call it serves (policies handed out by [`PluginRegistry::policy`] are wrapped, mutators
+//! are timed in [`PluginRegistry::mutate_pod`]; the built-in native policy is not a plugin and is
+//! not counted) and one `diorch_plugin_info` series per known plugin.
+//!
 //! Owns: the loaded set, per-plugin status, mutator ordering and failure policies, the native
-//! fallback choice. Must not touch: how ConfigMaps are fetched (the watcher feeds `apply`).
+//! fallback choice, the plugin metrics' values. Must not touch: how ConfigMaps are fetched (the
+//! watcher feeds `apply`) and how status is served (see `status`).
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use arc_swap::ArcSwap;
+use futures::FutureExt as _;
+use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Pod;
+use serde::Serialize;
 
 use super::spec::{FailurePolicy, PluginKind, PluginSpec};
 use super::{
-    NativePolicy, PluginError, PluginHost, PodMutator, PolicyError, SchedulingPolicy, TaskContext,
-    WasmMutator, WasmPolicy, sample,
+    Job, JobPlan, NativePolicy, Node, PluginError, PluginHost, PodMutator, PolicyError,
+    SchedulingPolicy, TaskContext, WasmMutator, WasmPolicy, sample,
 };
+use crate::metrics::{Metrics, PluginCall, PluginInfoLabels};
 
 #[derive(Clone)]
 struct MutatorEntry {
@@ -31,19 +43,81 @@ struct Loaded {
     mutators: Vec<MutatorEntry>,
 }
 
-/// What `kubectl`/metrics/status endpoints show about one plugin.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What `kubectl`/metrics/status endpoints show about one plugin. Serialized in camelCase for
+/// `GET /plugins` (see `status`).
+///
+/// The spec fields (`source` to `memory_mib`) describe the version serving now; while no version
+/// serves they describe the last upload attempted.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct PluginStatus {
     pub name: String,
     pub kind: PluginKind,
     /// sha256 of the version serving now (`None` if no upload ever succeeded).
     pub sha256: Option<String>,
-    pub source: String,
     /// The last upload was loaded.
     pub healthy: bool,
     pub last_error: Option<String>,
+    /// Uploads loaded and refused since the plugin appeared.
     pub loads: u64,
     pub failed_loads: u64,
+    /// `namespace/name` of the ConfigMap (empty when not from one).
+    pub source: String,
+    /// Mutators: the task types they apply to (empty = all).
+    pub task_types: Vec<String>,
+    /// Mutators: lower runs first.
+    pub order: i32,
+    pub failure_policy: FailurePolicy,
+    /// The effective per-call limits (the spec's overrides, else the host's defaults).
+    pub deadline_ms: u64,
+    #[serde(rename = "memoryMiB")]
+    pub memory_mib: u64,
+}
+
+impl PluginStatus {
+    fn new(spec: &PluginSpec, defaults: super::Limits) -> PluginStatus {
+        let mut status = PluginStatus {
+            name: spec.name.clone(),
+            kind: spec.kind,
+            sha256: None,
+            healthy: false,
+            last_error: None,
+            loads: 0,
+            failed_loads: 0,
+            source: String::new(),
+            task_types: vec![],
+            order: 0,
+            failure_policy: FailurePolicy::default(),
+            deadline_ms: 0,
+            memory_mib: 0,
+        };
+        status.describe(spec, defaults);
+        status
+    }
+
+    /// Copies the spec's fields (the kind too: a ConfigMap may change it between uploads).
+    fn describe(&mut self, spec: &PluginSpec, defaults: super::Limits) {
+        let limits = spec.limits(defaults);
+        self.kind = spec.kind;
+        self.source = spec.source.clone();
+        self.task_types = spec.task_types.clone();
+        self.order = spec.order;
+        self.failure_policy = spec.failure_policy;
+        self.deadline_ms = u64::try_from(limits.deadline.as_millis()).unwrap_or(u64::MAX);
+        self.memory_mib = (limits.memory_bytes >> 20) as u64;
+    }
+
+    fn info_labels(&self) -> PluginInfoLabels {
+        PluginInfoLabels {
+            plugin: self.name.clone(),
+            kind: match self.kind {
+                PluginKind::Policy => "policy",
+                PluginKind::Mutator => "mutator",
+            },
+            sha256: self.sha256.clone().unwrap_or_default(),
+            healthy: if self.healthy { "true" } else { "false" },
+        }
+    }
 }
 
 pub struct PluginRegistry {
@@ -53,6 +127,7 @@ pub struct PluginRegistry {
     /// Serialises uploads so two swaps of one name cannot interleave their read-modify-write.
     writer: tokio::sync::Mutex<()>,
     fallback: NativePolicy,
+    metrics: Option<Arc<Metrics>>,
 }
 
 impl PluginRegistry {
@@ -63,7 +138,15 @@ impl PluginRegistry {
             status: Mutex::new(BTreeMap::new()),
             writer: tokio::sync::Mutex::new(()),
             fallback,
+            metrics: None,
         }
+    }
+
+    /// Records loads, Wasm calls and plugin info into `metrics` (see the module doc). Call before
+    /// the first `apply`: a plugin loaded earlier has no info series until its next upload.
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> PluginRegistry {
+        self.metrics = Some(metrics);
+        self
     }
 
     pub fn host(&self) -> &PluginHost {
@@ -98,20 +181,18 @@ impl PluginRegistry {
             Ok((sha, plugin)) => smoke(&spec, &plugin).await.map(|()| (sha, plugin)),
             Err(e) => Err(e),
         };
+        if let Some(m) = &self.metrics {
+            m.plugin
+                .observe_load(&spec.name, outcome.as_ref().err().map(PluginError::reason));
+        }
+        let defaults = self.host.config().limits;
         let mut status = self.lock_status();
         let entry = status
             .entry(spec.name.clone())
-            .or_insert_with(|| PluginStatus {
-                name: spec.name.clone(),
-                kind: spec.kind,
-                sha256: None,
-                source: spec.source.clone(),
-                healthy: false,
-                last_error: None,
-                loads: 0,
-                failed_loads: 0,
-            });
-        match outcome {
+            .or_insert_with(|| PluginStatus::new(&spec, defaults));
+        // The info series to replace; `None` for a plugin seen for the first time.
+        let old_info = (entry.loads + entry.failed_loads > 0).then(|| entry.info_labels());
+        let result = match outcome {
             Ok((sha, plugin)) => {
                 let mut next = Loaded::clone(&self.loaded.load());
                 next.policies.remove(&spec.name);
@@ -131,20 +212,19 @@ impl PluginRegistry {
                     }
                 }
                 self.loaded.store(Arc::new(next));
-                *entry = PluginStatus {
-                    name: spec.name.clone(),
-                    kind: spec.kind,
-                    sha256: Some(sha.clone()),
-                    source: spec.source.clone(),
-                    healthy: true,
-                    last_error: None,
-                    loads: entry.loads + 1,
-                    failed_loads: entry.failed_loads,
-                };
+                entry.describe(&spec, defaults);
+                entry.sha256 = Some(sha.clone());
+                entry.healthy = true;
+                entry.last_error = None;
+                entry.loads += 1;
                 tracing::info!(plugin = %spec.name, kind = %spec.kind, sha256 = %sha, "plugin loaded");
                 Ok(sha)
             }
             Err(e) => {
+                if entry.sha256.is_none() {
+                    // Nothing serves: show what was attempted.
+                    entry.describe(&spec, defaults);
+                }
                 entry.healthy = false;
                 entry.last_error = Some(e.to_string());
                 entry.failed_loads += 1;
@@ -152,7 +232,13 @@ impl PluginRegistry {
                     serving = ?entry.sha256, "plugin upload refused; the last good version stays");
                 Err(e)
             }
+        };
+        if let Some(m) = &self.metrics {
+            // Under the status lock, so the series follows the status exactly.
+            m.plugin
+                .replace_info(old_info.as_ref(), Some(&entry.info_labels()));
         }
+        result
     }
 
     /// Unloads `name` (its ConfigMap was deleted); calls in flight finish.
@@ -164,20 +250,29 @@ impl PluginRegistry {
         next.mutators.retain(|m| m.spec.name != name);
         let removed = before != next.policies.len() + next.mutators.len();
         self.loaded.store(Arc::new(next));
-        self.lock_status().remove(name);
+        let gone = self.lock_status().remove(name);
+        if let (Some(m), Some(gone)) = (&self.metrics, gone) {
+            m.plugin.replace_info(Some(&gone.info_labels()), None);
+        }
         removed
     }
 
-    /// The Wasm policy `name`, if loaded.
+    /// The Wasm policy `name`, if loaded. Its calls are not recorded in the metrics: callers that
+    /// schedule use [`Self::policy`].
     pub fn wasm_policy(&self, name: &str) -> Option<WasmPolicy> {
         self.loaded.load().policies.get(name).cloned()
     }
 
-    /// The policy to use: `name` if loaded, else the built-in native one.
+    /// The policy to use: `name` if loaded, else the built-in native one. With metrics, the
+    /// Wasm policy's calls are counted and timed.
     pub fn policy(&self, name: Option<&str>) -> Arc<dyn SchedulingPolicy> {
-        match name.and_then(|n| self.wasm_policy(n)) {
-            Some(p) => Arc::new(p),
-            None => Arc::new(self.fallback),
+        match (name.and_then(|n| self.wasm_policy(n)), &self.metrics) {
+            (Some(inner), Some(metrics)) => Arc::new(MeteredPolicy {
+                inner,
+                metrics: metrics.clone(),
+            }),
+            (Some(p), None) => Arc::new(p),
+            (None, _) => Arc::new(self.fallback),
         }
     }
 
@@ -200,7 +295,8 @@ impl PluginRegistry {
         for m in mutators {
             let mut call_ctx = ctx.clone();
             call_ctx.config = m.spec.config.clone();
-            match m.plugin.mutate(call_ctx, pod.clone()).await {
+            let call = m.plugin.mutate(call_ctx, pod.clone());
+            match metered(self.metrics.clone(), &m.spec.name, PluginCall::Mutate, call).await {
                 Ok(next) => pod = next,
                 Err(e) if m.spec.failure_policy == FailurePolicy::Ignore => {
                     tracing::warn!(plugin = %m.spec.name, reason = e.reason(), error = %e,
@@ -215,6 +311,75 @@ impl PluginRegistry {
     /// Every plugin ever applied and not removed, by name.
     pub fn status(&self) -> Vec<PluginStatus> {
         self.lock_status().values().cloned().collect()
+    }
+
+    /// The status of one plugin, if it was ever applied and not removed.
+    pub fn status_of(&self, name: &str) -> Option<PluginStatus> {
+        self.lock_status().get(name).cloned()
+    }
+}
+
+/// Counts and times `call` (the caller's view: waiting for a call slot included).
+fn metered<T: Send + 'static>(
+    metrics: Option<Arc<Metrics>>,
+    plugin: &str,
+    call: PluginCall,
+    fut: impl Future<Output = Result<T, PluginError>> + Send + 'static,
+) -> BoxFuture<'static, Result<T, PluginError>> {
+    let Some(metrics) = metrics else {
+        return fut.boxed();
+    };
+    let plugin = plugin.to_string();
+    async move {
+        let started = Instant::now();
+        let result = fut.await;
+        metrics.plugin.observe_call(
+            &plugin,
+            call,
+            result.as_ref().err().map(PluginError::reason),
+            started.elapsed().as_secs_f64(),
+        );
+        result
+    }
+    .boxed()
+}
+
+/// A Wasm policy whose calls are recorded; otherwise the policy itself.
+struct MeteredPolicy {
+    inner: WasmPolicy,
+    metrics: Arc<Metrics>,
+}
+
+impl SchedulingPolicy for MeteredPolicy {
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+
+    fn allocate(
+        &self,
+        job: Arc<Job>,
+        nodes: Arc<[Node]>,
+    ) -> BoxFuture<'static, Result<Vec<String>, PluginError>> {
+        metered(
+            Some(self.metrics.clone()),
+            self.inner.name(),
+            PluginCall::Allocate,
+            self.inner.allocate(job, nodes),
+        )
+    }
+
+    fn optimize(
+        &self,
+        jobs: Arc<[Job]>,
+        nodes: Arc<[Node]>,
+        previous: Vec<JobPlan>,
+    ) -> BoxFuture<'static, Result<Vec<JobPlan>, PluginError>> {
+        metered(
+            Some(self.metrics.clone()),
+            self.inner.name(),
+            PluginCall::Optimize,
+            self.inner.optimize(jobs, nodes, previous),
+        )
     }
 }
 

@@ -1,12 +1,13 @@
 //! Built-in sample inputs: the smoke call made before a plugin is swapped in, the inputs of
-//! `diorch plugin check`, and the benchmark's. Deterministic.
+//! `diorch plugin check`, the benchmark's, and `examples/snapshot.json`. Deterministic.
 //!
 //! Owns: sample clusters, jobs and pods. Must not touch: anything stateful.
 
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::json;
 
-use super::{Job, Node, Resources, Taint, TaintEffect, Task, TaskContext};
+use super::snapshot::{self, Snapshot};
+use super::{Job, JobPlan, Node, Resources, Taint, TaintEffect, Task, TaskContext};
 
 /// `n` nodes of 8 GPUs, 64 cores and 512 GiB, some partly used; every 10th is not ready and
 /// every 7th is tainted NoSchedule, so policies must skip them.
@@ -98,6 +99,215 @@ pub fn optimize_input(jobs: usize, n: usize) -> (Vec<Job>, Vec<Node>) {
         })
         .collect();
     (jobs, nodes(n))
+}
+
+const GIB: u64 = 1 << 30;
+
+fn res(cores: u64, gib: u64, gpus: u32) -> Resources {
+    Resources::new(cores * 1_000, gib * GIB, gpus)
+}
+
+/// A small GPU cluster as `diorch plugin snapshot` would record it (`examples/snapshot.json`):
+/// four 8×A100 nodes (one cordoned for maintenance), three 4×L4 nodes (one not ready), one CPU
+/// node for collectors; three jobs running (one of them a non-preemptible production job), and
+/// three waiting to be placed. Free capacity is derived from what runs, so it is consistent.
+pub fn snapshot() -> Snapshot {
+    let node = |name: &str, zone: &str, kind: &str, product: Option<&str>, alloc: Resources| {
+        let mut labels = vec![
+            ("kubernetes.io/hostname".to_string(), name.to_string()),
+            ("topology.kubernetes.io/zone".to_string(), zone.to_string()),
+            (
+                "node.kubernetes.io/instance-type".to_string(),
+                kind.to_string(),
+            ),
+        ];
+        if let Some(p) = product {
+            labels.push(("nvidia.com/gpu.product".to_string(), p.to_string()));
+        }
+        Node {
+            name: name.into(),
+            labels,
+            taints: vec![],
+            free: alloc.clone(),
+            allocatable: alloc,
+            ready: true,
+        }
+    };
+    let a100 = |name: &str| {
+        let mut alloc = res(96, 1024, 8);
+        alloc.extended = vec![("rdma/hca".into(), 8)];
+        node(
+            name,
+            "zone-a",
+            "p4d.24xlarge",
+            Some("NVIDIA-A100-SXM4-80GB"),
+            alloc,
+        )
+    };
+    let l4 = |name: &str| {
+        node(
+            name,
+            "zone-b",
+            "g6.12xlarge",
+            Some("NVIDIA-L4"),
+            res(48, 384, 4),
+        )
+    };
+    let mut nodes = vec![
+        a100("gpu-a-01"),
+        a100("gpu-a-02"),
+        a100("gpu-a-03"),
+        a100("gpu-a-04"),
+        l4("gpu-b-01"),
+        l4("gpu-b-02"),
+        l4("gpu-b-03"),
+        node("cpu-c-01", "zone-c", "c7i.32xlarge", None, res(128, 512, 0)),
+    ];
+    nodes[3].taints = vec![Taint {
+        key: "diorch.io/maintenance".into(),
+        value: "driver-upgrade".into(),
+        effect: TaintEffect::NoSchedule,
+    }];
+    nodes[6].ready = false;
+    // DaemonSets (CNI, GPU device plugin, node exporter) on every node.
+    for n in &mut nodes {
+        n.free.take(&Resources::new(600, GIB, 0));
+    }
+    // Another team's notebook on gpu-b-01.
+    nodes[4].free.take(&res(8, 32, 1));
+
+    let task = |name: &str, replicas: u32, requests: Resources| Task {
+        name: name.into(),
+        task_type: name.into(),
+        replicas,
+        min_replicas: replicas.min(1),
+        max_replicas: replicas * 2,
+        requests,
+    };
+    let job = |key: &str, priority: i32, preemptible: bool, age: u64, tasks: Vec<Task>| Job {
+        key: key.into(),
+        priority,
+        preemptible,
+        tasks,
+        current: vec![],
+        profilings: String::new(),
+        age_seconds: age,
+    };
+    let mut learner_rdma = res(16, 128, 4);
+    learner_rdma.extended = vec![("rdma/hca".into(), 1)];
+    let mut jobs = vec![
+        job(
+            "research/dqn-pong",
+            0,
+            true,
+            5_400,
+            vec![
+                task("learner", 2, res(8, 64, 1)),
+                task("collector", 6, res(4, 8, 0)),
+                task("evaluator", 1, res(2, 8, 0)),
+            ],
+        ),
+        job(
+            "research/sac-halfcheetah",
+            0,
+            true,
+            3_600,
+            vec![
+                task("learner", 1, res(8, 32, 1)),
+                task("collector", 4, res(2, 4, 0)),
+                task("evaluator", 1, res(2, 4, 0)),
+            ],
+        ),
+        job(
+            "prod/impala-atari",
+            100,
+            false,
+            86_400,
+            vec![
+                task("learner", 4, res(12, 96, 2)),
+                task("collector", 16, res(4, 8, 0)),
+                task("evaluator", 1, res(2, 8, 0)),
+            ],
+        ),
+        job(
+            "research/ppo-football",
+            0,
+            true,
+            120,
+            vec![
+                task("learner", 4, res(8, 64, 1)),
+                task("collector", 8, res(4, 8, 0)),
+                task("evaluator", 1, res(2, 8, 0)),
+            ],
+        ),
+        job(
+            "research/r2d2-dmlab",
+            5,
+            true,
+            45,
+            vec![
+                task("learner", 2, learner_rdma),
+                task("collector", 4, res(4, 16, 0)),
+                task("evaluator", 1, res(2, 8, 0)),
+            ],
+        ),
+        job(
+            "prod/qmix-smac",
+            50,
+            false,
+            10,
+            vec![
+                task("learner", 1, res(8, 48, 1)),
+                task("collector", 4, res(4, 8, 0)),
+                task("evaluator", 1, res(2, 8, 0)),
+            ],
+        ),
+    ];
+    jobs[0].profilings = r#"{"learner":{"step_time_ms":85,"samples_per_s":12000}}"#.into();
+    jobs[2].profilings = r#"{"learner":{"step_time_ms":140,"samples_per_s":48000}}"#.into();
+    // Where the running jobs are, by node index per task: (job, [(task, node)]).
+    let (a01, a02, b01, c01) = (0u32, 1u32, 4u32, 7u32);
+    let placements: [(usize, &[u32]); 3] = [
+        (0, &[a01, c01, c01]),
+        (1, &[b01, b01, b01]),
+        (2, &[a02, c01, a02]),
+    ];
+    for (j, per_task) in placements {
+        let job = &mut jobs[j];
+        job.current = job
+            .tasks
+            .iter()
+            .zip(per_task)
+            .flat_map(|(t, &n)| std::iter::repeat_n(Some(n), t.replicas as usize))
+            .collect();
+        let names: Vec<String> = job
+            .current
+            .iter()
+            .flatten()
+            .map(|&i| nodes[i as usize].name.clone())
+            .collect();
+        snapshot::take(&mut nodes, job, &names);
+    }
+    // The last plan the operator applied covers the running preemptible jobs.
+    let previous = jobs
+        .iter()
+        .filter(|j| j.preemptible && !j.current.is_empty())
+        .map(|j| JobPlan {
+            job: j.key.clone(),
+            nodes: j
+                .current
+                .iter()
+                .flatten()
+                .map(|&i| nodes[i as usize].name.clone())
+                .collect(),
+        })
+        .collect();
+    Snapshot {
+        nodes,
+        jobs,
+        previous,
+        ..Snapshot::new("2025-06-02T09:30:00Z")
+    }
 }
 
 /// A pod as the operator builds it (names, labels, annotations, DI_* env) and its context.

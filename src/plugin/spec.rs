@@ -10,6 +10,11 @@
 //! `deadlineMs`, `memoryMiB` (overrides of the host defaults), `failurePolicy` (`Fail` default
 //! or `Ignore`, meaning what it means for Kubernetes admission webhooks: on a plugin error, Fail
 //! refuses the pod creation, Ignore creates the pod unmutated by that plugin).
+//!
+//! The operator writes back to the ConfigMap's metadata only (never `data` or `binaryData`),
+//! after every load attempt: labels [`STATE_LABEL`] and [`VERSION_LABEL`], annotation
+//! [`STATUS_ANNOTATION`]. [`from_configmap`] reads none of them (only the presence of
+//! [`PLUGIN_LABEL`]), so these writes never change the parsed spec and never cause a reload.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -22,12 +27,22 @@ use kube::api::ObjectMeta;
 use super::Limits;
 
 pub const PLUGIN_LABEL: &str = "diorch.io/plugin";
+/// Written by the operator: `Loaded` when the last upload loaded, `Rejected` when it was refused
+/// (an older version may still serve: see [`VERSION_LABEL`]).
+pub const STATE_LABEL: &str = "diorch.io/plugin-state";
+/// Written by the operator: the first 12 hex digits of the sha256 of the version serving now;
+/// absent while no version of the plugin serves.
+pub const VERSION_LABEL: &str = "diorch.io/plugin-version";
+/// Written by the operator: one line for people, e.g. `loaded version 3f2a…` or
+/// `refused: <cause>; serving 3f2a…`.
+pub const STATUS_ANNOTATION: &str = "diorch.io/plugin-status";
 pub const WASM_KEY: &str = "plugin.wasm";
 /// Caps that a ConfigMap may ask for: a plugin cannot grant itself unbounded resources.
 pub const MAX_DEADLINE: Duration = Duration::from_secs(5);
 pub const MAX_MEMORY_MIB: usize = 1024;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum PluginKind {
     Policy,
     Mutator,
@@ -56,7 +71,7 @@ impl std::str::FromStr for PluginKind {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
 pub enum FailurePolicy {
     #[default]
     Fail,
@@ -321,6 +336,21 @@ mod tests {
         assert_eq!(back, spec);
         assert_eq!(bytes, vec![1, 2, 3]);
         assert!(back.applies_to("learner") && !back.applies_to("evaluator"));
+    }
+
+    #[test]
+    fn operator_written_metadata_does_not_change_the_spec() {
+        let spec = PluginSpec::new("p", PluginKind::Policy);
+        let mut cm = to_configmap(&spec, vec![1], Some("diorch"));
+        let before = from_configmap(&cm).unwrap();
+        let labels = cm.metadata.labels.get_or_insert_with(BTreeMap::new);
+        labels.insert(STATE_LABEL.into(), "Rejected".into());
+        labels.insert(VERSION_LABEL.into(), "0123456789ab".into());
+        cm.metadata.annotations = Some(BTreeMap::from([(
+            STATUS_ANNOTATION.to_string(),
+            "refused: x; serving 0123456789ab".to_string(),
+        )]));
+        assert_eq!(from_configmap(&cm).unwrap(), before);
     }
 
     #[test]

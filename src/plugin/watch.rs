@@ -3,8 +3,23 @@
 //! unloads its plugin, and every outcome is an Event on the ConfigMap (Warning naming the cause
 //! when an upload is refused and the last good version stays).
 //!
-//! Owns: the watch loop and its Events. Must not touch: loading rules (registry) and the
-//! ConfigMap format (spec).
+//! It also writes the outcome onto the ConfigMap's metadata, so that
+//! `kubectl get cm -l diorch.io/plugin -L diorch.io/plugin-state,diorch.io/plugin-version`
+//! shows health at a glance:
+//! - label `diorch.io/plugin-state`: `Loaded` (the last upload serves) or `Rejected` (it was
+//!   refused; an older version may still serve);
+//! - label `diorch.io/plugin-version`: the first 12 hex digits of the sha256 serving now, absent
+//!   while none does;
+//! - annotation `diorch.io/plugin-status`: one line, `loaded version <sha256>` or
+//!   `refused: <cause>; serving <sha256 prefix>` / `...; no version serves`.
+//!
+//! These are merge patches of metadata only, sent when the ConfigMap does not already show them;
+//! a failed write is logged and retried on the ConfigMap's next event. They cannot cause a
+//! reload: the spec parser reads none of them, so the update they trigger compares equal to
+//! what was applied (and an invalid spec is remembered by a digest of `data` and `binaryData`).
+//!
+//! Owns: the watch loop, its Events and the status metadata above. Must not touch: loading
+//! rules (registry), the ConfigMap format (spec) and any ConfigMap field but those three keys.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
@@ -12,24 +27,148 @@ use std::sync::Arc;
 
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Patch, PatchParams};
 use kube::runtime::WatchStreamExt as _;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::watcher::{self, Event as WatchEvent};
 use kube::{Api, Client, Resource as _, ResourceExt as _};
+use serde_json::json;
 use sha2::{Digest, Sha256};
 
 use super::registry::PluginRegistry;
-use super::spec::{self, PLUGIN_LABEL, PluginSpec};
+use super::spec::{self, PLUGIN_LABEL, PluginSpec, STATE_LABEL, STATUS_ANNOTATION, VERSION_LABEL};
 
 /// Notes longer than this are cut (the Events API caps notes at 1 KiB).
 const NOTE_CAP: usize = 1000;
+/// Status annotations longer than this are cut: one line for people, not a log.
+const STATUS_CAP: usize = 1000;
+/// Hex digits of the sha256 in the version label (a label value is at most 63 characters).
+const VERSION_DIGITS: usize = 12;
 
-/// What was last applied from one ConfigMap, so relists and no-op updates do not reload.
+/// A valid spec and bytes last handed to the registry from one ConfigMap, loaded or not, so
+/// relists and no-op updates (the watcher's own status writes included) do not reload.
 #[derive(PartialEq)]
 struct Applied {
     plugin: String,
     spec: PluginSpec,
     sha256: [u8; 32],
+}
+
+/// How a load attempt ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Outcome {
+    Loaded,
+    /// Refused, with the cause (one line).
+    Rejected(String),
+}
+
+/// What the watcher remembers about one ConfigMap.
+#[derive(Default)]
+struct Tracked {
+    /// The last valid spec applied and how that went.
+    applied: Option<(Applied, Outcome)>,
+    /// The last invalid spec: a digest of its input and why it is invalid. Cleared by a valid
+    /// spec; while set it is the ConfigMap's outcome.
+    invalid: Option<([u8; 32], String)>,
+}
+
+impl Tracked {
+    fn plugin(&self) -> Option<&str> {
+        self.applied.as_ref().map(|(a, _)| a.plugin.as_str())
+    }
+
+    fn outcome(&self) -> Option<Outcome> {
+        match (&self.invalid, &self.applied) {
+            (Some((_, cause)), _) => Some(Outcome::Rejected(cause.clone())),
+            (None, Some((_, outcome))) => Some(outcome.clone()),
+            (None, None) => None,
+        }
+    }
+}
+
+/// The three status keys as the ConfigMap should show them.
+#[derive(Debug, PartialEq, Eq)]
+struct StatusMeta {
+    state: &'static str,
+    version: Option<String>,
+    note: String,
+}
+
+fn one_line_capped(text: &str, cap: usize) -> String {
+    let mut line = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if line.len() > cap {
+        let mut cut = cap;
+        while !line.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        line.truncate(cut);
+    }
+    line
+}
+
+impl StatusMeta {
+    /// `serving`: the full sha256 of the version serving now, if any.
+    fn new(outcome: &Outcome, serving: Option<&str>) -> StatusMeta {
+        let version = serving.map(|s| s.chars().take(VERSION_DIGITS).collect::<String>());
+        match outcome {
+            Outcome::Loaded => StatusMeta {
+                state: "Loaded",
+                note: match serving {
+                    Some(sha) => format!("loaded version {sha}"),
+                    None => "loaded".to_string(),
+                },
+                version,
+            },
+            Outcome::Rejected(cause) => {
+                let tail = match &version {
+                    Some(v) => format!("; serving {v}"),
+                    None => "; no version serves".to_string(),
+                };
+                // Cut the cause, not the tail: which version serves is the point of the line.
+                let cause = one_line_capped(cause, STATUS_CAP.saturating_sub(tail.len() + 9));
+                StatusMeta {
+                    state: "Rejected",
+                    note: format!("refused: {cause}{tail}"),
+                    version,
+                }
+            }
+        }
+    }
+
+    fn shown_by(&self, cm: &ConfigMap) -> bool {
+        let label = |k: &str| cm.labels().get(k).map(String::as_str);
+        label(STATE_LABEL) == Some(self.state)
+            && label(VERSION_LABEL) == self.version.as_deref()
+            && cm.annotations().get(STATUS_ANNOTATION) == Some(&self.note)
+    }
+
+    fn patch(&self) -> serde_json::Value {
+        // In a merge patch `null` deletes the key: the version label goes when none serves.
+        json!({"metadata": {
+            "labels": {STATE_LABEL: self.state, VERSION_LABEL: self.version},
+            "annotations": {STATUS_ANNOTATION: self.note},
+        }})
+    }
+}
+
+/// A digest of what `spec::from_configmap` reads besides the name (`data` and `binaryData`), so
+/// an invalid ConfigMap is reported once per content, not once per update.
+fn input_digest(cm: &ConfigMap) -> [u8; 32] {
+    let mut h = Sha256::new();
+    let mut field = |tag: u8, key: &str, value: &[u8]| {
+        h.update([tag]);
+        h.update((key.len() as u64).to_le_bytes());
+        h.update(key.as_bytes());
+        h.update((value.len() as u64).to_le_bytes());
+        h.update(value);
+    };
+    for (k, v) in cm.data.iter().flatten() {
+        field(0, k, v.as_bytes());
+    }
+    for (k, v) in cm.binary_data.iter().flatten() {
+        field(1, k, &v.0);
+    }
+    h.finalize().into()
 }
 
 /// Watches plugin ConfigMaps in `namespace` until `shutdown` resolves.
@@ -40,6 +179,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+    let writer = api.clone();
     let recorder = Recorder::new(
         client,
         Reporter {
@@ -49,9 +189,14 @@ pub async fn run(
     );
     let stream =
         watcher::watcher(api, watcher::Config::default().labels(PLUGIN_LABEL)).default_backoff();
+    let ctx = Ctx {
+        registry: &registry,
+        recorder: &recorder,
+        api: &writer,
+    };
     let mut stream = std::pin::pin!(stream);
     let mut shutdown = std::pin::pin!(shutdown);
-    let mut applied: BTreeMap<String, Applied> = BTreeMap::new();
+    let mut tracked: BTreeMap<String, Tracked> = BTreeMap::new();
     let mut relisted: BTreeSet<String> = BTreeSet::new();
     loop {
         let event = tokio::select! {
@@ -66,66 +211,121 @@ pub async fn run(
             Some(Ok(WatchEvent::Init)) => relisted.clear(),
             Some(Ok(WatchEvent::InitApply(cm))) => {
                 relisted.insert(cm.name_any());
-                apply(&registry, &recorder, &mut applied, &cm).await;
+                apply(&ctx, &mut tracked, &cm).await;
             }
             Some(Ok(WatchEvent::InitDone)) => {
                 // ConfigMaps deleted while the watch was down.
-                let gone: Vec<String> = applied
+                let gone: Vec<String> = tracked
                     .keys()
                     .filter(|k| !relisted.contains(*k))
                     .cloned()
                     .collect();
                 for name in gone {
-                    if let Some(a) = applied.remove(&name) {
-                        registry.remove(&a.plugin).await;
-                        tracing::info!(plugin = %a.plugin, configmap = %name, "plugin unloaded");
-                    }
+                    forget(&registry, &mut tracked, &name).await;
                 }
             }
-            Some(Ok(WatchEvent::Apply(cm))) => apply(&registry, &recorder, &mut applied, &cm).await,
+            Some(Ok(WatchEvent::Apply(cm))) => apply(&ctx, &mut tracked, &cm).await,
             Some(Ok(WatchEvent::Delete(cm))) => {
-                if let Some(a) = applied.remove(&cm.name_any()) {
-                    registry.remove(&a.plugin).await;
-                    tracing::info!(plugin = %a.plugin, configmap = %cm.name_any(), "plugin unloaded");
-                }
+                forget(&registry, &mut tracked, &cm.name_any()).await;
             }
         }
     }
 }
 
-async fn apply(
-    registry: &PluginRegistry,
-    recorder: &Recorder,
-    applied: &mut BTreeMap<String, Applied>,
-    cm: &ConfigMap,
-) {
+/// What `apply` needs besides the state it updates.
+struct Ctx<'a> {
+    registry: &'a PluginRegistry,
+    recorder: &'a Recorder,
+    api: &'a Api<ConfigMap>,
+}
+
+/// The ConfigMap `name` is gone: unload what it served.
+async fn forget(registry: &PluginRegistry, tracked: &mut BTreeMap<String, Tracked>, name: &str) {
+    if let Some(plugin) = tracked
+        .remove(name)
+        .and_then(|t| t.applied)
+        .map(|(a, _)| a.plugin)
+    {
+        registry.remove(&plugin).await;
+        tracing::info!(%plugin, configmap = %name, "plugin unloaded");
+    }
+}
+
+async fn apply(ctx: &Ctx<'_>, tracked: &mut BTreeMap<String, Tracked>, cm: &ConfigMap) {
     let cm_name = cm.name_any();
-    let outcome = match spec::from_configmap(cm) {
-        Err(e) => Err(("InvalidPluginConfigMap", e.to_string())),
+    let entry = tracked.entry(cm_name.clone()).or_default();
+    let attempt = match spec::from_configmap(cm) {
+        Err(e) => {
+            let digest = input_digest(cm);
+            if entry.invalid.as_ref().map(|(d, _)| d) == Some(&digest) {
+                None
+            } else {
+                entry.invalid = Some((digest, e.to_string()));
+                Some(Err(("InvalidPluginConfigMap", e.to_string())))
+            }
+        }
         Ok((spec, bytes)) => {
+            // A valid spec replaces any invalid one: its outcome is the ConfigMap's again.
+            entry.invalid = None;
             let next = Applied {
                 plugin: spec.name.clone(),
                 spec: spec.clone(),
                 sha256: Sha256::digest(&bytes).into(),
             };
-            if applied.get(&cm_name) == Some(&next) {
-                return;
+            if entry.applied.as_ref().map(|(a, _)| a) == Some(&next) {
+                None
+            } else {
+                // A ConfigMap renaming its plugin unloads the old name.
+                if let Some(previous) = entry.plugin()
+                    && previous != next.plugin
+                {
+                    ctx.registry.remove(previous).await;
+                }
+                let result = ctx.registry.apply(spec, bytes.into()).await;
+                let outcome = match &result {
+                    Ok(_) => Outcome::Loaded,
+                    Err(e) => Outcome::Rejected(e.to_string()),
+                };
+                // Remember the attempt either way: the same bad bytes are not retried on relist.
+                entry.applied = Some((next, outcome));
+                Some(
+                    result
+                        .map(|sha| format!("loaded version {sha}"))
+                        .map_err(|e| (e.reason(), e.to_string())),
+                )
             }
-            // A ConfigMap renaming its plugin unloads the old name.
-            if let Some(previous) = applied.get(&cm_name)
-                && previous.plugin != next.plugin
-            {
-                registry.remove(&previous.plugin).await;
-            }
-            let result = registry.apply(spec, bytes.into()).await;
-            // Remember the attempt either way: the same bad bytes are not retried on relist.
-            applied.insert(cm_name.clone(), next);
-            result
-                .map(|sha| format!("loaded version {sha}"))
-                .map_err(|e| (e.reason(), e.to_string()))
         }
     };
-    let (type_, reason, mut note) = match outcome {
+    // Status first: it is what `kubectl get` shows, the Event only explains it.
+    let status = entry.outcome().map(|outcome| {
+        let serving = entry
+            .plugin()
+            .and_then(|p| ctx.registry.status_of(p))
+            .and_then(|s| s.sha256);
+        StatusMeta::new(&outcome, serving.as_deref())
+    });
+    if let Some(status) = status
+        && !status.shown_by(cm)
+    {
+        let patched = ctx
+            .api
+            .patch(
+                &cm_name,
+                &PatchParams::default(),
+                &Patch::Merge(&status.patch()),
+            )
+            .await;
+        match patched {
+            Ok(_) => tracing::debug!(configmap = %cm_name, state = status.state,
+                version = ?status.version, "plugin ConfigMap status written"),
+            Err(error) => tracing::warn!(%error, configmap = %cm_name, state = status.state,
+                "cannot write the plugin status onto its ConfigMap; retried on its next update"),
+        }
+    }
+    let Some(outcome) = attempt else {
+        return;
+    };
+    let (type_, reason, note) = match outcome {
         Ok(note) => (EventType::Normal, "PluginLoaded", note),
         Err((reason, message)) => (
             EventType::Warning,
@@ -133,13 +333,7 @@ async fn apply(
             format!("{message}; the last good version (if any) keeps serving"),
         ),
     };
-    if note.len() > NOTE_CAP {
-        let mut cut = NOTE_CAP;
-        while !note.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        note.truncate(cut);
-    }
+    let note = one_line_capped(&note, NOTE_CAP);
     let event = Event {
         type_,
         reason: reason.into(),
@@ -147,7 +341,93 @@ async fn apply(
         note: Some(note),
         secondary: None,
     };
-    if let Err(error) = recorder.publish(&event, &cm.object_ref(&())).await {
+    if let Err(error) = ctx.recorder.publish(&event, &cm.object_ref(&())).await {
         tracing::warn!(%error, configmap = %cm_name, "cannot record plugin Event");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_lines() {
+        let sha = "0123456789abcdef".repeat(4);
+        let loaded = StatusMeta::new(&Outcome::Loaded, Some(&sha));
+        assert_eq!(loaded.state, "Loaded");
+        assert_eq!(loaded.version.as_deref(), Some("0123456789ab"));
+        assert_eq!(loaded.note, format!("loaded version {sha}"));
+        let refused = StatusMeta::new(
+            &Outcome::Rejected("plugin p: not a valid component:\n  bad magic".into()),
+            Some(&sha),
+        );
+        assert_eq!(refused.state, "Rejected");
+        assert_eq!(refused.version.as_deref(), Some("0123456789ab"));
+        assert_eq!(
+            refused.note,
+            "refused: plugin p: not a valid component: bad magic; serving 0123456789ab"
+        );
+        let long = StatusMeta::new(&Outcome::Rejected("x".repeat(5000)), None);
+        assert!(long.note.len() <= STATUS_CAP, "{}", long.note.len());
+        assert!(
+            long.note.ends_with("xx; no version serves"),
+            "{}",
+            long.note
+        );
+        assert_eq!(long.version, None);
+        assert_eq!(
+            long.patch()["metadata"]["labels"][VERSION_LABEL],
+            json!(null)
+        );
+    }
+
+    #[test]
+    fn shown_by_compares_the_three_keys() {
+        let status = StatusMeta::new(&Outcome::Loaded, Some(&"ab".repeat(32)));
+        let mut cm = ConfigMap::default();
+        assert!(!status.shown_by(&cm));
+        cm.metadata.labels = Some(BTreeMap::from([
+            (STATE_LABEL.to_string(), "Loaded".to_string()),
+            (VERSION_LABEL.to_string(), "abababababab".to_string()),
+        ]));
+        assert!(!status.shown_by(&cm));
+        cm.metadata.annotations = Some(BTreeMap::from([(
+            STATUS_ANNOTATION.to_string(),
+            status.note.clone(),
+        )]));
+        assert!(status.shown_by(&cm));
+        let none = StatusMeta::new(&Outcome::Rejected("x".into()), None);
+        cm.labels_mut()
+            .insert(STATE_LABEL.into(), "Rejected".into());
+        cm.annotations_mut()
+            .insert(STATUS_ANNOTATION.into(), none.note.clone());
+        // The version label must be gone too.
+        assert!(!none.shown_by(&cm));
+        cm.labels_mut().remove(VERSION_LABEL);
+        assert!(none.shown_by(&cm));
+    }
+
+    #[test]
+    fn input_digest_sees_data_and_binary_data_only() {
+        let spec = PluginSpec::new("p", spec::PluginKind::Policy);
+        let cm = spec::to_configmap(&spec, vec![1, 2], Some("ns"));
+        let mut labelled = cm.clone();
+        labelled
+            .labels_mut()
+            .insert(STATE_LABEL.into(), "Rejected".into());
+        assert_eq!(input_digest(&cm), input_digest(&labelled));
+        let mut edited = cm.clone();
+        edited
+            .data
+            .as_mut()
+            .unwrap()
+            .insert("kind".into(), "scheduler".into());
+        assert_ne!(input_digest(&cm), input_digest(&edited));
+        let mut bytes = cm.clone();
+        bytes.binary_data = Some(BTreeMap::from([(
+            spec::WASM_KEY.to_string(),
+            k8s_openapi::ByteString(vec![1, 3]),
+        )]));
+        assert_ne!(input_digest(&cm), input_digest(&bytes));
     }
 }

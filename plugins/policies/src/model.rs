@@ -1,11 +1,24 @@
 //! The plain model, field for field the WIT `types` interface (see wit/plugins.wit).
+//!
+//! With the `serde` feature the types (de)serialize in camelCase, as Kubernetes objects do, with
+//! labels and extended resources as JSON objects (`{"rdma/hca": 1}`) rather than pair lists, and
+//! unknown fields refused so a typo in a hand-written snapshot is an error, not a silent default.
 
 /// An amount of each resource; extended resources as name/quantity pairs.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(
+    feature = "serde",
+    serde(rename_all = "camelCase", deny_unknown_fields)
+)]
 pub struct Resources {
     pub cpu_millis: u64,
     pub memory_bytes: u64,
     pub gpus: u32,
+    #[cfg_attr(
+        feature = "serde",
+        serde(default, skip_serializing_if = "Vec::is_empty", with = "pairs")
+    )]
     pub extended: Vec<(String, u64)>,
 }
 
@@ -50,7 +63,9 @@ impl Resources {
     }
 }
 
+/// Serialized with the Kubernetes spelling (`NoSchedule`, ...).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum TaintEffect {
     NoSchedule,
     PreferNoSchedule,
@@ -58,6 +73,11 @@ pub enum TaintEffect {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(
+    feature = "serde",
+    serde(rename_all = "camelCase", deny_unknown_fields)
+)]
 pub struct Taint {
     pub key: String,
     pub value: String,
@@ -65,9 +85,19 @@ pub struct Taint {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(
+    feature = "serde",
+    serde(rename_all = "camelCase", deny_unknown_fields)
+)]
 pub struct Node {
     pub name: String,
+    #[cfg_attr(feature = "serde", serde(default, with = "pairs"))]
     pub labels: Vec<(String, String)>,
+    #[cfg_attr(
+        feature = "serde",
+        serde(default, skip_serializing_if = "Vec::is_empty")
+    )]
     pub taints: Vec<Taint>,
     pub allocatable: Resources,
     /// Allocatable minus what pods outside the job(s) being placed request.
@@ -101,6 +131,11 @@ impl Node {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(
+    feature = "serde",
+    serde(rename_all = "camelCase", deny_unknown_fields)
+)]
 pub struct Task {
     pub name: String,
     pub task_type: String,
@@ -112,16 +147,31 @@ pub struct Task {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(
+    feature = "serde",
+    serde(rename_all = "camelCase", deny_unknown_fields)
+)]
 pub struct Job {
     /// `namespace/name`.
     pub key: String,
+    #[cfg_attr(feature = "serde", serde(default))]
     pub priority: i32,
     pub preemptible: bool,
     pub tasks: Vec<Task>,
     /// Node index per replica in rank order; `None` when unplaced or on a vanished node.
+    #[cfg_attr(
+        feature = "serde",
+        serde(default, skip_serializing_if = "Vec::is_empty")
+    )]
     pub current: Vec<Option<u32>>,
     /// DI-engine profilings as JSON text.
+    #[cfg_attr(
+        feature = "serde",
+        serde(default, skip_serializing_if = "String::is_empty")
+    )]
     pub profilings: String,
+    #[cfg_attr(feature = "serde", serde(default))]
     pub age_seconds: u64,
 }
 
@@ -140,6 +190,11 @@ impl Job {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(
+    feature = "serde",
+    serde(rename_all = "camelCase", deny_unknown_fields)
+)]
 pub struct JobAllocation {
     /// Index into the `jobs` of the same call.
     pub job: u32,
@@ -155,4 +210,55 @@ pub enum PolicyError {
     InvalidInput(String),
     #[error("{0}")]
     Internal(String),
+}
+
+/// `Vec<(String, T)>` as a JSON object, keeping the order of the document: labels and extended
+/// resources then read as they do in Kubernetes objects. A repeated key is an error (the model
+/// would otherwise keep both and `Node::label` would see only the first).
+#[cfg(feature = "serde")]
+mod pairs {
+    use std::fmt;
+    use std::marker::PhantomData;
+
+    use serde::de::{Error as _, MapAccess, Visitor};
+    use serde::ser::SerializeMap as _;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub fn serialize<S: Serializer, T: Serialize>(
+        pairs: &[(String, T)],
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(pairs.len()))?;
+        for (k, v) in pairs {
+            map.serialize_entry(k, v)?;
+        }
+        map.end()
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
+        deserializer: D,
+    ) -> Result<Vec<(String, T)>, D::Error> {
+        struct Pairs<T>(PhantomData<T>);
+
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for Pairs<T> {
+            type Value = Vec<(String, T)>;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an object")
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut out: Vec<(String, T)> = Vec::with_capacity(map.size_hint().unwrap_or(0));
+                while let Some((k, v)) = map.next_entry::<String, T>()? {
+                    if out.iter().any(|(n, _)| *n == k) {
+                        return Err(A::Error::custom(format!("duplicate key {k:?}")));
+                    }
+                    out.push((k, v));
+                }
+                Ok(out)
+            }
+        }
+
+        deserializer.deserialize_map(Pairs(PhantomData))
+    }
 }

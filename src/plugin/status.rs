@@ -1,0 +1,105 @@
+//! The plugin status endpoint: `GET /plugins` answers the registry's [`PluginStatus`] list as
+//! JSON (camelCase), one entry per plugin the registry knows, sorted by name. Meant to be merged
+//! into the operator's metrics/probe server (`Router::merge`).
+//!
+//! Owns: the route and its JSON shape (the fields of [`PluginStatus`]). Must not touch: the
+//! registry's state (it only reads) and the server that hosts the route.
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::routing::get;
+use axum::{Json, Router};
+
+use super::registry::{PluginRegistry, PluginStatus};
+
+/// `GET /plugins`: a JSON array of plugin statuses.
+pub fn router(registry: Arc<PluginRegistry>) -> Router {
+    Router::new()
+        .route("/plugins", get(list))
+        .with_state(registry)
+}
+
+async fn list(State(registry): State<Arc<PluginRegistry>>) -> Json<Vec<PluginStatus>> {
+    Json(registry.status())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plugin::spec::{FailurePolicy, PluginKind, PluginSpec};
+    use crate::plugin::{HostConfig, NativePolicy, PluginHost};
+    use axum::body::Body;
+    use axum::http::{Request, StatusCode};
+    use http_body_util::BodyExt as _;
+    use serde_json::{Value, json};
+    use tower::ServiceExt as _;
+
+    async fn get_plugins(registry: Arc<PluginRegistry>) -> (StatusCode, Value) {
+        let response = router(registry)
+            .oneshot(Request::get("/plugins").body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        let status = response.status();
+        assert_eq!(
+            response.headers()["content-type"],
+            "application/json",
+            "{response:?}"
+        );
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        (status, serde_json::from_slice(&body).unwrap())
+    }
+
+    #[tokio::test]
+    async fn lists_refused_uploads_with_their_spec() {
+        let registry = Arc::new(PluginRegistry::new(
+            PluginHost::new(HostConfig::default()).unwrap(),
+            NativePolicy::BinPack,
+        ));
+        let (status, body) = get_plugins(registry.clone()).await;
+        assert_eq!((status, body), (StatusCode::OK, json!([])));
+
+        // Two refused uploads (not components): they are listed with what they asked for.
+        let mut mutator = PluginSpec::new("zz-env", PluginKind::Mutator);
+        mutator.task_types = vec!["learner".into()];
+        mutator.order = -2;
+        mutator.failure_policy = FailurePolicy::Ignore;
+        mutator.deadline = Some(std::time::Duration::from_millis(20));
+        mutator.source = "diorch/plugin-zz-env".into();
+        let policy = PluginSpec::new("packer", PluginKind::Policy);
+        for spec in [mutator, policy] {
+            registry
+                .apply(spec, Arc::from(&b"garbage"[..]))
+                .await
+                .unwrap_err();
+        }
+        let (status, body) = get_plugins(registry).await;
+        assert_eq!(status, StatusCode::OK);
+        let list = body.as_array().unwrap();
+        assert_eq!(list.len(), 2);
+        // Sorted by name.
+        assert_eq!(list[0]["name"], "packer");
+        assert_eq!(list[0]["kind"], "policy");
+        assert_eq!(list[0]["deadlineMs"], 50);
+        assert_eq!(list[0]["memoryMiB"], 64);
+        let m = &list[1];
+        assert_eq!(m["name"], "zz-env");
+        assert_eq!(m["kind"], "mutator");
+        assert_eq!(m["sha256"], Value::Null);
+        assert_eq!(m["healthy"], false);
+        assert!(
+            m["lastError"]
+                .as_str()
+                .unwrap()
+                .contains("not a valid component"),
+            "{m}"
+        );
+        assert_eq!((&m["loads"], &m["failedLoads"]), (&json!(0), &json!(1)));
+        assert_eq!(m["source"], "diorch/plugin-zz-env");
+        assert_eq!(m["taskTypes"], json!(["learner"]));
+        assert_eq!(m["order"], -2);
+        assert_eq!(m["failurePolicy"], "Ignore");
+        assert_eq!(m["deadlineMs"], 20);
+        assert_eq!(m["memoryMiB"], 64);
+    }
+}

@@ -1,0 +1,344 @@
+//! `diorch plugin run` through the real binary: placements of `examples/snapshot.json` by the
+//! example policies, the built-in comparison, a misbehaving plugin, and bad inputs. Components
+//! come from `scripts/build-plugins.sh` (target/plugins/*.wasm).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use diorch::plugin::snapshot::Snapshot;
+
+fn repo(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
+}
+
+fn plugin(name: &str) -> PathBuf {
+    let path = repo(&format!("target/plugins/{name}.wasm"));
+    assert!(
+        path.exists(),
+        "{} is missing; run scripts/build-plugins.sh first",
+        path.display()
+    );
+    path
+}
+
+fn diorch(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_diorch"))
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8(bytes.to_vec()).unwrap()
+}
+
+fn example() -> Snapshot {
+    Snapshot::from_json(&std::fs::read_to_string(repo("examples/snapshot.json")).unwrap()).unwrap()
+}
+
+/// Per job section of the report: node → replica count from its placement table (the rows
+/// between the `NODE` header and the next line not indented by exactly two spaces plus a
+/// node), and the section's other lines.
+struct Section {
+    rows: BTreeMap<String, usize>,
+    lines: Vec<String>,
+}
+
+fn sections(report: &str) -> BTreeMap<String, Section> {
+    let mut out = BTreeMap::new();
+    let mut current: Option<(String, Section, bool)> = None;
+    for line in report.lines() {
+        if let Some(rest) = line.strip_prefix("job ") {
+            if let Some((key, s, _)) = current.take() {
+                out.insert(key, s);
+            }
+            let key = rest.split(':').next().unwrap().to_string();
+            let section = Section {
+                rows: BTreeMap::new(),
+                lines: vec![],
+            };
+            current = Some((key, section, false));
+            continue;
+        }
+        let Some((_, section, in_table)) = current.as_mut() else {
+            continue;
+        };
+        if line.is_empty() {
+            let (key, s, _) = current.take().unwrap();
+            out.insert(key, s);
+            continue;
+        }
+        section.lines.push(line.to_string());
+        if line.starts_with("  NODE ") {
+            *in_table = true;
+        } else if *in_table && line.starts_with("  ") && !line.starts_with("   ") {
+            let mut words = line.split_whitespace();
+            let (node, count) = (words.next().unwrap(), words.next().unwrap());
+            match count.parse::<usize>() {
+                Ok(n) => {
+                    section.rows.insert(node.to_string(), n);
+                }
+                Err(_) => *in_table = false,
+            }
+        } else {
+            *in_table = false;
+        }
+    }
+    if let Some((key, s, _)) = current {
+        out.insert(key, s);
+    }
+    out
+}
+
+#[test]
+fn binpack_places_every_unplaced_job_on_existing_nodes() {
+    let snapshot = example();
+    let out = diorch(&[
+        "plugin",
+        "run",
+        plugin("binpack").to_str().unwrap(),
+        "--input",
+        repo("examples/snapshot.json").to_str().unwrap(),
+    ]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let schedulable: Vec<&str> = snapshot
+        .nodes
+        .iter()
+        .filter(|n| n.schedulable())
+        .map(|n| n.name.as_str())
+        .collect();
+    let sections = sections(&stdout);
+    let unplaced: Vec<_> = snapshot.unplaced_jobs().collect();
+    assert_eq!(unplaced.len(), 3);
+    assert_eq!(sections.len(), unplaced.len(), "{stdout}");
+    for job in unplaced {
+        let s = sections
+            .get(&job.key)
+            .unwrap_or_else(|| panic!("no section for {}:\n{stdout}", job.key));
+        assert!(!s.rows.is_empty(), "{}: no placement\n{stdout}", job.key);
+        for node in s.rows.keys() {
+            assert!(
+                schedulable.contains(&node.as_str()),
+                "{}: placed on {node}, not a schedulable node of the snapshot\n{stdout}",
+                job.key
+            );
+        }
+        assert_eq!(
+            s.rows.values().sum::<usize>(),
+            job.total_replicas(),
+            "{}\n{stdout}",
+            job.key
+        );
+        assert!(
+            s.lines
+                .iter()
+                .any(|l| l.trim() == "check     ok: one ready node per replica"),
+            "{stdout}"
+        );
+        assert!(
+            s.lines
+                .iter()
+                .any(|l| l.trim_start().starts_with("time ") && l.contains(" µs")),
+            "{stdout}"
+        );
+    }
+    assert!(
+        stdout.contains("summary   3 placed, 0 refused, 0 failed"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn the_binpack_plugin_agrees_with_the_builtin_and_spread_does_not() {
+    let input = repo("examples/snapshot.json");
+    let run = |file: &str| {
+        let out = diorch(&[
+            "plugin",
+            "run",
+            plugin(file).to_str().unwrap(),
+            "--input",
+            input.to_str().unwrap(),
+            "--compare-builtin",
+            "binpack",
+        ]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        text(&out.stdout)
+    };
+    let same = run("binpack");
+    assert_eq!(
+        same.matches("builtin-binpack  same placement").count(),
+        3,
+        "{same}"
+    );
+    assert!(!same.contains("diff "), "{same}");
+    let other = run("spread");
+    assert!(other.contains("  diff      built-in → plugin: "), "{other}");
+    // The built-in's answer is printed as its own table, indented under the plugin's.
+    assert!(other.contains("  builtin-binpack\n    NODE "), "{other}");
+}
+
+#[test]
+fn optimize_replans_every_preemptible_job() {
+    let snapshot = example();
+    let out = diorch(&[
+        "plugin",
+        "run",
+        plugin("spread").to_str().unwrap(),
+        "--input",
+        repo("examples/snapshot.json").to_str().unwrap(),
+        "--call",
+        "optimize",
+    ]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    let sections = sections(&stdout);
+    let preemptible: Vec<_> = snapshot.preemptible_jobs().collect();
+    assert_eq!(sections.len(), preemptible.len(), "{stdout}");
+    for job in &preemptible {
+        let s = &sections[&job.key];
+        assert_eq!(s.rows.values().sum::<usize>(), job.total_replicas());
+        let in_previous = snapshot.previous.iter().any(|p| p.job == job.key);
+        let says = s
+            .lines
+            .iter()
+            .find(|l| l.starts_with("  previous"))
+            .unwrap();
+        assert_eq!(says.contains("previous → now"), in_previous, "{says}");
+    }
+    assert!(
+        stdout.contains("summary   4 of 4 job(s) placed"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn a_plugin_answer_the_host_refuses_fails_the_run() {
+    // The hostile policy puts every replica of a job named `not-ready` on a node that is not
+    // ready and bin-packs the others.
+    let mut snapshot = example();
+    let job = snapshot
+        .jobs
+        .iter_mut()
+        .find(|j| j.key == "research/ppo-football")
+        .unwrap();
+    job.key = "research/not-ready".into();
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("snapshot.json");
+    std::fs::write(&input, snapshot.to_json().unwrap()).unwrap();
+    let out = diorch(&[
+        "plugin",
+        "run",
+        plugin("hostile_policy").to_str().unwrap(),
+        "--input",
+        input.to_str().unwrap(),
+    ]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(!out.status.success(), "{stdout}");
+    let sections = sections(&stdout);
+    let bad = &sections["research/not-ready"];
+    assert!(bad.rows.is_empty(), "{stdout}");
+    assert!(
+        bad.lines.iter().any(|l| l.starts_with("  FAILED")
+            && l.contains("not ready")
+            && l.contains("(MalformedOutput)")),
+        "{stdout}"
+    );
+    // The other jobs are still placed.
+    assert_eq!(
+        sections["prod/qmix-smac"].rows.values().sum::<usize>(),
+        6,
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("summary   2 placed, 0 refused, 1 failed"),
+        "{stdout}"
+    );
+    assert!(
+        stderr.contains("error: the plugin failed 1 of 3 calls"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn bad_inputs_fail_with_clear_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, content: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, content).unwrap();
+        path.to_str().unwrap().to_string()
+    };
+    let example = repo("examples/snapshot.json").to_str().unwrap().to_string();
+    let binpack = plugin("binpack").to_str().unwrap().to_string();
+    let mutator = plugin("accel_env").to_str().unwrap().to_string();
+    let malformed = write("malformed.json", "{\n  \"version\": 1,\n  \"nodes\": [}\n");
+    let v2 = write("v2.json", "{\"version\": 2, \"nodes\": [], \"jobs\": []}");
+    let typo = write(
+        "typo.json",
+        &example_text().replacen("\"gpus\"", "\"gpu\"", 1),
+    );
+    let missing = dir.path().join("missing.json");
+    let missing = missing.to_str().unwrap();
+    let cases: Vec<(Vec<&str>, Vec<&str>)> = vec![
+        (
+            vec![&binpack, "--input", missing],
+            vec!["reading ", "missing.json", "No such file"],
+        ),
+        (
+            vec![&binpack, "--input", &malformed],
+            vec![
+                "malformed.json is not a usable snapshot",
+                "line 3 column 13",
+            ],
+        ),
+        (
+            vec![&binpack, "--input", &v2],
+            vec!["snapshot version 2 is not supported"],
+        ),
+        (
+            vec![&binpack, "--input", &typo],
+            vec!["unknown field `gpu`"],
+        ),
+        (
+            vec![&binpack, "--input", &example, "--job", "default/nope"],
+            vec![
+                "job \"default/nope\" is not in the snapshot",
+                "research/dqn-pong",
+            ],
+        ),
+        (
+            vec![
+                &binpack, "--input", &example, "--call", "optimize", "--job", "a/b",
+            ],
+            vec!["--job applies to --call allocate"],
+        ),
+        (
+            vec![&mutator, "--input", &example],
+            vec!["is a pod mutator, not a scheduling policy"],
+        ),
+        (
+            vec![&example, "--input", &example],
+            vec!["not a valid component"],
+        ),
+    ];
+    for (args, needles) in cases {
+        let mut full = vec!["plugin", "run"];
+        full.extend(&args);
+        let out = diorch(&full);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(out.stdout.is_empty(), "{args:?}: {}", text(&out.stdout));
+        for needle in needles {
+            assert!(
+                stderr.contains(needle),
+                "{args:?}: {needle:?} not in {stderr}"
+            );
+        }
+    }
+}
+
+fn example_text() -> String {
+    std::fs::read_to_string(repo("examples/snapshot.json")).unwrap()
+}
