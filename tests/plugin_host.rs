@@ -28,16 +28,34 @@ fn host() -> PluginHost {
     PluginHost::new(HostConfig::default()).unwrap()
 }
 
+/// Limits for tests of results, not of bounds: a debug build on a busy 2-core CI machine can
+/// take longer than the 50 ms default for a 1 000-node call.
+fn roomy() -> Limits {
+    Limits {
+        deadline: Duration::from_secs(5),
+        ..Limits::default()
+    }
+}
+
+fn roomy_host() -> PluginHost {
+    PluginHost::new(HostConfig {
+        limits: roomy(),
+        ..HostConfig::default()
+    })
+    .unwrap()
+}
+
 fn hostile_job(name: &str) -> diorch::plugin::Job {
     sample::job(&format!("default/{name}"), 2)
 }
 
 #[test]
 fn example_policies_match_the_native_library() {
-    let host = host();
+    let host = roomy_host();
     for (file, native) in [
         ("binpack", NativePolicy::BinPack),
         ("spread", NativePolicy::Spread),
+        ("goodput", NativePolicy::Goodput),
     ] {
         let p = host.load_policy_blocking(file, &wasm(file), None).unwrap();
         assert_eq!(p.sha256().len(), 64);
@@ -209,7 +227,7 @@ fn wrong_world_and_garbage_are_refused_at_load() {
 
 #[tokio::test]
 async fn example_mutators_through_the_host() {
-    let host = host();
+    let host = roomy_host();
     let placement = host
         .load_mutator("node-placement", wasm("node_placement").into(), None)
         .await
@@ -374,7 +392,7 @@ async fn registry_runs_mutators_in_order_with_failure_policies() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn thousand_calls_during_twenty_hot_swaps_all_succeed() {
-    let reg = Arc::new(PluginRegistry::new(host(), NativePolicy::BinPack));
+    let reg = Arc::new(PluginRegistry::new(roomy_host(), NativePolicy::BinPack));
     let versions: [Arc<[u8]>; 2] = [wasm("binpack").into(), wasm("spread").into()];
     let spec = PluginSpec::new("default", PluginKind::Policy);
     // Both versions compiled up front (the cache is keyed by sha256), so swaps are quick and
@@ -444,7 +462,7 @@ async fn thousand_calls_during_twenty_hot_swaps_all_succeed() {
 
 #[test]
 fn plugin_check_reports_world_exports_and_results() {
-    let limits = Limits::default();
+    let limits = roomy();
     let report = diorch::plugin::cli::check(&wasm("binpack"), limits, "", "learner").unwrap();
     for needle in [
         "scheduling-policy",
