@@ -448,6 +448,7 @@ impl Allocator {
                 .map(|(m, _)| plugin::JobPlan {
                     job: m.key.clone(),
                     nodes: current.get(&m.key).cloned().unwrap_or_default(),
+                    replicas: None,
                 })
                 .collect();
             let job_models: Arc<[plugin::Job]> = models
@@ -1113,6 +1114,7 @@ mod tests {
         JobPlan {
             job: job.into(),
             nodes: nodes.iter().map(|n| n.to_string()).collect(),
+            replicas: None,
         }
     }
 

@@ -73,6 +73,7 @@ mod tests {
         JobPlan {
             job: job.into(),
             nodes: nodes.iter().map(|n| n.to_string()).collect(),
+            replicas: None,
         }
     }
 

@@ -111,6 +111,7 @@ pub fn plan(
             Ok(JobPlan {
                 job: job.key.clone(),
                 nodes: allocation(plugin, job, nodes, &p.nodes)?,
+                replicas: None,
             })
         })
         .collect()
@@ -131,12 +132,66 @@ pub fn capacity(
         &[JobPlan {
             job: job.key.clone(),
             nodes: alloc.to_vec(),
+            replicas: None,
         }],
     )
 }
 
-/// Whether a whole plan fits: each entry one node per replica of its job, and every node's
-/// replicas of all the plan's jobs together within its free capacity.
+/// The task replica counts of a plan entry with `nodes` nodes: the job's own counts, or the
+/// `resized` ones, which must name every task, stay within its min/max and add up to `nodes`.
+pub fn replica_counts(
+    plugin: &str,
+    job: &Job,
+    resized: Option<&[u32]>,
+    nodes: usize,
+) -> Result<Vec<u32>, PluginError> {
+    let counts: Vec<u32> = match resized {
+        None => job.tasks.iter().map(|t| t.replicas).collect(),
+        Some(counts) => {
+            if counts.len() != job.tasks.len() {
+                return Err(malformed(
+                    plugin,
+                    format!(
+                        "job {}: {} replica counts for {} tasks",
+                        job.key,
+                        counts.len(),
+                        job.tasks.len()
+                    ),
+                ));
+            }
+            if let Some((t, n)) = job
+                .tasks
+                .iter()
+                .zip(counts)
+                .find(|(t, n)| **n < t.min_replicas || **n > t.max_replicas)
+            {
+                return Err(malformed(
+                    plugin,
+                    format!(
+                        "job {}: task {} resized to {n} replicas, outside its minReplicas {} .. maxReplicas {}",
+                        job.key, t.name, t.min_replicas, t.max_replicas
+                    ),
+                ));
+            }
+            counts.to_vec()
+        }
+    };
+    let want: usize = counts.iter().map(|n| *n as usize).sum();
+    if nodes != want {
+        return Err(malformed(
+            plugin,
+            format!(
+                "job {}: {nodes} nodes for {want} replicas (one per replica expected)",
+                job.key
+            ),
+        ));
+    }
+    Ok(counts)
+}
+
+/// Whether a whole plan fits: each entry one node per replica of its job (at its resized
+/// counts, if any), and every node's replicas of all the plan's jobs together within its free
+/// capacity.
 pub fn plan_capacity(
     plugin: &str,
     jobs: &[Job],
@@ -151,18 +206,13 @@ pub fn plan_capacity(
                 format!("plan names unknown job {}", entry.job),
             ));
         };
-        if entry.nodes.len() != job.total_replicas() {
-            return Err(malformed(
-                plugin,
-                format!(
-                    "job {}: {} nodes for {} replicas (one per replica expected)",
-                    job.key,
-                    entry.nodes.len(),
-                    job.total_replicas()
-                ),
-            ));
-        }
-        for (task, node) in job.replicas().zip(&entry.nodes) {
+        let counts = replica_counts(plugin, job, entry.replicas.as_deref(), entry.nodes.len())?;
+        let replicas = job
+            .tasks
+            .iter()
+            .zip(&counts)
+            .flat_map(|(t, n)| std::iter::repeat_n(t, *n as usize));
+        for (task, node) in replicas.zip(&entry.nodes) {
             let sum = taken.entry(node.as_str()).or_default();
             sum.cpu_millis = sum.cpu_millis.saturating_add(task.requests.cpu_millis);
             sum.memory_bytes = sum.memory_bytes.saturating_add(task.requests.memory_bytes);
@@ -317,6 +367,24 @@ pub fn mutation(plugin: &str, input: &Value, output: &str) -> Result<Pod, Plugin
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn resized_counts_must_cover_every_task_within_min_and_max() {
+        // Tasks: learner 2 (1..4), evaluator 1 (1..2), collector 4 (1..8).
+        let (job, _) = crate::plugin::sample::allocate_input(4, 2);
+        assert_eq!(replica_counts("p", &job, None, 7), Ok(vec![2, 1, 4]));
+        assert_eq!(replica_counts("p", &job, Some(&[2, 1, 6]), 9), Ok(vec![2, 1, 6]));
+        for (counts, nodes, needle) in [
+            (&[2u32, 1][..], 3, "2 replica counts for 3 tasks"),
+            (&[2, 1, 9], 12, "task collector resized to 9 replicas, outside"),
+            (&[0, 1, 4], 5, "task learner resized to 0"),
+            (&[2, 1, 6], 7, "7 nodes for 9 replicas"),
+        ] {
+            let err = replica_counts("p", &job, Some(counts), nodes).expect_err(needle);
+            assert!(err.to_string().contains(needle), "{err}");
+        }
+        assert!(replica_counts("p", &job, None, 8).is_err());
+    }
 
     #[test]
     fn capacity_refuses_an_over_committed_node() {

@@ -300,6 +300,7 @@ pub fn snapshot() -> Snapshot {
                 .flatten()
                 .map(|&i| nodes[i as usize].name.clone())
                 .collect(),
+            replicas: None,
         })
         .collect();
     Snapshot {
