@@ -77,14 +77,22 @@ struct Held {
     since: Instant,
 }
 
+/// A re-plan for one job: nodes in slot order at `replicas` (per task, if resized), by `by`.
+#[derive(Clone, Debug)]
+struct Proposal {
+    slots: Vec<String>,
+    replicas: Option<Vec<u32>>,
+    by: String,
+}
+
 #[derive(Default)]
 struct Ledger {
     seeded: bool,
     held: HashMap<String, Held>,
     /// Jobs told to wait, reconciled again when capacity frees.
     waiting: HashSet<ObjectRef<CachedJob>>,
-    /// Re-planned allocations (slot order) not yet in the jobs' status, with their policy.
-    proposals: HashMap<String, (Vec<String>, String)>,
+    /// Re-planned allocations not yet in the jobs' status.
+    proposals: HashMap<String, Proposal>,
     /// When re-planning last moved each job.
     last_moved: HashMap<String, Instant>,
 }
@@ -151,7 +159,9 @@ pub fn needs_allocation(job: &DIJob) -> bool {
     let placed = status
         .and_then(|s| s.allocation.as_ref())
         .map_or(0, |a| a.iter().filter(|n| !n.is_empty()).count());
-    let want: i64 = job.spec.tasks.iter().map(|t| i64::from(t.replicas)).sum();
+    let want: i64 = (0..job.spec.tasks.len())
+        .map(|i| i64::from(crate::controller::build::task_replicas(job, i)))
+        .sum();
     i64::try_from(placed).unwrap_or(i64::MAX) != want
 }
 
@@ -303,8 +313,8 @@ impl Allocator {
             return;
         }
         let slots = confirmed_slots(job);
-        if let Some((proposed, _)) = ledger.proposals.get(&key) {
-            if *proposed == slots {
+        if let Some(proposal) = ledger.proposals.get(&key) {
+            if proposal.slots == slots {
                 ledger.proposals.remove(&key);
             } else {
                 // The re-plan is not in the status yet: it stays what the job holds.
@@ -347,12 +357,13 @@ impl Allocator {
         }
         self.observe(job).await;
         let ledger = self.ledger.lock().await;
-        let (slots, by) = ledger.proposals.get(&job_key(job))?;
+        let proposal = ledger.proposals.get(&job_key(job))?;
         Some(Admission::Placed {
-            nodes: slots.clone(),
-            by: by.clone(),
+            nodes: proposal.slots.clone(),
+            by: proposal.by.clone(),
             fallback: None,
             replan: true,
+            replicas: proposal.replicas.clone(),
         })
     }
 
@@ -505,31 +516,52 @@ impl Allocator {
                     }
                 }
             };
+            let counts: HashMap<String, Vec<u32>> = models
+                .iter()
+                .map(|(m, _)| (m.key.clone(), m.tasks.iter().map(|t| t.replicas).collect()))
+                .collect();
             let group = optimize::decide(
                 &plan,
                 &current,
+                &counts,
                 &ledger.last_moved,
                 Instant::now(),
                 self.settings.min_reschedule_interval,
             );
             for decision in &group {
                 let result = match decision {
-                    optimize::Decision::Move { job, slots, moved } => {
+                    optimize::Decision::Move {
+                        job,
+                        slots,
+                        replicas,
+                        moved,
+                    } => {
                         if let Some((_, dijob)) = models.iter().find(|(m, _)| &m.key == job) {
                             let key = job.clone();
+                            let sized = match replicas {
+                                Some(counts) => {
+                                    crate::controller::build::with_task_replicas(dijob, counts)
+                                }
+                                None => (*dijob).clone(),
+                            };
                             ledger.held.insert(
                                 key.clone(),
                                 Held {
                                     uid: dijob.metadata.uid.clone().unwrap_or_default(),
-                                    usage: usage_of(dijob, slots),
+                                    usage: usage_of(&sized, slots),
                                     slots: slots.clone(),
                                     confirmed: true,
                                     since: Instant::now(),
                                 },
                             );
-                            ledger
-                                .proposals
-                                .insert(key.clone(), (slots.clone(), by.clone()));
+                            ledger.proposals.insert(
+                                key.clone(),
+                                Proposal {
+                                    slots: slots.clone(),
+                                    replicas: replicas.clone(),
+                                    by: by.clone(),
+                                },
+                            );
                             ledger.last_moved.insert(key, Instant::now());
                             let _ = self.retry.unbounded_send(job_ref(dijob));
                         }
@@ -595,6 +627,7 @@ impl Allocator {
                 by: "reservation".to_string(),
                 fallback: None,
                 replan: false,
+                replicas: None,
             };
         }
 
@@ -680,6 +713,7 @@ impl Allocator {
                     by: by.clone(),
                     fallback,
                     replan: false,
+                    replicas: None,
                 }
             }
             Err(e) => {
@@ -1135,6 +1169,7 @@ mod tests {
             vec![optimize::Decision::Move {
                 job: "ns/a".into(),
                 slots: vec!["n1".into()],
+                replicas: None,
                 moved: 1
             }]
         );
@@ -1164,6 +1199,36 @@ mod tests {
             "{decisions:?}"
         );
         assert!(metric(&h, "result=\"suppressed\"} 1"));
+    }
+
+    #[tokio::test]
+    async fn an_elastic_plan_resizes_through_the_controller_and_holds_the_new_size() {
+        let mut grow = plan("ns/a", &["n0", "n1", "n1"]);
+        grow.replicas = Some(vec![3]);
+        let p = Fixed::planning(vec![Ok(vec![grow])]);
+        let mut h = harness(2, vec![("elastic", p)], Some("elastic"));
+        let mut a = running("a", &["n0"], 4, None);
+        a.spec.tasks[0].max_replicas = Some(3);
+        cache(&mut h, &a);
+        h.allocator.consult(&a).await;
+        let decisions = h.allocator.optimize_once().await;
+        assert!(
+            matches!(&decisions[..], [optimize::Decision::Move { replicas: Some(r), moved: 2, .. }] if r == &vec![3]),
+            "{decisions:?}"
+        );
+        let Some(Admission::Placed {
+            replicas, nodes, ..
+        }) = h.allocator.consult(&a).await
+        else {
+            panic!("no re-plan")
+        };
+        assert_eq!(replicas, Some(vec![3]));
+        assert_eq!(nodes.len(), 3);
+        // The resized job holds 3 × 4 GPUs: n1 has no room for an 8-GPU job any more.
+        assert!(matches!(
+            h.allocator.admit(&job("b", 1, 8, None)).await,
+            Admission::Waiting { .. }
+        ));
     }
 
     #[tokio::test]

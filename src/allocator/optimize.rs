@@ -16,6 +16,8 @@ pub enum Decision {
     Move {
         job: String,
         slots: Vec<String>,
+        /// New replica count per task (spec order) when the job is resized.
+        replicas: Option<Vec<u32>>,
         moved: usize,
     },
     /// The plan would move the job, but it moved less than the minimum interval ago.
@@ -28,6 +30,7 @@ pub enum Decision {
 pub fn decide(
     plan: &[JobPlan],
     current: &HashMap<String, Vec<String>>,
+    counts: &HashMap<String, Vec<u32>>,
     last_moved: &HashMap<String, Instant>,
     now: Instant,
     min_interval: Duration,
@@ -37,7 +40,12 @@ pub fn decide(
         let Some(now_on) = current.get(&entry.job) else {
             continue;
         };
-        if *now_on == entry.nodes {
+        // A resize to the counts the job has is no resize.
+        let replicas = entry
+            .replicas
+            .clone()
+            .filter(|r| counts.get(&entry.job) != Some(r));
+        if *now_on == entry.nodes && replicas.is_none() {
             continue;
         }
         if let Some(at) = last_moved.get(&entry.job) {
@@ -59,6 +67,7 @@ pub fn decide(
         out.push(Decision::Move {
             job: entry.job.clone(),
             slots: entry.nodes.clone(),
+            replicas,
             moved,
         });
     }
@@ -96,6 +105,7 @@ mod tests {
             ],
             &cur,
             &HashMap::new(),
+            &HashMap::new(),
             now,
             Duration::from_secs(60),
         );
@@ -104,6 +114,7 @@ mod tests {
             vec![Decision::Move {
                 job: "a".into(),
                 slots: vec!["n1".into(), "n3".into()],
+                replicas: None,
                 moved: 1
             }]
         );
@@ -117,6 +128,7 @@ mod tests {
         let decisions = decide(
             &[plan("a", &["n2"])],
             &cur,
+            &HashMap::new(),
             &recently,
             now,
             Duration::from_secs(60),
@@ -132,6 +144,7 @@ mod tests {
         let decisions = decide(
             &[plan("a", &["n2"])],
             &cur,
+            &HashMap::new(),
             &long_ago,
             now,
             Duration::from_secs(60),

@@ -15,7 +15,6 @@ use serde::Deserialize;
 
 use crate::api::{DIJob, Priority, labels};
 use crate::controller::build;
-use crate::controller::naming;
 use crate::plugin;
 use crate::resources::{self, CPU, ContainerShape, GPU, MEMORY, Resources};
 
@@ -304,15 +303,9 @@ pub fn task_requests(job: &DIJob) -> Vec<Resources> {
 /// The job's replica pod names in slot order: tasks in spec order, then local rank. This is
 /// the order of an allocation a policy returns.
 pub fn slot_pods(job: &DIJob) -> Vec<(String, usize)> {
-    let name = job.metadata.name.as_deref().unwrap_or_default();
-    job.spec
-        .tasks
-        .iter()
-        .enumerate()
-        .flat_map(|(i, t)| {
-            let task = build::task_name(t);
-            (0..t.replicas.max(0)).map(move |r| (naming::pod_name(name, &task, r), i))
-        })
+    build::desired_slots(job)
+        .into_iter()
+        .map(|(pod, task, _)| (pod, task))
         .collect()
 }
 
@@ -354,10 +347,11 @@ pub fn model_job(job: &DIJob, node_index: &HashMap<&str, u32>, age_seconds: u64)
             .tasks
             .iter()
             .zip(&requests)
-            .map(|(t, r)| plugin::Task {
+            .enumerate()
+            .map(|(i, (t, r))| plugin::Task {
                 name: build::task_name(t),
                 task_type: t.type_.map(|t| t.as_str()).unwrap_or("none").to_string(),
-                replicas: to_u32(t.replicas),
+                replicas: to_u32(build::task_replicas(job, i)),
                 min_replicas: to_u32(t.min_replicas()),
                 max_replicas: to_u32(t.max_replicas()),
                 requests: model_resources(r, true),

@@ -266,6 +266,12 @@ pub struct DIJobStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allocation: Option<Vec<String>>,
 
+    /// diorch extension: replicas per task name chosen by the allocator for a preemptible job
+    /// (within the task's minReplicas..maxReplicas); a task not listed runs `spec` replicas.
+    /// Written by diorch only. To pin a size, set minReplicas = maxReplicas.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_replicas: Option<BTreeMap<String, i32>>,
+
     /// Pod name holding each global rank (`""` = free rank), so ranks stay stable across pod
     /// re-creation, scaling and operator restarts. Written by diorch only.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -143,7 +143,49 @@ pub fn task_name(task: &api::Task) -> String {
     }
 }
 
-/// Every replica slot the spec asks for, in spec order: (pod name, task index, local rank).
+/// Replicas task `index` runs: the spec's, or for a preemptible job the allocator's resize
+/// from `status.taskReplicas`, kept within the task's minReplicas..maxReplicas.
+pub fn task_replicas(job: &DIJob, index: usize) -> i32 {
+    let Some(task) = job.spec.tasks.get(index) else {
+        return 0;
+    };
+    let resized = job
+        .spec
+        .preemptible
+        .then(|| {
+            job.status
+                .as_ref()?
+                .task_replicas
+                .as_ref()?
+                .get(&task_name(task))
+                .copied()
+        })
+        .flatten();
+    match resized {
+        Some(n) => n.clamp(task.min_replicas().max(1), task.max_replicas().max(1)),
+        None => task.replicas,
+    }
+}
+
+/// `job` as it runs with `counts` replicas per task (spec order) recorded as the allocator's
+/// resize in its status.
+pub fn with_task_replicas(job: &DIJob, counts: &[u32]) -> DIJob {
+    let mut resized = job.clone();
+    let map = job
+        .spec
+        .tasks
+        .iter()
+        .zip(counts)
+        .map(|(t, n)| (task_name(t), i32::try_from(*n).unwrap_or(i32::MAX)))
+        .collect();
+    resized
+        .status
+        .get_or_insert_with(Default::default)
+        .task_replicas = Some(map);
+    resized
+}
+
+/// Every replica slot the job runs, in spec order: (pod name, task index, local rank).
 pub fn desired_slots(job: &DIJob) -> Vec<(String, usize, i32)> {
     let job_name = job.metadata.name.clone().unwrap_or_default();
     job.spec
@@ -153,7 +195,7 @@ pub fn desired_slots(job: &DIJob) -> Vec<(String, usize, i32)> {
         .flat_map(|(index, task)| {
             let name = task_name(task);
             let job_name = job_name.clone();
-            (0..task.replicas.max(0))
+            (0..task_replicas(job, index).max(0))
                 .map(move |local| (naming::pod_name(&job_name, &name, local), index, local))
         })
         .collect()

@@ -46,6 +46,9 @@ pub enum Admission {
         fallback: Option<String>,
         /// A periodic re-plan moving a placed job (not its first placement).
         replan: bool,
+        /// New replica count per task (spec order) when an elastic policy resized the job;
+        /// `nodes` is in slot order at these counts.
+        replicas: Option<Vec<u32>>,
     },
     /// Not every replica fits now; the job waits in Pending.
     Waiting { message: String, by: String },
@@ -267,6 +270,19 @@ pub fn template_hash(job: &DIJob, task_index: usize) -> String {
 /// Plans one reconcile of `job`. `now` stamps conditions and completionTimestamp.
 pub fn plan(job: &DIJob, observed: &Observed<'_>, ctx: &BuildContext, now: &Time) -> Plan {
     let current = job.status.clone().unwrap_or_default();
+    // A resize decided by the allocator is planned as if already recorded: the slots, ranks and
+    // DI_NODES follow the new counts, and the status write records them.
+    let resized;
+    let job = match observed.admission {
+        Some(Admission::Placed {
+            replicas: Some(counts),
+            ..
+        }) if job.spec.preemptible && !current.phase.is_some_and(Phase::is_terminal) => {
+            resized = build::with_task_replicas(job, counts);
+            &resized
+        }
+        _ => job,
+    };
     let phase = current.phase;
     let uid = job.metadata.uid.clone().unwrap_or_default();
     let owned: Vec<&CachedPod> = observed
@@ -281,7 +297,7 @@ pub fn plan(job: &DIJob, observed: &Observed<'_>, ctx: &BuildContext, now: &Time
         job,
         ctx,
         now,
-        status: current.clone(),
+        status: job.status.clone().unwrap_or_default(),
         plan: Plan::default(),
     };
     if phase.is_some_and(Phase::is_terminal) {
@@ -460,6 +476,30 @@ impl Planner<'_> {
         self.set_allocated_condition("True", "Allocated", message);
     }
 
+    /// Says what an elastic policy resized the job to.
+    fn resized_event(&mut self) {
+        let sizes = self
+            .job
+            .spec
+            .tasks
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                format!(
+                    "{}×{}",
+                    build::task_name(t),
+                    build::task_replicas(self.job, i)
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        self.plan.events.push(JobEvent {
+            type_: EventType::Normal,
+            reason: "JobResized",
+            message: format!("replicas per task are now {sizes}"),
+        });
+    }
+
     /// Keeps a job that does not fit waiting, saying why (the Event only when the reason changes).
     fn waiting(&mut self, message: &str, by: &str) {
         let message = format!("{message} (policy {by})");
@@ -579,6 +619,7 @@ impl Planner<'_> {
                     by,
                     fallback,
                     replan,
+                    replicas,
                 }) => {
                     let mut allocation = vec![String::new(); ranks.entries().len()];
                     for (slot, node) in slots.iter().zip(nodes) {
@@ -592,6 +633,9 @@ impl Planner<'_> {
                     // The same allocation again (a retried answer) is nothing new.
                     if self.status.allocation.as_ref() != Some(&allocation) {
                         self.allocated(allocation, by, fallback.as_deref(), *replan);
+                        if replicas.is_some() {
+                            self.resized_event();
+                        }
                     }
                     placed = true;
                 }
@@ -972,6 +1016,7 @@ mod tests {
                     by: "test-policy".into(),
                     fallback: None,
                     replan: false,
+                    replicas: None,
                 }),
                 job,
                 ctx: BuildContext::default(),
@@ -1608,6 +1653,7 @@ mod tests {
             by: "binpack@abc".into(),
             fallback: fallback.map(String::from),
             replan: false,
+            replicas: None,
         }
     }
 
@@ -1755,6 +1801,7 @@ mod tests {
             by: "goodput@1".into(),
             fallback: None,
             replan: true,
+            replicas: None,
         });
         let plan = sim.step();
         assert!(plan.status_first());
@@ -1778,6 +1825,82 @@ mod tests {
         sim.all("Running", true);
         sim.settle();
         assert_eq!(sim.phase(), Some(Phase::Running));
+    }
+
+    #[test]
+    fn an_elastic_resize_grows_and_shrinks_a_task_within_min_and_max() {
+        let elastic = json!({"preemptible": true, "tasks": [
+            {"name": "learner", "type": "learner", "replicas": 1, "template": {"spec": {"containers": [{"name": "di-container", "image": "i"}]}}},
+            {"name": "collector", "type": "collector", "replicas": 2, "minReplicas": 1, "maxReplicas": 4,
+             "template": {"spec": {"containers": [{"name": "di-container", "image": "i"}]}}}
+        ]});
+        let mut sim = Sim::running(job_with(elastic));
+        let resize = |counts: &[u32], nodes: &[&str]| Admission::Placed {
+            nodes: nodes.iter().map(|n| n.to_string()).collect(),
+            by: "goodput@1".into(),
+            fallback: None,
+            replan: true,
+            replicas: Some(counts.to_vec()),
+        };
+        // Grow the collectors 2 -> 4: the two new ones go to n2.
+        sim.admission = Some(resize(&[1, 4], &["n0", "n1", "n0", "n2", "n2"]));
+        sim.step();
+        sim.admission = None;
+        sim.settle();
+        assert_eq!(
+            sim.status().task_replicas,
+            Some(BTreeMap::from([
+                ("collector".to_string(), 4),
+                ("learner".to_string(), 1)
+            ]))
+        );
+        assert_eq!(sim.pods.len(), 5);
+        assert_eq!(sim.rank("j-collector-3"), 4);
+        assert_eq!(sim.status().reschedules, 1);
+        assert!(sim.events.iter().any(|e| e.reason == "JobResized"
+            && e.message == "replicas per task are now learner×1, collector×4"));
+        assert!(
+            !crate::allocator::needs_allocation(&sim.job),
+            "the allocation matches the resize"
+        );
+        sim.all("Running", true);
+        sim.settle();
+        assert_eq!(sim.phase(), Some(Phase::Running));
+        // Pods created after the resize see the new world (survivors keep theirs and ask the
+        // replica API, as after any scale-up).
+        let env = |sim: &Sim| {
+            let newest = sim
+                .pods
+                .iter()
+                .find(|p| p.metadata.name.as_deref() == Some("j-collector-3"))
+                .expect("collector-3");
+            newest.spec.as_ref().expect("spec").containers[0]
+                .env
+                .iter()
+                .flatten()
+                .find(|e| e.name == "DI_COLLECTOR_NODES")
+                .and_then(|e| e.value.clone())
+                .unwrap_or_default()
+        };
+        assert_eq!(env(&sim).split(',').count(), 4);
+        // Shrink to 1: the highest ranks go.
+        sim.admission = Some(resize(&[1, 1], &["n0", "n1"]));
+        sim.step();
+        sim.admission = None;
+        sim.settle();
+        let mut names: Vec<String> = sim
+            .pods
+            .iter()
+            .filter_map(|p| p.metadata.name.clone())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["j-collector-0", "j-learner-0"]);
+        assert_eq!(sim.status().reschedules, 2);
+        // A resize past maxReplicas recorded by someone else is clamped.
+        let mut status = sim.status();
+        status.task_replicas = Some(BTreeMap::from([("collector".to_string(), 9)]));
+        sim.job.status = Some(status);
+        assert_eq!(build::task_replicas(&sim.job, 1), 4);
     }
 
     #[test]

@@ -373,10 +373,17 @@ mod tests {
         // Tasks: learner 2 (1..4), evaluator 1 (1..2), collector 4 (1..8).
         let (job, _) = crate::plugin::sample::allocate_input(4, 2);
         assert_eq!(replica_counts("p", &job, None, 7), Ok(vec![2, 1, 4]));
-        assert_eq!(replica_counts("p", &job, Some(&[2, 1, 6]), 9), Ok(vec![2, 1, 6]));
+        assert_eq!(
+            replica_counts("p", &job, Some(&[2, 1, 6]), 9),
+            Ok(vec![2, 1, 6])
+        );
         for (counts, nodes, needle) in [
             (&[2u32, 1][..], 3, "2 replica counts for 3 tasks"),
-            (&[2, 1, 9], 12, "task collector resized to 9 replicas, outside"),
+            (
+                &[2, 1, 9],
+                12,
+                "task collector resized to 9 replicas, outside",
+            ),
             (&[0, 1, 4], 5, "task learner resized to 0"),
             (&[2, 1, 6], 7, "7 nodes for 9 replicas"),
         ] {
