@@ -67,3 +67,57 @@ fn a_gang_scheduler_gets_a_podgroup_per_job() {
     );
     scenario::gang_scheduled_job_gets_a_podgroup(&k, "default", "default-scheduler");
 }
+
+#[test]
+fn a_snapshot_of_the_sandbox_replays_with_plugin_run() {
+    let (sandbox, _operator) = cluster();
+    let k = sandbox.kubectl().in_namespace("default");
+    common::controller::apply(&k, &scenario::gpu_job("placed", "", 2, 4));
+    common::controller::wait_phase(&k, "placed", "Running");
+    common::controller::apply(&k, &scenario::gpu_job("toobig", "", 5, 8));
+    scenario::wait_allocated(&k, "toobig", "False");
+    let file = sandbox.dir.path().join("snapshot.json");
+    let diorch = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_diorch"))
+            .args(args)
+            .output()
+            .expect("diorch")
+    };
+    let out = diorch(&[
+        "plugin",
+        "snapshot",
+        "--kubeconfig",
+        &sandbox.kubeconfig.display().to_string(),
+        "-o",
+        &file.display().to_string(),
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let summary = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        summary.contains("4 nodes, 2 preemptible jobs (1 placed)"),
+        "{summary}"
+    );
+    let snapshot: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).expect("file")).expect("json");
+    assert_eq!(snapshot["previous"][0]["job"], "default/placed");
+    // The placed job's pods use 8 of the 32 GPUs.
+    let free: u64 = snapshot["nodes"]
+        .as_array()
+        .expect("nodes")
+        .iter()
+        .map(|n| n["free"]["gpus"].as_u64().unwrap_or(0))
+        .sum();
+    assert_eq!(free, 24);
+    let out = diorch(&[
+        "plugin",
+        "run",
+        &scenario::plugin_file("binpack"),
+        "--input",
+        &file.display().to_string(),
+        "--job",
+        "default/placed",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert!(text.contains("default/placed"), "{text}");
+}

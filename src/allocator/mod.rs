@@ -13,6 +13,7 @@
 //! registry runs policies).
 
 pub mod optimize;
+pub mod snapshot;
 pub mod view;
 
 use std::collections::{HashMap, HashSet};

@@ -1,9 +1,10 @@
 //! `diorch plugin ...`: the platform team's local tools. `check` validates a component against
 //! the worlds and runs it on the built-in samples; `configmap` prints the manifest that loads it;
-//! `run` replays a recorded cluster snapshot against a policy and shows where jobs would go.
+//! `run` replays a recorded cluster snapshot against a policy and shows where jobs would go;
+//! `snapshot` records one from a cluster or the sandbox.
 //!
-//! Owns: the subcommand arguments and their output. Must not touch: cluster state (all
-//! commands are offline).
+//! Owns: the subcommand arguments and their output. Must not touch: cluster state (`snapshot`
+//! only reads, through the allocator's view; every other command is offline).
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -97,6 +98,19 @@ pub enum PluginCommand {
     /// print where each job's replicas would go, the host's check of the answer and the call
     /// time. Exits non-zero on bad input or when the plugin fails (a refusal to place is an
     /// answer, not a failure).
+    /// Record the cluster's nodes and preemptible DIJobs as a snapshot file for `plugin run`
+    /// (reads only: one list of nodes, pods and DIJobs).
+    Snapshot {
+        /// Kubeconfig file (default: KUBECONFIG, ~/.kube/config, in-cluster).
+        #[arg(long, env = "DIORCH_KUBECONFIG")]
+        kubeconfig: Option<PathBuf>,
+        /// Kubeconfig context.
+        #[arg(long)]
+        context: Option<String>,
+        /// Write here instead of standard output.
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+    },
     Run {
         /// The policy component (`.wasm`).
         file: PathBuf,
@@ -183,6 +197,40 @@ pub async fn run(command: PluginCommand) -> anyhow::Result<()> {
             // Round-trip through the parser so a manifest we print is one the operator accepts.
             spec::from_configmap(&cm)?;
             emit(&serde_saphyr::to_string(&cm)?)
+        }
+        PluginCommand::Snapshot {
+            kubeconfig,
+            context,
+            output,
+        } => {
+            let conn = crate::operator::connect(&crate::operator::ClusterTarget {
+                kubeconfig,
+                context,
+            })
+            .await?;
+            let snapshot = crate::allocator::snapshot::record(conn.client)
+                .await
+                .with_context(|| format!("cannot read the cluster at {}", conn.url))?;
+            let text = snapshot.to_json()?;
+            let summary = format!(
+                "snapshot of {}: {} nodes, {} preemptible jobs ({} placed)",
+                conn.url,
+                snapshot.nodes.len(),
+                snapshot.jobs.len(),
+                snapshot.previous.len()
+            );
+            match output {
+                Some(path) => {
+                    std::fs::write(&path, text)
+                        .with_context(|| format!("cannot write {}", path.display()))?;
+                    eprintln!("{summary} written to {}", path.display());
+                    Ok(())
+                }
+                None => {
+                    eprintln!("{summary}");
+                    emit(&text)
+                }
+            }
         }
         PluginCommand::Run {
             file,
