@@ -1001,6 +1001,40 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn pod_slots_count_so_cpu_only_replicas_do_not_overfill_a_node() {
+        let mut h = harness(0, vec![], None);
+        let (nodes, mut writer) = reflector::store::<Node>();
+        let small: Node = serde_json::from_value(json!({
+            "metadata": {"name": "small"},
+            "status": {"allocatable": {"cpu": "32", "memory": "128Gi", "pods": "3"},
+                "conditions": [{"type": "Ready", "status": "True"}]}
+        }))
+        .expect("node");
+        writer.apply_watcher_event(&WatchEvent::Apply(small));
+        let (allocator, _) = Allocator::new(
+            Arc::new(Fake(HashMap::new())),
+            nodes,
+            h.allocator.pods.clone(),
+            h.allocator.jobs.clone(),
+            Settings::default(),
+            h.metrics.clone(),
+        );
+        h.allocator = allocator;
+        assert!(matches!(
+            h.allocator.admit(&job("four", 4, 0, None)).await,
+            Admission::Waiting { .. }
+        ));
+        assert_eq!(
+            placed_nodes(&h.allocator.admit(&job("three", 3, 0, None)).await).len(),
+            3
+        );
+        assert!(matches!(
+            h.allocator.admit(&job("one", 1, 0, None)).await,
+            Admission::Waiting { .. }
+        ));
+    }
+
+    #[tokio::test]
     async fn freeing_a_job_wakes_the_waiting_ones() {
         let mut h = harness(2, vec![], None);
         placed_nodes(&h.allocator.admit(&job("a", 2, 8, None)).await);

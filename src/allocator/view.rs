@@ -101,7 +101,7 @@ impl From<PodShape> for UsagePod {
             labels: job.map(|j| BTreeMap::from([(labels::JOB.to_string(), j)])),
             ..ObjectMeta::default()
         };
-        let (node, requests) = match &pod.spec {
+        let (node, mut requests) = match &pod.spec {
             Some(spec) => (
                 spec.node_name.clone(),
                 resources::requests(
@@ -113,6 +113,7 @@ impl From<PodShape> for UsagePod {
             ),
             None => (None, Resources::default()),
         };
+        requests.0.insert(PODS.to_string(), 1000);
         let terminal = matches!(
             pod.status.and_then(|s| s.phase).as_deref(),
             Some("Succeeded" | "Failed")
@@ -195,10 +196,16 @@ fn whole_up(milli: i128) -> u64 {
     u64::try_from((milli.max(0) + 999) / 1000).unwrap_or(u64::MAX)
 }
 
+/// A node's pod slots: every replica takes one, so a policy packing CPU-only replicas cannot
+/// exceed the kubelet's `maxPods`. Carried as the extended resource `pods`.
+const PODS: &str = "pods";
+
+/// kubelet's default `maxPods`, for nodes that do not report it.
+const DEFAULT_MAX_PODS: i128 = 110_000;
+
 /// Resource names the model does not carry as extended resources.
 fn not_extended(name: &str) -> bool {
-    matches!(name, CPU | MEMORY | GPU | "pods" | "ephemeral-storage")
-        || name.starts_with("hugepages-")
+    matches!(name, CPU | MEMORY | GPU | "ephemeral-storage") || name.starts_with("hugepages-")
 }
 
 /// Kubernetes amounts to the model's; `up` rounds fractions up (requests) instead of down
@@ -223,7 +230,11 @@ pub fn model_resources(r: &Resources, up: bool) -> plugin::Resources {
 /// The model of `node`, with `used` (what pods and held allocations take on it) subtracted
 /// from its allocatable to give `free`.
 pub fn model_node(node: &Node, used: Option<&Resources>) -> plugin::Node {
-    let allocatable = resources::node_allocatable(node);
+    let mut allocatable = resources::node_allocatable(node);
+    allocatable
+        .0
+        .entry(PODS.to_string())
+        .or_insert(DEFAULT_MAX_PODS);
     let mut free = allocatable.clone();
     if let Some(used) = used {
         free.sub(used);
@@ -291,11 +302,14 @@ pub fn task_requests(job: &DIJob) -> Vec<Resources> {
         .tasks
         .iter()
         .map(|t| {
-            t.template
+            let mut r = t
+                .template
                 .spec
                 .as_ref()
                 .map(|s| resources::pod_spec_requests(s, false))
-                .unwrap_or_default()
+                .unwrap_or_default();
+            r.0.insert(PODS.to_string(), 1000);
+            r
         })
         .collect()
 }
@@ -520,7 +534,10 @@ mod tests {
             (128u64 << 30) - 2,
             "1.5 bytes used leaves 2 fewer whole bytes"
         );
-        assert_eq!(m.allocatable.extended, vec![("rdma/hca".to_string(), 2)]);
+        assert_eq!(
+            m.allocatable.extended,
+            vec![("pods".to_string(), 110), ("rdma/hca".to_string(), 2)]
+        );
         assert_eq!(m.labels, vec![("zone".to_string(), "a".to_string())]);
         assert_eq!(m.taints.len(), 1);
         assert_eq!(m.taints[0].effect, plugin::TaintEffect::PreferNoSchedule);
