@@ -121,3 +121,13 @@ fn a_snapshot_of_the_sandbox_replays_with_plugin_run() {
     assert!(out.status.success(), "{out:?}");
     assert!(text.contains("default/placed"), "{text}");
 }
+
+#[test]
+fn the_replica_api_scales_a_preemptible_job_within_its_bounds() {
+    let (sandbox, operator) = cluster();
+    scenario::replica_api_scales_a_preemptible_job(
+        &sandbox.kubectl(),
+        "default",
+        &operator.api_url(),
+    );
+}

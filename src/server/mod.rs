@@ -27,6 +27,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::api::{DEFAULT_CONTAINER_NAME, DEFAULT_PORT, DEFAULT_PORT_NAME, DIJob, labels};
+use crate::controller::build;
 use crate::controller::cache::CachedJob;
 use crate::controller::cache::CachedPod;
 use crate::controller::executor::Caches;
@@ -393,13 +394,129 @@ async fn scale(
             ),
         ));
     }
-    Err(fail(
-        StatusCode::NOT_IMPLEMENTED,
-        format!(
-            "scaling preemptible jobs through this API needs the allocator, which this diorch version does not have yet; edit spec.tasks[].replicas of {}/{} instead",
-            id.namespace, id.name
-        ),
-    ))
+    let (task, count) =
+        scale_target(&job, &body, delete).map_err(|m| fail(StatusCode::BAD_REQUEST, m))?;
+    // The allocator places the new count (or frees the removed replicas) on the next reconcile.
+    let patch = json!({"status": {"taskReplicas": {task: count}}});
+    write_status(&state, &id, &patch, "replicas").await?;
+    let message = if delete {
+        "successfully delete replicas"
+    } else {
+        "successfully add replicas"
+    };
+    Ok(envelope(StatusCode::OK, message, Value::Null))
+}
+
+/// The task to scale and its new replica count, for a preemptible job: the body's `task`, else
+/// the job's only task whose minReplicas and maxReplicas differ (the collector when several
+/// do); the count must stay within them.
+pub fn scale_target(job: &DIJob, body: &Value, delete: bool) -> Result<(String, i32), String> {
+    if body.get("pods").is_some() {
+        return Err(
+            "removing named pods of a preemptible job is not supported; give {\"replicas\": n}: the highest ranks go first"
+                .to_string(),
+        );
+    }
+    let n = body
+        .get("replicas")
+        .and_then(Value::as_i64)
+        .and_then(|n| i32::try_from(n).ok())
+        .unwrap_or(0);
+    let tasks: Vec<(usize, String)> = job
+        .spec
+        .tasks
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (i, build::task_name(t)))
+        .collect();
+    let elastic: Vec<&(usize, String)> = tasks
+        .iter()
+        .filter(|(i, _)| {
+            let t = &job.spec.tasks[*i];
+            t.min_replicas() != t.max_replicas()
+        })
+        .collect();
+    let index = match body.get("task").and_then(Value::as_str) {
+        Some(name) => tasks
+            .iter()
+            .find(|(_, t)| t == name)
+            .map(|(i, _)| *i)
+            .ok_or_else(|| {
+                format!(
+                    "job has no task {name}; its tasks: {}",
+                    tasks
+                        .iter()
+                        .map(|(_, t)| t.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            })?,
+        None => match elastic[..] {
+            [] => {
+                return Err("no task of this job can be scaled: set minReplicas and maxReplicas on the task to scale".to_string());
+            }
+            [(i, _)] => *i,
+            _ => elastic
+                .iter()
+                .find(|(i, _)| job.spec.tasks[*i].type_ == Some(crate::api::TaskType::Collector))
+                .map(|(i, _)| *i)
+                .ok_or_else(|| {
+                    format!(
+                        "several tasks can be scaled ({}): name one with \"task\"",
+                        elastic
+                            .iter()
+                            .map(|(_, t)| t.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                })?,
+        },
+    };
+    let task = &job.spec.tasks[index];
+    let name = build::task_name(task);
+    let now = build::task_replicas(job, index);
+    let want = if delete { now - n } else { now + n };
+    let (min, max) = (task.min_replicas(), task.max_replicas());
+    if want < min || want > max {
+        return Err(format!(
+            "task {name} has {now} replicas and may run {min} to {max} (minReplicas..maxReplicas); {} {n} would make {want}",
+            if delete { "removing" } else { "adding" }
+        ));
+    }
+    Ok((name, want))
+}
+
+/// Merge-patches the job's status (bounded like every write), mapping errors to responses.
+async fn write_status(
+    state: &ServerState,
+    id: &JobId,
+    patch: &Value,
+    what: &str,
+) -> Result<(), ApiError> {
+    let jobs: Api<DIJob> = Api::namespaced(state.client.clone(), &id.namespace);
+    let params = PatchParams::default();
+    let merge = Patch::Merge(patch);
+    let write = jobs.patch_status(&id.name, &params, &merge);
+    let Ok(result) = tokio::time::timeout(std::time::Duration::from_secs(30), write).await else {
+        return Err(fail(
+            StatusCode::GATEWAY_TIMEOUT,
+            "the Kubernetes API server did not answer within 30 s; try again",
+        ));
+    };
+    match result {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 404 => Err(fail(
+            StatusCode::NOT_FOUND,
+            format!("dijobs.diengine.opendilab.org \"{}\" not found", id.name),
+        )),
+        Err(e) => {
+            tracing::warn!(job = %format!("{}/{}", id.namespace, id.name), error = %e, what, "status write failed");
+            Err(fail(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("cannot write {what}: {e}"),
+            ))
+        }
+    }
 }
 
 async fn add_replicas(
@@ -436,35 +553,13 @@ async fn post_profilings(
             "profilings must be a JSON object, e.g. {\"data\": {\"throughput\": 1.5}}",
         ));
     }
-    let jobs: Api<DIJob> = Api::namespaced(state.client.clone(), &id.namespace);
     let patch = json!({"status": {"profilings": data}});
-    let params = PatchParams::default();
-    let merge = Patch::Merge(&patch);
-    let write = jobs.patch_status(&id.name, &params, &merge);
-    let Ok(result) = tokio::time::timeout(std::time::Duration::from_secs(30), write).await else {
-        return Err(fail(
-            StatusCode::GATEWAY_TIMEOUT,
-            "the Kubernetes API server did not answer within 30 s; try again",
-        ));
-    };
-    match result {
-        Ok(_) => Ok(envelope(
-            StatusCode::OK,
-            "successfully report profilings",
-            Value::Null,
-        )),
-        Err(kube::Error::Api(status)) if status.code == 404 => Err(fail(
-            StatusCode::NOT_FOUND,
-            format!("dijobs.diengine.opendilab.org \"{}\" not found", id.name),
-        )),
-        Err(e) => {
-            tracing::warn!(job = %format!("{}/{}", id.namespace, id.name), error = %e, "profilings write failed");
-            Err(fail(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                format!("cannot write profilings: {e}"),
-            ))
-        }
-    }
+    write_status(&state, &id, &patch, "profilings").await?;
+    Ok(envelope(
+        StatusCode::OK,
+        "successfully report profilings",
+        Value::Null,
+    ))
 }
 
 #[cfg(test)]

@@ -291,11 +291,10 @@ async fn scaling_bodies_are_checked_and_non_preemptible_jobs_are_told_how_to_sca
         "{\"replicas\": 2}",
     )
     .await;
-    assert_eq!(status, StatusCode::NOT_IMPLEMENTED);
-    assert!(
-        got["message"]
-            .as_str()
-            .is_some_and(|m| m.contains("needs the allocator"))
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(
+        got["message"],
+        "no task of this job can be scaled: set minReplicas and maxReplicas on the task to scale"
     );
     let (status, _, _) = call(
         &s,
@@ -478,4 +477,47 @@ async fn the_openapi_document_matches_the_routes() {
         assert!(paths.contains_key(route), "{route} undocumented");
     }
     assert_eq!(paths.len(), 8);
+}
+
+#[test]
+fn scaling_a_preemptible_job_picks_the_elastic_task_within_its_bounds() {
+    let mut value = job("p", true, &[]);
+    value["spec"]["tasks"][1]["minReplicas"] = json!(1);
+    value["spec"]["tasks"][1]["maxReplicas"] = json!(5);
+    let mut j: DIJob = serde_json::from_value(value).expect("job");
+    let target = |j: &DIJob, body: Value, delete: bool| super::scale_target(j, &body, delete);
+    assert_eq!(
+        target(&j, json!({"replicas": 2}), false),
+        Ok(("collector".to_string(), 5))
+    );
+    assert_eq!(
+        target(&j, json!({"replicas": 2}), true),
+        Ok(("collector".to_string(), 1))
+    );
+    let err = target(&j, json!({"replicas": 3}), false).expect_err("past max");
+    assert_eq!(
+        err,
+        "task collector has 3 replicas and may run 1 to 5 (minReplicas..maxReplicas); adding 3 would make 6"
+    );
+    assert!(
+        target(&j, json!({"replicas": 3}), true).is_err(),
+        "below min"
+    );
+    // The allocator's resize is the starting point.
+    j.status.get_or_insert_with(Default::default).task_replicas =
+        Some([("collector".to_string(), 4)].into());
+    assert_eq!(
+        target(&j, json!({"replicas": 1}), false),
+        Ok(("collector".to_string(), 5))
+    );
+    // Naming a task; naming one that does not exist.
+    let err = target(&j, json!({"replicas": 1, "task": "learner"}), false).expect_err("fixed");
+    assert!(
+        err.starts_with("task learner has 1 replicas and may run 1 to 1"),
+        "{err}"
+    );
+    let err = target(&j, json!({"replicas": 1, "task": "nope"}), false).expect_err("unknown");
+    assert_eq!(err, "job has no task nope; its tasks: learner, collector");
+    let err = target(&j, json!({"pods": ["p-collector-0"]}), true).expect_err("pods");
+    assert!(err.contains("not supported"), "{err}");
 }

@@ -374,3 +374,52 @@ pub fn gang_scheduled_job_gets_a_podgroup(k: &Kubectl, ns: &str, scheduler_name:
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// A preemptible job with an elastic collector task (1..4), scaled through the replica API:
+/// POST adds collectors (allocated, created, the job back to Running), DELETE removes the
+/// highest ranks; going past maxReplicas is refused with the bounds.
+pub fn replica_api_scales_a_preemptible_job(k: &Kubectl, ns: &str, api: &str) {
+    let k = k.in_namespace(ns);
+    let manifest = "apiVersion: diengine.opendilab.org/v2alpha1\nkind: DIJob\nmetadata:\n  name: elastic\nspec:\n  preemptible: true\n  tasks:\n  - {type: learner, name: learner, replicas: 1, template: {spec: {containers: [{name: di-container, image: busybox, command: [sleep, \"3600\"], resources: {requests: {cpu: 100m}}}]}}}\n  - {type: collector, name: collector, replicas: 2, minReplicas: 1, maxReplicas: 4, template: {spec: {containers: [{name: di-container, image: busybox, command: [sleep, \"3600\"], resources: {requests: {cpu: 100m}}}]}}}\n";
+    scenario::apply(&k, manifest);
+    scenario::wait_phase(&k, "elastic", "Running");
+    let path = format!("/v2alpha1/job/{ns}.elastic/replicas");
+    let (status, body) = scenario::http(api, "POST", &path, r#"{"replicas": 2}"#);
+    assert_eq!(
+        (status, body["message"].as_str()),
+        (200, Some("successfully add replicas")),
+        "{body}"
+    );
+    let names = |n: i32| -> Vec<String> {
+        std::iter::once("elastic-learner-0".to_string())
+            .chain((0..n).map(|i| format!("elastic-collector-{i}")))
+            .collect()
+    };
+    scenario::wait_pods(&k, "elastic", &names(4));
+    scenario::wait_phase(&k, "elastic", "Running");
+    assert_eq!(
+        scenario::jsonpath(&k, "dijob/elastic", "{.status.taskReplicas.collector}"),
+        "4"
+    );
+    assert_eq!(
+        scenario::jsonpath(&k, "dijob/elastic", "{.status.replicas}"),
+        "5"
+    );
+    placement(&k, "elastic");
+    let (status, body) = scenario::http(api, "POST", &path, r#"{"replicas": 1}"#);
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("may run 1 to 4")),
+        "{body}"
+    );
+    let (status, body) = scenario::http(api, "DELETE", &path, r#"{"replicas": 3}"#);
+    assert_eq!(
+        (status, body["message"].as_str()),
+        (200, Some("successfully delete replicas")),
+        "{body}"
+    );
+    scenario::wait_pods(&k, "elastic", &names(1));
+    scenario::wait_phase(&k, "elastic", "Running");
+}
