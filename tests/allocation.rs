@@ -131,3 +131,21 @@ fn the_replica_api_scales_a_preemptible_job_within_its_bounds() {
         &operator.api_url(),
     );
 }
+
+#[test]
+fn a_flapping_policy_moves_a_job_once_then_is_rate_limited() {
+    let sandbox = SandboxProcess::start(&["--nodes", "4", "--pod-start-delay", "100ms"]);
+    foundation::install_crd(&sandbox.kubectl());
+    let operator = OperatorProcess::start_with(
+        &sandbox.kubeconfig,
+        &["--optimize-period", "1s", "--min-reschedule-interval", "1h"],
+    );
+    scenario::flapping_policy_is_rate_limited(&sandbox.kubectl(), "default", "default");
+    let lines = operator.lines();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("re-plan would move the job again too soon")),
+        "{lines:#?}"
+    );
+}

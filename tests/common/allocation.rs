@@ -423,3 +423,54 @@ pub fn replica_api_scales_a_preemptible_job(k: &Kubectl, ns: &str, api: &str) {
     scenario::wait_pods(&k, "elastic", &names(1));
     scenario::wait_phase(&k, "elastic", "Running");
 }
+
+/// With a policy whose every `optimize` moves each job one node along, run with a short
+/// `--optimize-period` and a long `--min-reschedule-interval`: a placed job is moved once
+/// (JobReallocated Event, Rescheduling counted, pods on the new nodes, Running again) and then
+/// left alone while the policy keeps asking. The policy is uploaded as `flap` in `plugin_ns`.
+pub fn flapping_policy_is_rate_limited(k: &Kubectl, ns: &str, plugin_ns: &str) {
+    let k = k.in_namespace(ns);
+    let p = k.in_namespace(plugin_ns);
+    upload(&p, &plugin_file("flapping_policy"), "flap", "policy", &[]);
+    wait_event(&p, "ConfigMap", "plugin-flap", "PluginLoaded", 1);
+    scenario::apply(&k, &gpu_job("flappy", "flap", 2, 1));
+    // Where it was first placed, from the JobAllocated Event (`placed by … on node×n, …`).
+    let first = wait_event(&k, "DIJob", "flappy", "JobAllocated", 1);
+    let before: BTreeSet<String> = first
+        .rsplit(" on ")
+        .next()
+        .unwrap_or_default()
+        .split(", ")
+        .filter_map(|n| n.split('×').next())
+        .map(String::from)
+        .collect();
+    let note = wait_event(&k, "DIJob", "flappy", "JobReallocated", 1);
+    assert!(note.starts_with("re-planned by flap@"), "{note}");
+    let deadline = Instant::now() + T;
+    loop {
+        let reschedules = scenario::jsonpath(&k, "dijob/flappy", "{.status.reschedules}");
+        let phase = scenario::jsonpath(&k, "dijob/flappy", "{.status.phase}");
+        if reschedules == "1" && phase == "Running" {
+            let after = placement(&k, "flappy");
+            let nodes: BTreeSet<String> = after.values().cloned().collect();
+            if after.len() == 2 && nodes.is_disjoint(&before) {
+                break;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not moved once: {reschedules} {phase}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Several more optimize periods: the policy still wants to move it, the limit says no.
+    std::thread::sleep(Duration::from_secs(4));
+    assert_eq!(
+        scenario::jsonpath(&k, "dijob/flappy", "{.status.reschedules}"),
+        "1"
+    );
+    assert_eq!(
+        scenario::jsonpath(&k, "dijob/flappy", "{.status.phase}"),
+        "Running"
+    );
+}
