@@ -18,7 +18,7 @@ use diorch::plugin::spec::{self, PluginKind, PluginSpec};
 use diorch::plugin::{HostConfig, NativePolicy, PluginHost, SchedulingPolicy, sample};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
-use kube::api::PostParams;
+use kube::api::{Patch, PatchParams, PostParams};
 
 fn wasm(name: &str) -> anyhow::Result<Vec<u8>> {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -69,15 +69,13 @@ async fn main() -> anyhow::Result<()> {
         };
         let mut cm = spec::to_configmap(&spec, bytes, Some("default"));
         let started = Instant::now();
-        match api.get_opt("plugin-swap").await? {
-            Some(old) => {
-                cm.metadata.resource_version = old.metadata.resource_version;
-                api.replace("plugin-swap", &PostParams::default(), &cm)
-                    .await?;
-            }
-            None => {
-                api.create(&PostParams::default(), &cm).await?;
-            }
+        // A merge patch: the watcher writes status labels on the same ConfigMap meanwhile.
+        if i == 0 {
+            api.create(&PostParams::default(), &cm).await?;
+        } else {
+            cm.metadata.labels = None;
+            api.patch("plugin-swap", &PatchParams::default(), &Patch::Merge(&cm))
+                .await?;
         }
         // The first call served by the new version.
         loop {

@@ -1,5 +1,5 @@
 //! Placement bench: time from creating N preemptible DIJobs (4 replicas each) to all their
-//! pods bound to nodes in the sandbox (`--nodes 100`), with the real `diorch run`, once with
+//! pods bound to nodes in the sandbox (`--nodes 100 --node-gpus 16`, room for 1 600 jobs), with the real `diorch run`, once with
 //! the built-in bin-pack policy and once with the same policy as a Wasm plugin
 //! (`target/plugins/binpack.wasm`, uploaded as a ConfigMap and named by `--default-policy`).
 //!
@@ -87,7 +87,7 @@ async fn run(n: usize, nodes: usize, wasm: bool, concurrency: usize) -> anyhow::
         "--nodes",
         &nodes_arg,
         "--node-gpus",
-        "8",
+        "16",
         "--kubelet-events",
         "false",
         "--sim-concurrency",
@@ -170,7 +170,7 @@ async fn main() -> anyhow::Result<()> {
     let nodes = env_usize("NODES", 100);
     let concurrency = env_usize("CONCURRENCY", 32);
     println!(
-        "placement bench: preemptible DIJobs of 4 replicas (1 GPU learner + 3 collectors), {nodes} nodes of 8 GPUs, time to all pods bound"
+        "placement bench: preemptible DIJobs of 4 replicas (1 GPU learner + 3 collectors), {nodes} nodes of 16 GPUs, time to all pods bound"
     );
     for n in sizes {
         let native = run(n, nodes, false, concurrency).await?;

@@ -6,6 +6,7 @@ mod common;
 
 use std::path::PathBuf;
 
+use common::allocation;
 use common::controller::{self as scenario, OperatorProcess};
 use common::{Kubectl, foundation};
 
@@ -20,6 +21,9 @@ fn target() -> Option<(PathBuf, tempfile::TempDir)> {
         }
     }
 }
+
+/// One `diorch run` at a time: two would both reconcile every DIJob of the cluster.
+static ONE_OPERATOR: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// Deletes the scenario namespace even when an assertion fails.
 struct NamespaceGuard<'a>(&'a Kubectl, &'a str);
@@ -58,6 +62,7 @@ fn e2e_controller() {
     };
     let k = Kubectl::new(&kubeconfig, scratch.path());
     foundation::install_crd(&k);
+    let _one = ONE_OPERATOR.lock().unwrap_or_else(|e| e.into_inner());
     let _operator = OperatorProcess::start(&kubeconfig);
     let scenarios: [(&str, Scenario); 8] = [
         ("lifecycle", scenario::runs_to_success),
@@ -74,5 +79,33 @@ fn e2e_controller() {
         foundation::create_namespace(&k, &ns);
         let _guard = NamespaceGuard(&k, &ns);
         run(&k, &ns);
+    }
+}
+
+/// The plugin and placement scenarios against the real cluster, with `diorch run` started here
+/// and plugins read from the scenario namespace. Capacity-sized scenarios (a job holding whole
+/// 8-GPU nodes) need such nodes and are left to clusters that have them: set
+/// DIORCH_E2E_GPU_NODES=1 when at least 4 ready nodes have 8 free `nvidia.com/gpu` each.
+#[test]
+fn e2e_plugins_and_placement() {
+    let Some((kubeconfig, scratch)) = target() else {
+        return;
+    };
+    let k = Kubectl::new(&kubeconfig, scratch.path());
+    foundation::install_crd(&k);
+    let ns = format!("diorch-e2e-plugins-{}", std::process::id());
+    foundation::create_namespace(&k, &ns);
+    let _guard = NamespaceGuard(&k, &ns);
+    let _one = ONE_OPERATOR.lock().unwrap_or_else(|e| e.into_inner());
+    let operator = OperatorProcess::start_with(&kubeconfig, &["--plugin-namespace", &ns]);
+    allocation::mutator_changes_pods(&k, &ns, &ns);
+    allocation::replica_api_scales_a_preemptible_job(&k, &ns, &operator.api_url());
+    if std::env::var_os("DIORCH_E2E_GPU_NODES").is_some() {
+        allocation::policy_plugins_place_jobs_and_hot_swap(&k, &ns, &ns);
+        allocation::oversized_job_waits_for_capacity(&k, &ns);
+    } else {
+        eprintln!(
+            "skipping the GPU placement scenarios: set DIORCH_E2E_GPU_NODES=1 on a cluster with 4 nodes of 8 free GPUs"
+        );
     }
 }

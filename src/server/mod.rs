@@ -394,11 +394,32 @@ async fn scale(
             ),
         ));
     }
-    let (task, count) =
-        scale_target(&job, &body, delete).map_err(|m| fail(StatusCode::BAD_REQUEST, m))?;
-    // The allocator places the new count (or frees the removed replicas) on the next reconcile.
-    let patch = json!({"status": {"taskReplicas": {task: count}}});
-    write_status(&state, &id, &patch, "replicas").await?;
+    // The count is computed from the job as read, and written only if the job is still at that
+    // resourceVersion: two concurrent "add 1" calls make +2, never +1. On a conflict the job is
+    // read again from the API server (the cache may lag) and the call retried.
+    let mut job = job;
+    for attempt in 0..3 {
+        let (task, count) =
+            scale_target(&job, &body, delete).map_err(|m| fail(StatusCode::BAD_REQUEST, m))?;
+        // The allocator places the new count (or frees the removed replicas) on the next reconcile.
+        let patch = json!({
+            "metadata": {"resourceVersion": job.metadata.resource_version},
+            "status": {"taskReplicas": {task: count}},
+        });
+        match write_status(&state, &id, &patch, "replicas").await {
+            Ok(()) => break,
+            Err(e) if e.status == StatusCode::CONFLICT && attempt < 2 => {
+                let jobs: Api<DIJob> = Api::namespaced(state.client.clone(), &id.namespace);
+                job = jobs.get(&id.name).await.map_err(|e| {
+                    fail(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        format!("cannot read the job again after a conflict: {e}"),
+                    )
+                })?;
+            }
+            Err(e) => return Err(e),
+        }
+    }
     let message = if delete {
         "successfully delete replicas"
     } else {
@@ -508,6 +529,10 @@ async fn write_status(
         Err(kube::Error::Api(status)) if status.code == 404 => Err(fail(
             StatusCode::NOT_FOUND,
             format!("dijobs.diengine.opendilab.org \"{}\" not found", id.name),
+        )),
+        Err(kube::Error::Api(status)) if status.code == 409 => Err(fail(
+            StatusCode::CONFLICT,
+            format!("the job changed while writing {what}; try again"),
         )),
         Err(e) => {
             tracing::warn!(job = %format!("{}/{}", id.namespace, id.name), error = %e, what, "status write failed");
