@@ -1162,7 +1162,10 @@ impl Api {
                         warnings,
                     });
                 }
-                Err(StoreError::Conflict { .. }) if precondition => {
+                // A PUT names the version it replaces: it is stale. A patch is re-applied to the
+                // newer object, as the API server does; if the patch itself names a version,
+                // the retry refuses it as stale above.
+                Err(StoreError::Conflict { .. }) if precondition && is_put => {
                     return Err(ApiError::stale(&info.group, &info.plural, name));
                 }
                 Err(StoreError::Conflict { .. } | StoreError::NotFound) => continue,
@@ -1837,6 +1840,63 @@ mod tests {
             .unwrap_err();
         assert_eq!(e.code, 409);
         assert!(e.message.contains("the object has been modified"));
+    }
+
+    #[test]
+    fn concurrent_patches_without_a_version_all_land_and_a_stale_versioned_one_does_not() {
+        let api = Arc::new(Api::new(100));
+        let cm = info(&api, "", "v1", "configmaps");
+        let created = api
+            .create(
+                &cm,
+                Some("default"),
+                json!({"metadata": {"name": "c"}}),
+                &WriteOptions::default(),
+            )
+            .unwrap();
+        let writers: Vec<_> = (0..4)
+            .map(|w| {
+                let (api, cm) = (api.clone(), cm.clone());
+                std::thread::spawn(move || {
+                    for i in 0..100 {
+                        let patch = json!({"data": {format!("w{w}-{i}"): "x"}}).to_string();
+                        api.patch(
+                            &cm,
+                            Some("default"),
+                            "c",
+                            None,
+                            PatchType::Merge,
+                            patch.as_bytes(),
+                            &WriteOptions::default(),
+                        )
+                        .expect("a patch without resourceVersion is retried, never refused");
+                    }
+                })
+            })
+            .collect();
+        for w in writers {
+            w.join().unwrap();
+        }
+        let rv = meta_str(&created.body, "resourceVersion").to_string();
+        let stale = json!({"metadata": {"resourceVersion": rv}, "data": {"late": "x"}}).to_string();
+        let e = api
+            .patch(
+                &cm,
+                Some("default"),
+                "c",
+                None,
+                PatchType::Merge,
+                stale.as_bytes(),
+                &WriteOptions::default(),
+            )
+            .unwrap_err();
+        assert_eq!(e.code, 409);
+        let res = storage_key(&cm);
+        let stored = api
+            .store
+            .get(&res, &("default".to_string(), "c".to_string()))
+            .unwrap();
+        assert_eq!(stored["data"].as_object().map(|d| d.len()), Some(400));
     }
 
     #[test]
