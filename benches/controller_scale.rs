@@ -9,7 +9,6 @@
 
 mod common;
 
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use futures::{FutureExt, StreamExt, TryStreamExt, stream};
@@ -18,7 +17,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{ListParams, PostParams, WatchEvent, WatchParams};
 use kube::{Api, Client};
 
-use common::{Sandbox, env_usize, rss_mib};
+use common::{Operator, Sandbox, env_usize, rss_mib};
 use diorch::api::DIJob;
 use diorch::controller::build::{self, BuildContext, ReplicaSlot};
 use diorch::controller::ranks::RankTable;
@@ -108,43 +107,6 @@ async fn pods_seen(client: Client, want: usize) -> anyhow::Result<Instant> {
     Ok(Instant::now())
 }
 
-struct Operator(Child);
-
-impl Operator {
-    fn start(sandbox: &Sandbox) -> anyhow::Result<Operator> {
-        let child = Command::new(env!("CARGO_BIN_EXE_diorch"))
-            .args([
-                "run",
-                "--qps",
-                "0",
-                "--metric-addr",
-                "0",
-                "--probe-addr",
-                "0",
-                "--server-bind-address",
-                "0",
-                "--kubeconfig",
-            ])
-            .arg(&sandbox.kubeconfig)
-            .args(
-                std::env::var("OPERATOR_ARGS")
-                    .unwrap_or_default()
-                    .split_whitespace(),
-            )
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .spawn()?;
-        Ok(Operator(child))
-    }
-}
-
-impl Drop for Operator {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// Creates N DIJobs and times until all 4N pods exist; returns (elapsed, sandbox, operator).
 async fn via_operator(
     n: usize,
@@ -152,7 +114,9 @@ async fn via_operator(
 ) -> anyhow::Result<(Duration, Sandbox, Operator)> {
     let sandbox = Sandbox::start()?;
     install_crd(&sandbox.client).await?;
-    let operator = Operator::start(&sandbox)?;
+    let extra = std::env::var("OPERATOR_ARGS").unwrap_or_default();
+    let extra: Vec<&str> = extra.split_whitespace().collect();
+    let operator = Operator::start(&sandbox.kubeconfig, &extra)?;
     // Warm up: the operator has synced its caches once a first job's pods exist.
     let jobs: Api<DIJob> = Api::namespaced(sandbox.client.clone(), "default");
     let warm = pods_seen(sandbox.client.clone(), 4);

@@ -8,7 +8,6 @@
 
 mod common;
 
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt, stream};
@@ -17,7 +16,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{ListParams, PostParams, WatchEvent, WatchParams};
 use kube::{Api, Client};
 
-use common::{Sandbox, env_usize};
+use common::{Operator, Sandbox, env_usize};
 use diorch::api::DIJob;
 
 fn job(name: &str) -> DIJob {
@@ -70,15 +69,6 @@ async fn pods_bound(client: Client, want: usize) -> anyhow::Result<Instant> {
     Ok(Instant::now())
 }
 
-struct Operator(Child);
-
-impl Drop for Operator {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// One run: a fresh sandbox of `nodes` nodes, the operator (with the Wasm bin-pack policy if
 /// `wasm`), N jobs created; returns the time to all 4N pods bound.
 async fn run(n: usize, nodes: usize, wasm: bool, concurrency: usize) -> anyhow::Result<Duration> {
@@ -96,22 +86,7 @@ async fn run(n: usize, nodes: usize, wasm: bool, concurrency: usize) -> anyhow::
     let crds: Api<CustomResourceDefinition> = Api::all(sandbox.client.clone());
     crds.create(&PostParams::default(), &diorch::api::crd::dijob_crd())
         .await?;
-    let mut args = vec![
-        "run",
-        "--qps",
-        "0",
-        "--metric-addr",
-        "0",
-        "--probe-addr",
-        "0",
-        "--server-bind-address",
-        "0",
-        "--optimize-period",
-        "0s",
-        "--kubeconfig",
-    ];
-    let kubeconfig = sandbox.kubeconfig.display().to_string();
-    args.push(&kubeconfig);
+    let mut extra = vec!["--optimize-period", "0s"];
     if wasm {
         let path =
             std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/plugins/binpack.wasm");
@@ -126,15 +101,9 @@ async fn run(n: usize, nodes: usize, wasm: bool, concurrency: usize) -> anyhow::
         Api::<ConfigMap>::namespaced(sandbox.client.clone(), "default")
             .create(&PostParams::default(), &cm)
             .await?;
-        args.extend(["--default-policy", "binpack"]);
+        extra.extend(["--default-policy", "binpack"]);
     }
-    let operator = Operator(
-        Command::new(env!("CARGO_BIN_EXE_diorch"))
-            .args(&args)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .spawn()?,
-    );
+    let operator = Operator::start(&sandbox.kubeconfig, &extra)?;
     // Warm up: caches synced, the plugin loaded, once a first job is placed.
     let jobs: Api<DIJob> = Api::namespaced(sandbox.client.clone(), "default");
     let warm = pods_bound(sandbox.client.clone(), 4);

@@ -92,3 +92,38 @@ pub fn env_usize(name: &str, default: usize) -> usize {
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
 }
+
+/// A running `diorch run` (the real binary) against `kubeconfig`, killed on drop.
+pub struct Operator(pub Child);
+
+impl Operator {
+    /// `diorch run` with no client-side rate limit and no endpoints, plus `extra` flags.
+    pub fn start(kubeconfig: &std::path::Path, extra: &[&str]) -> anyhow::Result<Operator> {
+        let child = Command::new(env!("CARGO_BIN_EXE_diorch"))
+            .args([
+                "run",
+                "--qps",
+                "0",
+                "--metric-addr",
+                "0",
+                "--probe-addr",
+                "0",
+                "--server-bind-address",
+                "0",
+                "--kubeconfig",
+            ])
+            .arg(kubeconfig)
+            .args(extra)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .spawn()?;
+        Ok(Operator(child))
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}

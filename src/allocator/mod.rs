@@ -429,11 +429,7 @@ impl Allocator {
         for (requested, jobs) in groups {
             let keys: HashSet<String> = jobs.iter().map(job_key).collect();
             let nodes = self.model_nodes_without(&ledger, &keys);
-            let node_index: HashMap<&str, u32> = nodes
-                .iter()
-                .enumerate()
-                .filter_map(|(i, n)| Some((n.name.as_str(), u32::try_from(i).ok()?)))
-                .collect();
+            let node_index = view::node_index(&nodes);
             let now = jiff::Timestamp::now();
             let mut models: Vec<(plugin::Job, &DIJob)> = jobs
                 .iter()
@@ -487,14 +483,7 @@ impl Allocator {
             let (by, plan) = match answer {
                 Ok(plan) => (by, plan),
                 Err(e) => {
-                    self.metrics
-                        .allocator
-                        .fallbacks
-                        .get_or_create(&AllocationLabels {
-                            policy: policy_label(&by),
-                            result: e.reason().to_string(),
-                        })
-                        .inc();
+                    self.count_fallback(&by, &e);
                     tracing::warn!(policy = %by, reason = e.reason(), error = %e,
                         "optimize failed; the built-in policy re-plans instead");
                     let fallback = builtin
@@ -593,6 +582,17 @@ impl Allocator {
         decisions
     }
 
+    fn count_fallback(&self, policy: &str, e: &PluginError) {
+        self.metrics
+            .allocator
+            .fallbacks
+            .get_or_create(&AllocationLabels {
+                policy: policy_label(policy),
+                result: e.reason().to_string(),
+            })
+            .inc();
+    }
+
     /// The policy a job asks for, by name (`None` = the built-in one).
     fn policy_name(&self, job: &DIJob) -> Option<String> {
         job.metadata
@@ -633,11 +633,7 @@ impl Allocator {
         }
 
         let nodes = self.model_nodes(&ledger, &key);
-        let node_index: HashMap<&str, u32> = nodes
-            .iter()
-            .enumerate()
-            .filter_map(|(i, n)| Some((n.name.as_str(), u32::try_from(i).ok()?)))
-            .collect();
+        let node_index = view::node_index(&nodes);
         let age = job.metadata.creation_timestamp.as_ref().map_or(0, |t| {
             u64::try_from(jiff::Timestamp::now().duration_since(t.0).as_secs()).unwrap_or(0)
         });
@@ -676,14 +672,7 @@ impl Allocator {
         let (by, answer) = match answer {
             Err(e) if plugin_failed => {
                 // A failing plugin must not stall admission: the built-in policy answers.
-                self.metrics
-                    .allocator
-                    .fallbacks
-                    .get_or_create(&AllocationLabels {
-                        policy: policy_label(&by),
-                        result: e.reason().to_string(),
-                    })
-                    .inc();
+                self.count_fallback(&by, &e);
                 tracing::warn!(job = %key, policy = %by, reason = e.reason(), error = %e,
                     "policy failed; the built-in policy places this job");
                 fallback = Some(e.to_string());

@@ -5,8 +5,6 @@
 //! Owns: the conversion from listed nodes, pods and DIJobs to a [`Snapshot`]. Must not touch:
 //! anything but reads (one list of each kind; it never writes).
 
-use std::collections::HashMap;
-
 use k8s_openapi::api::core::v1::Node;
 use kube::api::ListParams;
 use kube::{Api, Client};
@@ -38,11 +36,7 @@ pub fn build(nodes: &[Node], pods: &[UsagePod], jobs: &[DIJob], now: &jiff::Time
         .map(|n| view::model_node(n, usage.get(n.metadata.name.as_deref().unwrap_or_default())))
         .collect();
     model_nodes.sort_by(|a, b| a.name.cmp(&b.name));
-    let node_index: HashMap<&str, u32> = model_nodes
-        .iter()
-        .enumerate()
-        .filter_map(|(i, n)| Some((n.name.as_str(), u32::try_from(i).ok()?)))
-        .collect();
+    let node_index = view::node_index(&model_nodes);
     let mut snapshot = Snapshot::new(now.to_string());
     let mut active: Vec<&DIJob> = jobs
         .iter()

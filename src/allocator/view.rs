@@ -5,7 +5,6 @@
 //! Owns: [`UsagePod`], node trimming, per-node usage and the model conversions. Must not touch:
 //! the API server (the caches are fed by the allocator's watches) or policy calls.
 
-use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 
 use k8s_openapi::api::core::v1::{Node, NodeCondition, ResourceRequirements};
@@ -127,29 +126,7 @@ impl From<PodShape> for UsagePod {
     }
 }
 
-impl kube::Resource for UsagePod {
-    type DynamicType = ();
-    type Scope = k8s_openapi::NamespaceResourceScope;
-
-    fn kind(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed("Pod")
-    }
-    fn group(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed("")
-    }
-    fn version(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed("v1")
-    }
-    fn plural(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed("pods")
-    }
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
+crate::controller::cache::pod_resource!(UsagePod);
 
 /// Drops what the allocator never reads from a node (images alone can be tens of KB).
 pub fn trim_node(node: &mut Node) {
@@ -272,6 +249,15 @@ pub fn model_node(node: &Node, used: Option<&Resources>) -> plugin::Node {
         free: model_resources(&free, false),
         ready: node_ready(node),
     }
+}
+
+/// Node name → index into `nodes`, as a policy call refers to nodes.
+pub fn node_index(nodes: &[plugin::Node]) -> HashMap<&str, u32> {
+    nodes
+        .iter()
+        .enumerate()
+        .filter_map(|(i, n)| Some((n.name.as_str(), u32::try_from(i).ok()?)))
+        .collect()
 }
 
 /// What non-terminal pods bound to each node request, skipping pods of the jobs `skip` names

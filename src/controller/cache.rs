@@ -50,29 +50,39 @@ pub struct CachedContainer {
     pub resources: Option<ResourceRequirements>,
 }
 
-impl kube::Resource for CachedPod {
-    type DynamicType = ();
-    type Scope = k8s_openapi::NamespaceResourceScope;
+/// Makes a slim pod type (with a `metadata: ObjectMeta` field) watchable as core/v1 pods.
+macro_rules! pod_resource {
+    ($t:ty) => {
+        impl kube::Resource for $t {
+            type DynamicType = ();
+            type Scope = k8s_openapi::NamespaceResourceScope;
 
-    fn kind(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed("Pod")
-    }
-    fn group(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed("")
-    }
-    fn version(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed("v1")
-    }
-    fn plural(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed("pods")
-    }
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
+            fn kind(_: &()) -> std::borrow::Cow<'_, str> {
+                std::borrow::Cow::Borrowed("Pod")
+            }
+            fn group(_: &()) -> std::borrow::Cow<'_, str> {
+                std::borrow::Cow::Borrowed("")
+            }
+            fn version(_: &()) -> std::borrow::Cow<'_, str> {
+                std::borrow::Cow::Borrowed("v1")
+            }
+            fn plural(_: &()) -> std::borrow::Cow<'_, str> {
+                std::borrow::Cow::Borrowed("pods")
+            }
+            fn meta(&self) -> &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                &self.metadata
+            }
+            fn meta_mut(
+                &mut self,
+            ) -> &mut k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                &mut self.metadata
+            }
+        }
+    };
 }
+pub(crate) use pod_resource;
+
+pod_resource!(CachedPod);
 
 impl From<Pod> for CachedPod {
     /// The cached form of a full pod (what the watch would have given), trimmed.
