@@ -564,14 +564,7 @@ impl Allocator {
                         "suppressed"
                     }
                 };
-                self.metrics
-                    .allocator
-                    .decisions
-                    .get_or_create(&AllocationLabels {
-                        policy: policy_label(&by),
-                        result: result.to_string(),
-                    })
-                    .inc();
+                self.count_decision(&by, result);
             }
             decisions.extend(group);
         }
@@ -580,6 +573,17 @@ impl Allocator {
             .optimize_duration
             .observe(started.elapsed().as_secs_f64());
         decisions
+    }
+
+    fn count_decision(&self, policy: &str, result: &str) {
+        self.metrics
+            .allocator
+            .decisions
+            .get_or_create(&AllocationLabels {
+                policy: policy_label(policy),
+                result: result.to_string(),
+            })
+            .inc();
     }
 
     fn count_fallback(&self, policy: &str, e: &PluginError) {
@@ -729,14 +733,7 @@ impl Allocator {
             Admission::Placed { .. } => "placed_by_fallback",
             Admission::Waiting { .. } => "waiting",
         };
-        self.metrics
-            .allocator
-            .decisions
-            .get_or_create(&AllocationLabels {
-                policy: policy_label(&by),
-                result: result.to_string(),
-            })
-            .inc();
+        self.count_decision(&by, result);
         tracing::info!(job = %key, policy = %by, result, "allocation decided");
         admission
     }
