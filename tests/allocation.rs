@@ -149,3 +149,26 @@ fn a_flapping_policy_moves_a_job_once_then_is_rate_limited() {
         "{lines:#?}"
     );
 }
+
+#[test]
+fn goodput_grows_a_job_that_gains_and_shrinks_one_that_does_not() {
+    let sandbox = SandboxProcess::start(&["--nodes", "4", "--pod-start-delay", "100ms"]);
+    foundation::install_crd(&sandbox.kubectl());
+    let operator = OperatorProcess::start_with(
+        &sandbox.kubeconfig,
+        &[
+            "--default-policy",
+            "goodput",
+            "--optimize-period",
+            "1s",
+            "--min-reschedule-interval",
+            "1s",
+        ],
+    );
+    scenario::goodput_grows_and_shrinks_collectors(
+        &sandbox.kubectl(),
+        "default",
+        "default",
+        &operator.api_url(),
+    );
+}

@@ -108,10 +108,33 @@ pub fn plan(
                     format!("plan names job {} twice", job.key),
                 ));
             }
+            // A resized entry (see `Job::resized_counts`): checked against the new counts.
+            let replicas = if p.nodes.len() == job.total_replicas() {
+                None
+            } else {
+                let counts = job.resized_counts(p.nodes.len()).ok_or_else(|| {
+                    malformed(
+                        plugin,
+                        format!(
+                            "job {}: {} nodes for {} replicas; only a job with one collector task may be resized",
+                            job.key,
+                            p.nodes.len(),
+                            job.total_replicas()
+                        ),
+                    )
+                })?;
+                Some(replica_counts(plugin, job, Some(&counts), p.nodes.len())?)
+            };
+            let mut sized = job.clone();
+            if let Some(counts) = &replicas {
+                for (task, n) in sized.tasks.iter_mut().zip(counts) {
+                    task.replicas = *n;
+                }
+            }
             Ok(JobPlan {
                 job: job.key.clone(),
-                nodes: allocation(plugin, job, nodes, &p.nodes)?,
-                replicas: None,
+                nodes: allocation(plugin, &sized, nodes, &p.nodes)?,
+                replicas,
             })
         })
         .collect()
@@ -391,6 +414,45 @@ mod tests {
             assert!(err.to_string().contains(needle), "{err}");
         }
         assert!(replica_counts("p", &job, None, 8).is_err());
+    }
+
+    #[test]
+    fn a_plan_may_resize_the_single_collector_task_within_its_bounds() {
+        // Tasks: learner 2 (1..4), evaluator 1 (1..2), collector 4 (1..8) on 4 nodes.
+        let (job, nodes) = crate::plugin::sample::allocate_input(4, 2);
+        let grown = JobAllocation {
+            job: 0,
+            nodes: vec![0, 0, 1, 1, 1, 2, 2, 3, 3],
+        };
+        let p = plan("p", std::slice::from_ref(&job), &nodes, &[grown]).expect("resize");
+        assert_eq!(p[0].replicas, Some(vec![2, 1, 6]));
+        assert_eq!(p[0].nodes.len(), 9);
+        // Past maxReplicas (8 collectors + 3 others = 11; 12 is one too many).
+        let too_many = JobAllocation {
+            job: 0,
+            nodes: vec![0; 12],
+        };
+        let err = plan("p", std::slice::from_ref(&job), &nodes, &[too_many]).expect_err("max");
+        assert!(err.to_string().contains("outside its minReplicas"), "{err}");
+        // Fewer nodes than the other tasks need.
+        let short = JobAllocation {
+            job: 0,
+            nodes: vec![0; 2],
+        };
+        assert!(plan("p", std::slice::from_ref(&job), &nodes, &[short]).is_err());
+        // No collector task: no resize.
+        let mut fixed = job.clone();
+        fixed.tasks.retain(|t| t.task_type != "collector");
+        let other = JobAllocation {
+            job: 0,
+            nodes: vec![0; 4],
+        };
+        let err = plan("p", &[fixed], &nodes, &[other]).expect_err("not elastic");
+        assert!(
+            err.to_string()
+                .contains("only a job with one collector task"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -474,3 +474,85 @@ pub fn flapping_policy_is_rate_limited(k: &Kubectl, ns: &str, plugin_ns: &str) {
         "Running"
     );
 }
+
+/// A preemptible job with an elastic collector task (min 1, max 4) and `replicas` collectors.
+fn elastic_job(name: &str, replicas: i32) -> String {
+    format!(
+        "apiVersion: diengine.opendilab.org/v2alpha1\nkind: DIJob\nmetadata:\n  name: {name}\nspec:\n  preemptible: true\n  tasks:\n  - {{type: learner, name: learner, replicas: 1, template: {{spec: {{containers: [{{name: di-container, image: busybox, command: [sleep, \"3600\"], resources: {{requests: {{cpu: 500m, nvidia.com/gpu: 1}}}}}}]}}}}}}\n  - {{type: collector, name: collector, replicas: {replicas}, minReplicas: 1, maxReplicas: 4, template: {{spec: {{containers: [{{name: di-container, image: busybox, command: [sleep, \"3600\"], resources: {{requests: {{cpu: 500m}}}}}}]}}}}}}\n"
+    )
+}
+
+fn wait_collectors(k: &Kubectl, job: &str, want: &str) {
+    let deadline = Instant::now() + T;
+    loop {
+        let count = scenario::jsonpath(
+            k,
+            &format!("dijob/{job}"),
+            "{.status.taskReplicas.collector}",
+        );
+        let phase = scenario::jsonpath(k, &format!("dijob/{job}"), "{.status.phase}");
+        let pods = scenario::pods(k, job).len();
+        if count == want
+            && phase == "Running"
+            && pods.to_string() == (want.parse::<usize>().unwrap_or(0) + 1).to_string()
+        {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{job}: collectors {count:?}, phase {phase}, {pods} pods; want {want} collectors"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The goodput policy (Wasm) as the default, re-planning every second: a job whose reported
+/// throughput still rises with more collectors grows, one whose collectors gain nothing
+/// shrinks; both move through Rescheduling (counted) back to Running, with JobResized Events.
+pub fn goodput_grows_and_shrinks_collectors(k: &Kubectl, ns: &str, plugin_ns: &str, api: &str) {
+    let k = k.in_namespace(ns);
+    let p = k.in_namespace(plugin_ns);
+    upload(&p, &plugin_file("goodput"), "goodput", "policy", &[]);
+    wait_event(&p, "ConfigMap", "plugin-goodput", "PluginLoaded", 1);
+    scenario::apply(&k, &elastic_job("grower", 2));
+    scenario::apply(&k, &elastic_job("shrinker", 3));
+    scenario::wait_phase(&k, "grower", "Running");
+    scenario::wait_phase(&k, "shrinker", "Running");
+    let report = |job: &str, data: &str| {
+        let (status, body) = scenario::http(
+            api,
+            "POST",
+            &format!("/v2alpha1/job/{ns}.{job}/profilings"),
+            &format!(r#"{{"data": {data}}}"#),
+        );
+        assert_eq!(status, 200, "{body}");
+    };
+    // Every added collector pays off: probe one more (3).
+    report(
+        "grower",
+        r#"{"collectors": {"1": {"throughput": 100}, "2": {"throughput": 200}}}"#,
+    );
+    // The second and third collectors add nothing: back to 1.
+    report(
+        "shrinker",
+        r#"{"collectors": {"1": {"throughput": 100}, "2": {"throughput": 101}, "3": {"throughput": 101}}}"#,
+    );
+    wait_collectors(&k, "grower", "3");
+    wait_collectors(&k, "shrinker", "1");
+    for job in ["grower", "shrinker"] {
+        let reschedules: i64 =
+            scenario::jsonpath(&k, &format!("dijob/{job}"), "{.status.reschedules}")
+                .parse()
+                .unwrap_or(0);
+        assert!(reschedules >= 1, "{job}: reschedules {reschedules}");
+        let note = wait_event(&k, "DIJob", job, "JobResized", 1);
+        assert!(
+            note.starts_with("replicas per task are now learner×1, collector×"),
+            "{note}"
+        );
+        placement(&k, job);
+    }
+    let mut names: Vec<String> = scenario::pods(&k, "shrinker").into_keys().collect();
+    names.sort();
+    assert_eq!(names, ["shrinker-collector-0", "shrinker-learner-0"]);
+}

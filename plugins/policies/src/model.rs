@@ -181,6 +181,38 @@ impl Job {
         self.tasks.iter().map(|t| t.replicas as usize).sum()
     }
 
+    /// The task replica counts an `optimize` entry of `len` nodes stands for. The WIT's
+    /// allocations carry no counts, so a resize is expressible for one shape only: a job with
+    /// exactly one `collector` task, whose count absorbs the difference while every other task
+    /// keeps its own (the collector block stays in its spec-order place). `None` when `len`
+    /// cannot describe this job that way.
+    pub fn resized_counts(&self, len: usize) -> Option<Vec<u32>> {
+        let mut collectors = self.tasks.iter().filter(|t| t.task_type == "collector");
+        collectors.next()?;
+        if collectors.next().is_some() {
+            return None;
+        }
+        let others: usize = self
+            .tasks
+            .iter()
+            .filter(|t| t.task_type != "collector")
+            .map(|t| t.replicas as usize)
+            .sum();
+        let collector = u32::try_from(len.checked_sub(others)?).ok()?;
+        Some(
+            self.tasks
+                .iter()
+                .map(|t| {
+                    if t.task_type == "collector" {
+                        collector
+                    } else {
+                        t.replicas
+                    }
+                })
+                .collect(),
+        )
+    }
+
     /// Each replica's task, in global-rank order (tasks in spec order, then local rank).
     pub fn replicas(&self) -> impl Iterator<Item = &Task> {
         self.tasks
