@@ -103,6 +103,26 @@ fn e2e_plugins_and_placement() {
     if std::env::var_os("DIORCH_E2E_GPU_NODES").is_some() {
         allocation::policy_plugins_place_jobs_and_hot_swap(&k, &ns, &ns);
         allocation::oversized_job_waits_for_capacity(&k, &ns);
+        // Re-planning: goodput by default, every second, each job moved at most once.
+        drop(operator);
+        let ns2 = format!("{ns}-replan");
+        foundation::create_namespace(&k, &ns2);
+        let _guard2 = NamespaceGuard(&k, &ns2);
+        let replanner = OperatorProcess::start_with(
+            &kubeconfig,
+            &[
+                "--plugin-namespace",
+                &ns2,
+                "--default-policy",
+                "goodput",
+                "--optimize-period",
+                "1s",
+                "--min-reschedule-interval",
+                "1h",
+            ],
+        );
+        allocation::goodput_grows_and_shrinks_collectors(&k, &ns2, &ns2, &replanner.api_url());
+        allocation::flapping_policy_is_rate_limited(&k, &ns2, &ns2);
     } else {
         eprintln!(
             "skipping the GPU placement scenarios: set DIORCH_E2E_GPU_NODES=1 on a cluster with 4 nodes of 8 free GPUs"
