@@ -157,6 +157,13 @@ pub fn needs_allocation(job: &DIJob) -> bool {
     {
         return false;
     }
+    if status.is_some_and(|s| s.ranks.is_some()) {
+        // Every slot the job runs has a node (slots removed by a scale-in need none).
+        let placed = view::placed_pods(job);
+        return !view::slot_pods(job)
+            .iter()
+            .all(|(pod, _)| placed.contains_key(pod));
+    }
     let placed = status
         .and_then(|s| s.allocation.as_ref())
         .map_or(0, |a| a.iter().filter(|n| !n.is_empty()).count());

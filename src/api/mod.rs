@@ -272,6 +272,12 @@ pub struct DIJobStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task_replicas: Option<BTreeMap<String, i32>>,
 
+    /// diorch extension: local ranks of a preemptible job's tasks removed by name through the
+    /// replica API (`DELETE …/replicas {"pods": [...]}`); a task runs the first `taskReplicas`
+    /// local ranks not listed here. Written by diorch only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub removed_ranks: Option<BTreeMap<String, Vec<i32>>>,
+
     /// Pod name holding each global rank (`""` = free rank), so ranks stay stable across pod
     /// re-creation, scaling and operator restarts. Written by diorch only.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -185,6 +185,28 @@ pub fn with_task_replicas(job: &DIJob, counts: &[u32]) -> DIJob {
     resized
 }
 
+/// The local ranks task `index` runs, ascending: the first `task_replicas` ranks not removed by
+/// name (`status.removedRanks`, preemptible jobs). Growing appends ranks after the highest and
+/// shrinking drops the highest, so survivors keep their names.
+pub fn task_local_ranks(job: &DIJob, index: usize) -> Vec<i32> {
+    let count = usize::try_from(task_replicas(job, index).max(0)).unwrap_or(0);
+    let removed: Vec<i32> = job
+        .spec
+        .tasks
+        .get(index)
+        .filter(|_| job.spec.preemptible)
+        .and_then(|task| {
+            job.status
+                .as_ref()?
+                .removed_ranks
+                .as_ref()?
+                .get(&task_name(task))
+                .cloned()
+        })
+        .unwrap_or_default();
+    (0..).filter(|r| !removed.contains(r)).take(count).collect()
+}
+
 /// Every replica slot the job runs, in spec order: (pod name, task index, local rank).
 pub fn desired_slots(job: &DIJob) -> Vec<(String, usize, i32)> {
     let job_name = job.metadata.name.clone().unwrap_or_default();
@@ -195,7 +217,8 @@ pub fn desired_slots(job: &DIJob) -> Vec<(String, usize, i32)> {
         .flat_map(|(index, task)| {
             let name = task_name(task);
             let job_name = job_name.clone();
-            (0..task_replicas(job, index).max(0))
+            task_local_ranks(job, index)
+                .into_iter()
                 .map(move |local| (naming::pod_name(&job_name, &name, local), index, local))
         })
         .collect()

@@ -651,6 +651,15 @@ impl Planner<'_> {
             }
         }
 
+        // A rank freed by a scale-in holds no node: its allocation entry goes too.
+        if preemptible && let Some(allocation) = self.status.allocation.as_mut() {
+            for (r, node) in allocation.iter_mut().enumerate() {
+                if ranks.entries().get(r).is_none_or(String::is_empty) {
+                    node.clear();
+                }
+            }
+        }
+
         // What differs from the spec.
         let allocation = self.status.allocation.clone().unwrap_or_default();
         let mut failed = Vec::new();

@@ -6,6 +6,7 @@
 //! profilings merge into a job's status. It never creates or deletes pods: scaling goes through
 //! the job, and the controller does the pod work.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
@@ -399,12 +400,17 @@ async fn scale(
     // read again from the API server (the cache may lag) and the call retried.
     let mut job = job;
     for attempt in 0..3 {
-        let (task, count) =
-            scale_target(&job, &body, delete).map_err(|m| fail(StatusCode::BAD_REQUEST, m))?;
+        let status = if delete && body.get("pods").is_some() {
+            remove_pods(&job, &body)
+        } else {
+            scale_target(&job, &body, delete)
+                .map(|(task, count)| json!({"taskReplicas": {task: count}}))
+        }
+        .map_err(|m| fail(StatusCode::BAD_REQUEST, m))?;
         // The allocator places the new count (or frees the removed replicas) on the next reconcile.
         let patch = json!({
             "metadata": {"resourceVersion": job.metadata.resource_version},
-            "status": {"taskReplicas": {task: count}},
+            "status": status,
         });
         match write_status(&state, &id, &patch, "replicas").await {
             Ok(()) => break,
@@ -428,16 +434,75 @@ async fn scale(
     Ok(envelope(StatusCode::OK, message, Value::Null))
 }
 
+/// The status change that removes exactly the named pods of a preemptible job, all or nothing:
+/// each task's new count (`taskReplicas`) and the local ranks it no longer runs
+/// (`removedRanks`). Every name must be a replica the job runs now, and no task may go below
+/// its minReplicas.
+pub fn remove_pods(job: &DIJob, body: &Value) -> Result<Value, String> {
+    let names: BTreeSet<&str> = body
+        .get("pods")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    let slots = build::desired_slots(job);
+    let mut by_task: BTreeMap<usize, Vec<i32>> = BTreeMap::new();
+    for name in &names {
+        let Some((_, task, rank)) = slots.iter().find(|(pod, _, _)| pod == name) else {
+            let known: Vec<&str> = slots.iter().map(|(pod, _, _)| pod.as_str()).collect();
+            return Err(format!(
+                "pod {name} is not a replica of job {}/{}; its replicas: {}",
+                job.metadata.namespace.as_deref().unwrap_or_default(),
+                job.metadata.name.as_deref().unwrap_or_default(),
+                known.join(", ")
+            ));
+        };
+        by_task.entry(*task).or_default().push(*rank);
+    }
+    let mut counts = serde_json::Map::new();
+    let mut removed_out = serde_json::Map::new();
+    for (index, ranks) in by_task {
+        let task = &job.spec.tasks[index];
+        let name = build::task_name(task);
+        let now = build::task_local_ranks(job, index);
+        let left = i32::try_from(now.len() - ranks.len()).unwrap_or(0);
+        if left < task.min_replicas() {
+            return Err(format!(
+                "task {name} has {} replicas and may not go below minReplicas {}; removing {} would leave {left}",
+                now.len(),
+                task.min_replicas(),
+                ranks.len()
+            ));
+        }
+        let mut removed: Vec<i32> = job
+            .status
+            .as_ref()
+            .and_then(|s| s.removed_ranks.as_ref())
+            .and_then(|m| m.get(&name))
+            .cloned()
+            .unwrap_or_default();
+        removed.extend(&ranks);
+        removed.sort_unstable();
+        removed.dedup();
+        // Ranks above every one still running need no record: growing appends after them anyway.
+        let highest = now
+            .iter()
+            .filter(|r| !ranks.contains(r))
+            .max()
+            .copied()
+            .unwrap_or(-1);
+        removed.retain(|r| *r < highest);
+        counts.insert(name.clone(), json!(left));
+        removed_out.insert(name, json!(removed));
+    }
+    Ok(json!({"taskReplicas": counts, "removedRanks": removed_out}))
+}
+
 /// The task to scale and its new replica count, for a preemptible job: the body's `task`, else
 /// the job's only task whose minReplicas and maxReplicas differ (the collector when several
 /// do); the count must stay within them.
 pub fn scale_target(job: &DIJob, body: &Value, delete: bool) -> Result<(String, i32), String> {
-    if body.get("pods").is_some() {
-        return Err(
-            "removing named pods of a preemptible job is not supported; give {\"replicas\": n}: the highest ranks go first"
-                .to_string(),
-        );
-    }
     let n = body
         .get("replicas")
         .and_then(Value::as_i64)

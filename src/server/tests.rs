@@ -518,6 +518,49 @@ fn scaling_a_preemptible_job_picks_the_elastic_task_within_its_bounds() {
     );
     let err = target(&j, json!({"replicas": 1, "task": "nope"}), false).expect_err("unknown");
     assert_eq!(err, "job has no task nope; its tasks: learner, collector");
-    let err = target(&j, json!({"pods": ["p-collector-0"]}), true).expect_err("pods");
-    assert!(err.contains("not supported"), "{err}");
+}
+
+#[test]
+fn removing_named_pods_of_a_preemptible_job_is_exact_and_all_or_nothing() {
+    let mut value = job("p", true, &[]);
+    value["spec"]["tasks"][1]["minReplicas"] = json!(1);
+    value["spec"]["tasks"][1]["maxReplicas"] = json!(5);
+    value["spec"]["tasks"][1]["replicas"] = json!(4);
+    let mut j: DIJob = serde_json::from_value(value).expect("job");
+    let remove = |j: &DIJob, pods: &[&str]| super::remove_pods(j, &json!({"pods": pods}));
+    // A middle rank: the task keeps 0, 2, 3.
+    let change = remove(&j, &["p-collector-1"]).expect("remove");
+    assert_eq!(
+        change,
+        json!({"taskReplicas": {"collector": 3}, "removedRanks": {"collector": [1]}})
+    );
+    let status = j.status.get_or_insert_with(Default::default);
+    status.task_replicas = Some([("collector".to_string(), 3)].into());
+    status.removed_ranks = Some([("collector".to_string(), vec![1])].into());
+    assert_eq!(
+        crate::controller::build::task_local_ranks(&j, 1),
+        vec![0, 2, 3]
+    );
+    // Growing appends after the highest rank; the removed one is not reused.
+    let mut grown = j.clone();
+    grown
+        .status
+        .get_or_insert_with(Default::default)
+        .task_replicas = Some([("collector".to_string(), 4)].into());
+    assert_eq!(
+        crate::controller::build::task_local_ranks(&grown, 1),
+        vec![0, 2, 3, 4]
+    );
+    // The highest rank needs no record.
+    assert_eq!(
+        remove(&j, &["p-collector-3"]).expect("remove"),
+        json!({"taskReplicas": {"collector": 2}, "removedRanks": {"collector": [1]}})
+    );
+    // Unknown, already removed, or below minReplicas: refused, nothing written.
+    let err = remove(&j, &["p-collector-1"]).expect_err("gone");
+    assert!(err.starts_with("pod p-collector-1 is not a replica of job ns/p; its replicas: p-learner-0, p-collector-0, p-collector-2, p-collector-3"), "{err}");
+    let err = remove(&j, &["p-collector-0", "p-collector-2", "p-collector-3"]).expect_err("min");
+    assert!(err.contains("may not go below minReplicas 1"), "{err}");
+    let err = remove(&j, &["p-learner-0"]).expect_err("fixed task");
+    assert!(err.contains("task learner has 1 replicas"), "{err}");
 }

@@ -422,6 +422,61 @@ pub fn replica_api_scales_a_preemptible_job(k: &Kubectl, ns: &str, api: &str) {
     );
     scenario::wait_pods(&k, "elastic", &names(1));
     scenario::wait_phase(&k, "elastic", "Running");
+    // Two clients add one collector each at the same time: both count (optimistic concurrency).
+    let calls: Vec<_> = (0..2)
+        .map(|_| {
+            let (api, path) = (api.to_string(), path.clone());
+            std::thread::spawn(move || scenario::http(&api, "POST", &path, r#"{"replicas": 1}"#))
+        })
+        .collect();
+    for call in calls {
+        let (status, body) = call.join().expect("client");
+        assert_eq!(status, 200, "{body}");
+    }
+    assert_eq!(
+        scenario::jsonpath(&k, "dijob/elastic", "{.status.taskReplicas.collector}"),
+        "3"
+    );
+    scenario::wait_pods(&k, "elastic", &names(3));
+    scenario::wait_phase(&k, "elastic", "Running");
+    // Scale in by name: exactly that pod goes, the others keep their names and ranks.
+    let before = scenario::pods(&k, "elastic");
+    let (status, body) =
+        scenario::http(api, "DELETE", &path, r#"{"pods": ["elastic-collector-1"]}"#);
+    assert_eq!(status, 200, "{body}");
+    let left: Vec<String> = [
+        "elastic-learner-0",
+        "elastic-collector-0",
+        "elastic-collector-2",
+    ]
+    .map(String::from)
+    .to_vec();
+    let after = scenario::wait_pods(&k, "elastic", &left);
+    for name in &left {
+        assert_eq!(
+            scenario::uid(&after[name]),
+            scenario::uid(&before[name]),
+            "{name} kept"
+        );
+        assert_eq!(
+            scenario::rank(&after[name]),
+            scenario::rank(&before[name]),
+            "{name} rank"
+        );
+    }
+    scenario::wait_phase(&k, "elastic", "Running");
+    // A name that is not a replica: refused, nothing changes.
+    let (status, body) =
+        scenario::http(api, "DELETE", &path, r#"{"pods": ["elastic-collector-1"]}"#);
+    assert_eq!(status, 400, "{body}");
+    // Growing again appends a new rank; the removed name is not reused.
+    let (status, body) = scenario::http(api, "POST", &path, r#"{"replicas": 1}"#);
+    assert_eq!(status, 200, "{body}");
+    let mut grown = left.clone();
+    grown.push("elastic-collector-3".to_string());
+    scenario::wait_pods(&k, "elastic", &grown);
+    scenario::wait_phase(&k, "elastic", "Running");
+    placement(&k, "elastic");
 }
 
 /// With a policy whose every `optimize` moves each job one node along, run with a short
