@@ -500,8 +500,8 @@ pub fn remove_pods(job: &DIJob, body: &Value) -> Result<Value, String> {
 }
 
 /// The task to scale and its new replica count, for a preemptible job: the body's `task`, else
-/// the job's only task whose minReplicas and maxReplicas differ (the collector when several
-/// do); the count must stay within them.
+/// the job's only task whose minReplicas and maxReplicas differ (several: the caller must name
+/// one); the count must stay within them.
 pub fn scale_target(job: &DIJob, body: &Value, delete: bool) -> Result<(String, i32), String> {
     let n = body
         .get("replicas")
@@ -542,20 +542,16 @@ pub fn scale_target(job: &DIJob, body: &Value, delete: bool) -> Result<(String, 
                 return Err("no task of this job can be scaled: set minReplicas and maxReplicas on the task to scale".to_string());
             }
             [(i, _)] => *i,
-            _ => elastic
-                .iter()
-                .find(|(i, _)| job.spec.tasks[*i].type_ == Some(crate::api::TaskType::Collector))
-                .map(|(i, _)| *i)
-                .ok_or_else(|| {
-                    format!(
-                        "several tasks can be scaled ({}): name one with \"task\"",
-                        elastic
-                            .iter()
-                            .map(|(_, t)| t.as_str())
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    )
-                })?,
+            _ => {
+                return Err(format!(
+                    "several tasks can be scaled ({}): name one with \"task\"",
+                    elastic
+                        .iter()
+                        .map(|(_, t)| t.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ));
+            }
         },
     };
     let task = &job.spec.tasks[index];

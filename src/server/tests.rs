@@ -518,6 +518,18 @@ fn scaling_a_preemptible_job_picks_the_elastic_task_within_its_bounds() {
     );
     let err = target(&j, json!({"replicas": 1, "task": "nope"}), false).expect_err("unknown");
     assert_eq!(err, "job has no task nope; its tasks: learner, collector");
+    // Two elastic tasks: the caller must say which.
+    let mut two = j.clone();
+    two.spec.tasks[0].max_replicas = Some(2);
+    let err = target(&two, json!({"replicas": 1}), false).expect_err("ambiguous");
+    assert_eq!(
+        err,
+        "several tasks can be scaled (learner, collector): name one with \"task\""
+    );
+    assert_eq!(
+        target(&two, json!({"replicas": 1, "task": "learner"}), false),
+        Ok(("learner".to_string(), 2))
+    );
 }
 
 #[test]
