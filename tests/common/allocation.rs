@@ -474,8 +474,16 @@ pub fn replica_api_scales_a_preemptible_job(k: &Kubectl, ns: &str, api: &str) {
     assert_eq!(status, 200, "{body}");
     let mut grown = left.clone();
     grown.push("elastic-collector-3".to_string());
-    scenario::wait_pods(&k, "elastic", &grown);
+    let now = scenario::wait_pods(&k, "elastic", &grown);
     scenario::wait_phase(&k, "elastic", "Running");
+    // Re-placing the grown job kept the survivors where they were (same pods, not moved).
+    for name in &left {
+        assert_eq!(
+            scenario::uid(&now[name]),
+            scenario::uid(&after[name]),
+            "{name} moved"
+        );
+    }
     placement(&k, "elastic");
 }
 

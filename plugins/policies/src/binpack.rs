@@ -50,6 +50,23 @@ mod tests {
     }
 
     #[test]
+    fn replicas_already_placed_stay_and_only_new_ones_are_packed() {
+        // A scaled job: replica 0 runs on node-0 (bin-pack would prefer the fuller node-1);
+        // replica 1 is new.
+        let nodes = vec![
+            gpu_node("node-0", 8),
+            gpu_node_used("node-1", 8, 6),
+            gpu_node("node-2", 8),
+        ];
+        let mut scaled = job("ns/a", &[("learner", 2, 1)]);
+        scaled.current = vec![Some(0), None];
+        assert_eq!(BinPack.allocate(&scaled, &nodes), Ok(vec![0, 1]));
+        // A current node that is gone or full no longer holds the replica.
+        scaled.current = vec![Some(9), None];
+        assert_eq!(BinPack.allocate(&scaled, &nodes), Ok(vec![1, 1]));
+    }
+
+    #[test]
     fn respects_capacity_and_spills_over() {
         let nodes = vec![gpu_node("node-0", 2), gpu_node("node-1", 2)];
         let job = job("ns/a", &[("learner", 3, 1)]);

@@ -132,6 +132,20 @@ pub(crate) fn place(
     let mut work = free.clone();
     let mut result = vec![u32::MAX; order.len()];
     let mut placed: Vec<u32> = Vec::with_capacity(order.len());
+    // Replicas that already run (`current`, e.g. a job being scaled) stay where they are while
+    // their node is usable and has room: re-placing a job must not move its survivors.
+    for (rank, task) in job.replicas().enumerate() {
+        let Some(Some(at)) = job.current.get(rank) else {
+            continue;
+        };
+        let i = *at as usize;
+        if nodes.get(i).is_some_and(Node::schedulable) && work.get(nodes, i).fits(&task.requests) {
+            work.take(nodes, i, &task.requests);
+            result[rank] = *at;
+            placed.push(*at);
+        }
+    }
+    order.retain(|(rank, _)| result[*rank] == u32::MAX);
     for (rank, task) in order {
         let ctx = Placing {
             nodes,
