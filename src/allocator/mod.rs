@@ -89,9 +89,6 @@ struct Proposal {
 #[derive(Default)]
 struct Ledger {
     seeded: bool,
-    /// Bumped whenever what the ledger holds changes, so an admission that called its policy
-    /// without the lock can tell whether its view went stale meanwhile.
-    version: u64,
     held: HashMap<String, Held>,
     /// Jobs told to wait, reconciled again when capacity frees.
     waiting: HashSet<ObjectRef<CachedJob>>,
@@ -315,9 +312,6 @@ impl Allocator {
         if !active {
             let freed = ledger.held.remove(&key).is_some();
             ledger.proposals.remove(&key);
-            if freed {
-                ledger.version += 1;
-            }
             drop(ledger);
             if freed {
                 self.wake_waiting().await;
@@ -342,13 +336,6 @@ impl Allocator {
             confirmed: true,
             since: Instant::now(),
         };
-        let same = ledger
-            .held
-            .get(&key)
-            .is_some_and(|h| h.slots == held.slots && h.usage == held.usage);
-        if !same {
-            ledger.version += 1;
-        }
         ledger.held.insert(key, held);
     }
 
@@ -359,7 +346,6 @@ impl Allocator {
             let mut ledger = self.ledger.lock().await;
             ledger.proposals.remove(&key);
             ledger.last_moved.remove(&key);
-            ledger.version += 1;
             ledger.held.remove(&key).is_some()
         };
         if freed {
@@ -565,7 +551,6 @@ impl Allocator {
                                     since: Instant::now(),
                                 },
                             );
-                            ledger.version += 1;
                             ledger.proposals.insert(
                                 key.clone(),
                                 Proposal {
@@ -632,28 +617,7 @@ impl Allocator {
 
     /// Places `job` (all replicas or none). Returns the same answer again while the
     /// reservation it made is not yet in the job's status.
-    ///
-    /// The policy is called without the ledger lock, so admissions of different jobs overlap;
-    /// if the ledger changed meanwhile the answer is checked again against the new free
-    /// capacity, and a stale one is asked for again. The last try holds the lock throughout, so
-    /// an admission always ends.
     pub async fn admit(&self, job: &DIJob) -> Admission {
-        for _ in 0..2 {
-            if let Some(admission) = self.try_admit(job, false).await {
-                return admission;
-            }
-        }
-        match self.try_admit(job, true).await {
-            Some(admission) => admission,
-            // Holding the lock throughout, nothing can go stale: this is not reached.
-            None => Admission::Waiting {
-                message: "waiting for capacity: the cluster changed during placement".to_string(),
-                by: "allocator".to_string(),
-            },
-        }
-    }
-
-    async fn try_admit(&self, job: &DIJob, exclusive: bool) -> Option<Admission> {
         let key = job_key(job);
         let uid = job.metadata.uid.clone().unwrap_or_default();
         let want = view::slot_pods(job).len();
@@ -662,25 +626,21 @@ impl Allocator {
             self.seed(&mut ledger);
         }
         let now = Instant::now();
-        let before = ledger.held.len();
         ledger
             .held
             .retain(|_, h| h.confirmed || now.duration_since(h.since) < UNCONFIRMED_TTL);
-        if ledger.held.len() != before {
-            ledger.version += 1;
-        }
         if let Some(h) = ledger.held.get(&key)
             && h.uid == uid
             && !h.confirmed
             && h.slots.len() == want
         {
-            return Some(Admission::Placed {
+            return Admission::Placed {
                 nodes: h.slots.clone(),
                 by: "reservation".to_string(),
                 fallback: None,
                 replan: false,
                 replicas: None,
-            });
+            };
         }
 
         let nodes = self.model_nodes(&ledger, &key);
@@ -692,14 +652,6 @@ impl Allocator {
         let need = view::describe_need(&model);
         let model = Arc::new(model);
         let nodes: Arc<[plugin::Node]> = nodes.into();
-
-        let version = ledger.version;
-        let ledger_guard = if exclusive {
-            Some(ledger)
-        } else {
-            drop(ledger);
-            None
-        };
 
         let requested = self.policy_name(job);
         let builtin = self.policies.builtin();
@@ -746,19 +698,6 @@ impl Allocator {
             }
             other => (by, other),
         };
-        let mut ledger = match ledger_guard {
-            Some(guard) => guard,
-            None => self.ledger.lock().await,
-        };
-        if ledger.version != version
-            && let Ok(slots) = &answer
-        {
-            // Others were placed meanwhile: the answer must still fit.
-            let fresh = self.model_nodes(&ledger, &key);
-            if plugin::checks::capacity(&by, &model, &fresh, slots).is_err() {
-                return None;
-            }
-        }
         let admission = match answer {
             Ok(slots) => {
                 let held = Held {
@@ -769,7 +708,6 @@ impl Allocator {
                     since: now,
                 };
                 ledger.held.insert(key.clone(), held);
-                ledger.version += 1;
                 ledger.waiting.remove(&job_ref(job));
                 Admission::Placed {
                     nodes: slots,
@@ -804,7 +742,7 @@ impl Allocator {
         };
         self.count_decision(&by, result);
         tracing::info!(job = %key, policy = %by, result, "allocation decided");
-        Some(admission)
+        admission
     }
 
     /// Fills the ledger from the cached jobs once, so allocations made before a restart count.
@@ -1087,70 +1025,6 @@ mod tests {
             h.allocator.admit(&job("one", 1, 0, None)).await,
             Admission::Waiting { .. }
         ));
-    }
-
-    /// Bin-pack that yields to the runtime first, so concurrent admissions interleave.
-    struct Yielding;
-
-    impl SchedulingPolicy for Yielding {
-        fn describe(&self) -> String {
-            "yielding@1".into()
-        }
-        fn allocate(
-            &self,
-            job: Arc<Job>,
-            nodes: Arc<[plugin::Node]>,
-        ) -> BoxFuture<'static, Result<Vec<String>, PluginError>> {
-            async move {
-                for _ in 0..3 {
-                    tokio::task::yield_now().await;
-                }
-                NativePolicy::BinPack.allocate_now(&job, &nodes)
-            }
-            .boxed()
-        }
-        fn optimize(
-            &self,
-            _: Arc<[Job]>,
-            _: Arc<[plugin::Node]>,
-            _: Vec<JobPlan>,
-        ) -> BoxFuture<'static, Result<Vec<JobPlan>, PluginError>> {
-            async { Ok(vec![]) }.boxed()
-        }
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-    async fn concurrent_admissions_never_share_capacity() {
-        let h = harness(4, vec![], None);
-        let policies = Fake(HashMap::from([(
-            "y".to_string(),
-            Arc::new(Yielding) as Arc<dyn SchedulingPolicy>,
-        )]));
-        let (allocator, _) = Allocator::new(
-            Arc::new(policies),
-            h.allocator.nodes.clone(),
-            h.allocator.pods.clone(),
-            h.allocator.jobs.clone(),
-            Settings {
-                default_policy: Some("y".into()),
-                ..Settings::default()
-            },
-            h.metrics.clone(),
-        );
-        let admissions = futures::future::join_all((0..10).map(|i| {
-            let allocator = allocator.clone();
-            tokio::spawn(async move { allocator.admit(&job(&format!("j{i}"), 1, 8, None)).await })
-        }))
-        .await;
-        let mut used: Vec<String> = admissions
-            .iter()
-            .filter_map(|a| match a {
-                Ok(Admission::Placed { nodes, .. }) => Some(nodes[0].clone()),
-                _ => None,
-            })
-            .collect();
-        used.sort();
-        assert_eq!(used, ["n0", "n1", "n2", "n3"], "each 8-GPU node once");
     }
 
     #[tokio::test]
