@@ -59,6 +59,28 @@ async fn until_shown(
     .await
 }
 
+/// Replaces the plugin ConfigMap's binary data. The watcher labels the same ConfigMap after
+/// every load, so a replace can meet a newer version (409, as on a real API server): read again
+/// and retry.
+async fn set_binary(
+    cms: &Api<ConfigMap>,
+    data: Option<std::collections::BTreeMap<String, k8s_openapi::ByteString>>,
+) {
+    for _ in 0..20 {
+        let mut current = cms.get("plugin-packer").await.unwrap();
+        current.binary_data = data.clone();
+        match cms
+            .replace("plugin-packer", &PostParams::default(), &current)
+            .await
+        {
+            Ok(_) => return,
+            Err(kube::Error::Api(e)) if e.code == 409 => continue,
+            Err(e) => panic!("replace: {e}"),
+        }
+    }
+    panic!("the ConfigMap kept changing");
+}
+
 async fn until<T>(what: &str, timeout: Duration, mut f: impl AsyncFnMut() -> Option<T>) -> T {
     let started = Instant::now();
     loop {
@@ -115,12 +137,8 @@ async fn configmaps_load_swap_keep_last_good_and_unload() {
 
     // Replace: the next call uses the new version within 5 s (compile included).
     let replaced = spec::to_configmap(&spec, wasm("spread"), Some("default"));
-    let mut current = cms.get("plugin-packer").await.unwrap();
-    current.binary_data = replaced.binary_data.clone();
     let started = Instant::now();
-    cms.replace("plugin-packer", &PostParams::default(), &current)
-        .await
-        .unwrap();
+    set_binary(&cms, replaced.binary_data.clone()).await;
     let second = until("the second version", Duration::from_secs(5), async || {
         registry
             .wasm_policy("packer")
@@ -130,12 +148,8 @@ async fn configmaps_load_swap_keep_last_good_and_unload() {
     .await;
     let swap = started.elapsed();
     // Back to the first bytes: compiled already, so this measures the swap path itself.
-    let mut current = cms.get("plugin-packer").await.unwrap();
-    current.binary_data = cm.binary_data.clone();
     let started = Instant::now();
-    cms.replace("plugin-packer", &PostParams::default(), &current)
-        .await
-        .unwrap();
+    set_binary(&cms, cm.binary_data.clone()).await;
     until(
         "the first version again",
         Duration::from_secs(5),
@@ -152,17 +166,17 @@ async fn configmaps_load_swap_keep_last_good_and_unload() {
     );
 
     // Garbage: refused, the last good version stays, a Warning Event names the cause.
-    let mut current = cms.get("plugin-packer").await.unwrap();
-    current.binary_data = Some(
-        [(
-            spec::WASM_KEY.to_string(),
-            k8s_openapi::ByteString(b"garbage".to_vec()),
-        )]
-        .into(),
-    );
-    cms.replace("plugin-packer", &PostParams::default(), &current)
-        .await
-        .unwrap();
+    set_binary(
+        &cms,
+        Some(
+            [(
+                spec::WASM_KEY.to_string(),
+                k8s_openapi::ByteString(b"garbage".to_vec()),
+            )]
+            .into(),
+        ),
+    )
+    .await;
     let warning = until("a Warning Event", Duration::from_secs(10), async || {
         events
             .list(&ListParams::default())
@@ -198,11 +212,7 @@ async fn configmaps_load_swap_keep_last_good_and_unload() {
     );
 
     // A fixed upload: loaded and labelled, and the watcher's own writes reloaded nothing.
-    let mut current = cms.get("plugin-packer").await.unwrap();
-    current.binary_data = replaced.binary_data.clone();
-    cms.replace("plugin-packer", &PostParams::default(), &current)
-        .await
-        .unwrap();
+    set_binary(&cms, replaced.binary_data.clone()).await;
     let note = until_shown(&cms, "plugin-packer", "Loaded", Some(&second[..12])).await;
     assert_eq!(note, format!("loaded version {second}"));
     assert_eq!(registry.wasm_policy("packer").unwrap().sha256(), second);
