@@ -105,6 +105,8 @@ pub async fn run(sandbox: &RunningSandbox) -> Result<(), DemoError> {
         "0",
         "--server-bind-address",
         "127.0.0.1:0",
+        "--webhook-addr",
+        "0",
     ])
     .map_err(|e| DemoError::Operator(e.to_string()))?
     .args;

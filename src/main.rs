@@ -12,7 +12,9 @@ use diorch::operator::{self, ClusterTarget};
 #[command(
     name = "diorch",
     version,
-    about = "Kubernetes operator for DI-engine DIJobs"
+    about = "Kubernetes operator for DI-engine DIJobs",
+    // As Go's flag package (DI-orchestrator's flags): a repeated flag's last value wins.
+    args_override_self = true
 )]
 struct Cli {
     #[command(subcommand)]
@@ -44,6 +46,18 @@ enum Command {
         context: Option<String>,
         #[command(flatten)]
         args: operator::RunArgs,
+    },
+    /// Create (or keep, while valid) the admission webhooks' CA and serving certificate, store
+    /// them in a Secret (or files), and patch the CA into the webhook configurations' caBundle.
+    WebhookCert {
+        /// Kubeconfig file to use instead of KUBECONFIG / ~/.kube/config / in-cluster config.
+        #[arg(long, env = "DIORCH_KUBECONFIG")]
+        kubeconfig: Option<PathBuf>,
+        /// Kubeconfig context to use.
+        #[arg(long)]
+        context: Option<String>,
+        #[command(flatten)]
+        args: diorch::webhook::cert::CertArgs,
     },
     /// Call the replica API (di-server compatible) of a running operator.
     Replicas {
@@ -188,6 +202,21 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             })
             .await?;
             operator::run(conn, args, shutdown_signal()).await?;
+            Ok(())
+        }
+        Command::WebhookCert {
+            kubeconfig,
+            context,
+            args,
+        } => {
+            let conn = operator::connect(&ClusterTarget {
+                kubeconfig,
+                context,
+            })
+            .await?;
+            for line in diorch::webhook::cert::run(conn.client, &args).await? {
+                say!("{line}");
+            }
             Ok(())
         }
         Command::Replicas {

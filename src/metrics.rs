@@ -238,6 +238,24 @@ impl PluginMetrics {
     }
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AdmissionLabels {
+    /// `mutate` or `validate`.
+    pub webhook: &'static str,
+    /// `CREATE`, `UPDATE`, ... (empty for a body that is not a review).
+    pub operation: String,
+    /// `allowed`, `patched` or `denied`.
+    pub result: &'static str,
+}
+
+/// Metrics of the admission webhooks.
+pub struct AdmissionMetrics {
+    pub reviews: Family<AdmissionLabels, Counter>,
+    pub duration: Histogram,
+    /// Serving certificates loaded from the certificate directory (first load and rotations).
+    pub certificate_loads: Counter,
+}
+
 /// Every metric of the process, plus readiness.
 pub struct Metrics {
     registry: Registry,
@@ -245,6 +263,7 @@ pub struct Metrics {
     pub server: ServerMetrics,
     pub allocator: AllocatorMetrics,
     pub plugin: PluginMetrics,
+    pub admission: AdmissionMetrics,
     ready: AtomicBool,
 }
 
@@ -337,12 +356,33 @@ impl Metrics {
         );
         let plugin = PluginMetrics::new();
         plugin.register(&mut registry);
+        let admission = AdmissionMetrics {
+            reviews: Family::default(),
+            duration: Histogram::new(exponential_buckets(0.000_01, 2.0, 16)),
+            certificate_loads: Counter::default(),
+        };
+        registry.register(
+            "admission_reviews",
+            "AdmissionReviews answered by webhook, operation and result",
+            admission.reviews.clone(),
+        );
+        registry.register(
+            "admission_review_duration_seconds",
+            "Time to answer one AdmissionReview",
+            admission.duration.clone(),
+        );
+        registry.register(
+            "webhook_certificate_loads",
+            "Serving certificates loaded for the admission webhooks (start and rotations)",
+            admission.certificate_loads.clone(),
+        );
         Metrics {
             registry,
             controller,
             server,
             allocator,
             plugin,
+            admission,
             ready: AtomicBool::new(false),
         }
     }

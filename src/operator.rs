@@ -169,6 +169,14 @@ pub struct RunArgs {
     /// `dijobs/replicas`).
     #[arg(long, value_enum, default_value_t = crate::server::auth::ServerAuth::None)]
     pub server_auth: crate::server::auth::ServerAuth,
+    /// Address of the HTTPS admission webhooks (defaulting and validation of DIJobs; `0`
+    /// disables them).
+    #[arg(long, default_value = ":9443", value_parser = parse_bind_address)]
+    pub webhook_addr: BindAddress,
+    /// Directory of the webhooks' serving certificate (`tls.crt`, `tls.key`, as a mounted
+    /// `kubernetes.io/tls` Secret). Re-read when it changes, so rotation needs no restart.
+    #[arg(long, default_value = "/tmp/k8s-webhook-server/serving-certs")]
+    pub webhook_cert_dir: std::path::PathBuf,
     /// Namespace whose ConfigMaps labelled `diorch.io/plugin` are loaded as plugins (the
     /// operator's own namespace when it runs in a pod).
     #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
@@ -294,6 +302,9 @@ pub fn parse_bind_address(s: &str) -> Result<BindAddress, String> {
         .map_err(|e| format!("invalid address {s:?} (e.g. :8080, 127.0.0.1:8080, 0): {e}"))
 }
 
+/// How often the webhook certificate files are checked for a rotation.
+const WEBHOOK_CERT_RELOAD: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Runs the operator until `shutdown` resolves: the DIJob controller, and the metrics and probe
 /// endpoints.
 pub async fn run(
@@ -323,6 +334,31 @@ pub async fn run(
         tokio::spawn(async move {
             if let Err(error) = axum::serve(listener, router).await {
                 warn!(what, %error, "endpoint stopped");
+            }
+        });
+    }
+    if let Some(addr) = args.webhook_addr.0 {
+        let listener = std::net::TcpListener::bind(addr).map_err(|source| OperatorError::Bind {
+            what: "the admission webhooks",
+            addr,
+            source,
+        })?;
+        let bound = listener.local_addr().unwrap_or(addr);
+        info!(address = %bound, certificates = %args.webhook_cert_dir.display(), "serving the admission webhooks over TLS");
+        let (dir, metrics) = (args.webhook_cert_dir.clone(), metrics.clone());
+        tokio::spawn(async move {
+            let router = crate::webhook::router(Some(metrics.clone()));
+            let served = crate::webhook::tls::serve(
+                listener,
+                &dir,
+                WEBHOOK_CERT_RELOAD,
+                router,
+                Some(metrics),
+                std::future::pending(),
+            )
+            .await;
+            if let Err(error) = served {
+                warn!(%error, "the admission webhooks stopped");
             }
         });
     }

@@ -110,6 +110,8 @@ impl Operator {
                 "0",
                 "--server-bind-address",
                 "0",
+                "--webhook-addr",
+                "0",
                 "--kubeconfig",
             ])
             .arg(kubeconfig)

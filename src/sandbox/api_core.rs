@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use serde_json::{Map, Value, json};
 
+use super::admission;
 use super::api_crd;
 use super::api_kinds::{self, now_rfc3339};
 use super::api_status::{ApiError, Cause};
@@ -720,7 +721,24 @@ impl Api {
             ));
         }
         let mut warnings = Vec::new();
-        let body = self.decode(info, body, opts, &mut warnings)?;
+        let mut body = self.decode(info, body, opts, &mut warnings)?;
+        let name = meta_str(&body, "name").to_string();
+        let attrs = admission::Attributes {
+            info,
+            sub: None,
+            operation: "CREATE",
+            namespace: ns,
+            name: &name,
+            old: None,
+            dry_run: opts.dry_run,
+        };
+        admission::admit(
+            &self.store,
+            admission::Phase::Mutating,
+            &attrs,
+            &mut body,
+            &mut warnings,
+        )?;
         let mut obj = from_view(info, body);
         let generate =
             meta_str(&obj, "name").is_empty() && !meta_str(&obj, "generateName").is_empty();
@@ -745,7 +763,18 @@ impl Api {
                 meta_mut(&mut candidate).insert("name".into(), json!(name));
             }
             let name = meta_str(&candidate, "name").to_string();
-            self.validate(info, &to_view(info, &Arc::new(candidate.clone())), false)?;
+            let mut view = (*to_view(info, &Arc::new(candidate.clone()))).clone();
+            self.validate(info, &view, false)?;
+            admission::admit(
+                &self.store,
+                admission::Phase::Validating,
+                &admission::Attributes {
+                    name: &name,
+                    ..attrs
+                },
+                &mut view,
+                &mut warnings,
+            )?;
             let key = Self::key(ns, &name);
             if opts.dry_run {
                 if self.store.get(&res, &key).is_some() {
@@ -1121,13 +1150,33 @@ impl Api {
                 ));
             }
             let mut warnings = Vec::new();
-            let decoded = self.decode(info, proposed, opts, &mut warnings)?;
+            let mut decoded = self.decode(info, proposed, opts, &mut warnings)?;
+            let attrs = admission::Attributes {
+                info,
+                sub,
+                operation: "UPDATE",
+                namespace: ns,
+                name,
+                old: Some(&cur_view),
+                dry_run: opts.dry_run,
+            };
+            admission::admit(
+                &self.store,
+                admission::Phase::Mutating,
+                &attrs,
+                &mut decoded,
+                &mut warnings,
+            )?;
             let mut new = from_view(info, decoded);
             self.prepare_for_update(info, sub, &current, &mut new)?;
-            self.validate(
-                info,
-                &to_view(info, &Arc::new(new.clone())),
-                sub == Some("status"),
+            let mut view = (*to_view(info, &Arc::new(new.clone()))).clone();
+            self.validate(info, &view, sub == Some("status"))?;
+            admission::admit(
+                &self.store,
+                admission::Phase::Validating,
+                &attrs,
+                &mut view,
+                &mut warnings,
             )?;
             if same_ignoring_rv(&new, &current) {
                 return Ok(Written {

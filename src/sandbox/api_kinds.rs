@@ -64,7 +64,7 @@ pub fn typed_roundtrip(
     kind: &str,
     obj: &Value,
 ) -> Option<Result<(Value, Vec<String>), String>> {
-    use k8s_openapi::api::{coordination, core, events};
+    use k8s_openapi::api::{admissionregistration, coordination, core, events};
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiext;
     Some(match (api_version, kind) {
         ("v1", "Pod") => rt::<core::v1::Pod>(obj),
@@ -79,6 +79,12 @@ pub fn typed_roundtrip(
         ("v1", "Binding") => rt::<core::v1::Binding>(obj),
         ("events.k8s.io/v1", "Event") => rt::<events::v1::Event>(obj),
         ("coordination.k8s.io/v1", "Lease") => rt::<coordination::v1::Lease>(obj),
+        ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration") => {
+            rt::<admissionregistration::v1::MutatingWebhookConfiguration>(obj)
+        }
+        ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration") => {
+            rt::<admissionregistration::v1::ValidatingWebhookConfiguration>(obj)
+        }
         ("apiextensions.k8s.io/v1", "CustomResourceDefinition") => {
             rt::<apiext::CustomResourceDefinition>(obj)
         }

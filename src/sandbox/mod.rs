@@ -3,6 +3,7 @@
 //!
 //! It is a test bed, not the product: operator code never depends on anything here.
 
+pub mod admission;
 pub mod api_core;
 pub mod api_crd;
 pub mod api_kinds;

@@ -19,6 +19,7 @@
 //! `/openapi/v2` is not built: a 404 there makes kubectl fall back silently.
 //! It must not touch storage or HTTP.
 
+use k8s_openapi::api::admissionregistration::v1 as admissionregistration;
 use k8s_openapi::api::coordination::v1 as coordination;
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::events::v1 as events;
@@ -201,6 +202,12 @@ fn add_builtin_schema(generator: &mut SchemaGenerator, info: &ResourceInfo) -> b
         ("", "v1", "Binding") => add::<core::Binding>(generator),
         ("events.k8s.io", "v1", "Event") => add::<events::Event>(generator),
         ("coordination.k8s.io", "v1", "Lease") => add::<coordination::Lease>(generator),
+        ("admissionregistration.k8s.io", "v1", "MutatingWebhookConfiguration") => {
+            add::<admissionregistration::MutatingWebhookConfiguration>(generator)
+        }
+        ("admissionregistration.k8s.io", "v1", "ValidatingWebhookConfiguration") => {
+            add::<admissionregistration::ValidatingWebhookConfiguration>(generator)
+        }
         ("apiextensions.k8s.io", "v1", "CustomResourceDefinition") => {
             add::<apiextensions::CustomResourceDefinition>(generator)
         }

@@ -908,6 +908,8 @@ const NAMESPACE: &[FieldMeta] = &[
 ];
 /// Kinds whose only tagged fields are in ObjectMeta.
 const METADATA_ONLY: &[FieldMeta] = &[child("metadata", OBJECT_META)];
+const WEBHOOK_CONFIGURATION: &[FieldMeta] =
+    &[child("metadata", OBJECT_META), merge_by("webhooks", "name")];
 
 fn root_schema(api_version: &str, kind: &str) -> Option<Schema> {
     let fields = match (api_version, kind) {
@@ -916,6 +918,10 @@ fn root_schema(api_version: &str, kind: &str) -> Option<Schema> {
         ("v1", "ServiceAccount") => SERVICE_ACCOUNT,
         ("v1", "Node") => NODE,
         ("v1", "Namespace") => NAMESPACE,
+        (
+            "admissionregistration.k8s.io/v1",
+            "MutatingWebhookConfiguration" | "ValidatingWebhookConfiguration",
+        ) => WEBHOOK_CONFIGURATION,
         ("v1", "Endpoints" | "ConfigMap" | "Secret" | "Event")
         | ("events.k8s.io/v1", "Event")
         | ("coordination.k8s.io/v1", "Lease")

@@ -302,6 +302,7 @@ enum Printer {
     CoreEvent,
     EventsEvent,
     Lease,
+    WebhookConfiguration,
     /// A custom resource: CRD printer columns evaluated by JSONPath.
     Custom,
     /// `rest.DefaultTableConvertor`: Name, Created At.
@@ -324,6 +325,7 @@ fn printer_for(info: &ResourceInfo) -> Printer {
         ("", "Event") => Printer::CoreEvent,
         ("events.k8s.io", "Event") => Printer::EventsEvent,
         ("coordination.k8s.io", "Lease") => Printer::Lease,
+        ("admissionregistration.k8s.io", _) => Printer::WebhookConfiguration,
         _ => Printer::Default,
     }
 }
@@ -589,6 +591,16 @@ pub fn columns_for(info: &ResourceInfo) -> Vec<PrinterColumn> {
             ),
             age_col(),
         ],
+        Printer::WebhookConfiguration => vec![
+            name_col(),
+            col(
+                "Webhooks",
+                "integer",
+                0,
+                "Webhooks is a list of webhooks and the affected resources and operations.",
+            ),
+            age_col(),
+        ],
         Printer::Custom => {
             let mut columns = vec![name_col()];
             if info.printer_columns.is_empty() {
@@ -673,6 +685,11 @@ fn render_row(
         Printer::Lease => vec![
             name(obj),
             str_of(&obj["spec"]["holderIdentity"]).into(),
+            age(obj, now),
+        ],
+        Printer::WebhookConfiguration => vec![
+            name(obj),
+            json!(obj["webhooks"].as_array().map_or(0, Vec::len)),
             age(obj, now),
         ],
         Printer::Custom => custom_cells(columns, obj, now),

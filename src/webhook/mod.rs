@@ -4,10 +4,18 @@
 //!
 //! Owns what is refused at submission and why. The rules themselves live in
 //! `controller::validate`, shared with the controller's Failed fallback, so a cluster without
-//! the webhook still gets the same messages. Serving over TLS is the operator's concern.
+//! the webhook still gets the same messages. `tls` serves the routes; `cert` makes the
+//! certificates. Nothing here writes to the cluster, so dry-run reviews are safe by design.
+
+pub mod cert;
+pub mod tls;
+
+use std::sync::Arc;
+use std::time::Instant;
 
 use axum::Json;
 use axum::Router;
+use axum::body::Bytes;
 use axum::routing::post;
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
@@ -15,23 +23,75 @@ use serde_json::Value;
 
 use crate::api::DIJob;
 use crate::controller::{build, validate};
+use crate::metrics::{AdmissionLabels, Metrics};
 
 /// DI-orchestrator's (unused) mutating webhook path.
 pub const MUTATE_PATH: &str = "/mutate-diengine-opendilab-org-v2alpha1-dijob";
 /// DI-orchestrator's (unused) validating webhook path.
 pub const VALIDATE_PATH: &str = "/validate-diengine-opendilab-org-v2alpha1-dijob";
 
-/// The two webhook routes.
-pub fn router() -> Router {
+/// The two webhook routes, plus `/healthz` for the listener itself.
+pub fn router(metrics: Option<Arc<Metrics>>) -> Router {
+    let m = metrics.clone();
     Router::new()
         .route(
             MUTATE_PATH,
-            post(|Json(review): Json<Value>| async move { Json(answer(review, mutate)) }),
+            post(move |body: Bytes| async move { Json(serve(&body, "mutate", mutate, m.as_deref())) }),
         )
         .route(
             VALIDATE_PATH,
-            post(|Json(review): Json<Value>| async move { Json(answer(review, check)) }),
+            post(move |body: Bytes| async move {
+                Json(serve(&body, "validate", check, metrics.as_deref()))
+            }),
         )
+        .route("/healthz", axum::routing::get(|| async { "ok" }))
+}
+
+/// Any body, JSON or not, gets a well-formed review back (a refusal for garbage), counted.
+fn serve(
+    body: &[u8],
+    webhook: &'static str,
+    decide: fn(&AdmissionRequest<DIJob>) -> AdmissionResponse,
+    metrics: Option<&Metrics>,
+) -> AdmissionReview<DynamicObject> {
+    let started = Instant::now();
+    let review = serde_json::from_slice::<Value>(body).unwrap_or(Value::Null);
+    let operation = review
+        .pointer("/request/operation")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    let out = answer(review, decide);
+    if let Some(m) = metrics {
+        let result = match out.response.as_ref() {
+            Some(r) if !r.allowed => "denied",
+            Some(r) if r.patch.is_some() => "patched",
+            _ => "allowed",
+        };
+        m.admission
+            .reviews
+            .get_or_create(&AdmissionLabels {
+                webhook,
+                operation: operation.clone(),
+                result,
+            })
+            .inc();
+        m.admission
+            .duration
+            .observe(started.elapsed().as_secs_f64());
+    }
+    if let Some(r) = out.response.as_ref().filter(|r| !r.allowed) {
+        tracing::info!(webhook, %operation, uid = %r.uid, reason = %r.result.message, "admission denied");
+    }
+    out
+}
+
+/// A refusal as the API server reports it: 403 Forbidden with our message.
+fn refuse(response: AdmissionResponse, message: impl ToString) -> AdmissionResponse {
+    let mut response = response.deny(message);
+    response.result.code = 403;
+    response.result.reason = "Forbidden".to_string();
+    response
 }
 
 /// Decodes a review, answers it with `decide`, and always returns a well-formed review: a body
@@ -49,7 +109,12 @@ pub fn answer(
             });
     match request {
         Ok(request) => decide(&request).into_review(),
-        Err(message) => AdmissionResponse::invalid(message).into_review(),
+        Err(message) => {
+            let mut response = AdmissionResponse::invalid(message);
+            response.result.code = 400;
+            response.result.reason = "BadRequest".to_string();
+            response.into_review()
+        }
     }
 }
 
@@ -66,11 +131,15 @@ pub fn mutate(request: &AdmissionRequest<DIJob>) -> AdmissionResponse {
     match serde_json::from_value::<json_patch::Patch>(patch) {
         Ok(patch) => match response.with_patch(patch) {
             Ok(patched) => patched,
-            Err(e) => {
-                AdmissionResponse::from(request).deny(format!("cannot encode the defaults: {e}"))
-            }
+            Err(e) => refuse(
+                AdmissionResponse::from(request),
+                format!("cannot encode the defaults: {e}"),
+            ),
         },
-        Err(e) => AdmissionResponse::from(request).deny(format!("cannot build the defaults: {e}")),
+        Err(e) => refuse(
+            AdmissionResponse::from(request),
+            format!("cannot build the defaults: {e}"),
+        ),
     }
 }
 
@@ -84,16 +153,16 @@ pub fn check(request: &AdmissionRequest<DIJob>) -> AdmissionResponse {
     };
     let job = defaulted(job);
     if let Err(invalid) = validate::validate(&job) {
-        return response.deny(invalid.explained());
+        return refuse(response, invalid.explained());
     }
     if let Some(message) = volume_clash(&job) {
-        return response.deny(message);
+        return refuse(response, message);
     }
     if request.operation == Operation::Update
         && let Some(old) = request.old_object.as_ref()
         && let Some(message) = forbidden_change(&defaulted(old), &job)
     {
-        return response.deny(message);
+        return refuse(response, message);
     }
     response
 }

@@ -38,6 +38,8 @@ impl OperatorProcess {
                 "0",
                 "--server-bind-address",
                 "127.0.0.1:0",
+                "--webhook-addr",
+                "0",
                 "--kubeconfig",
             ])
             .arg(kubeconfig)

@@ -6,6 +6,7 @@
 pub mod allocation;
 pub mod controller;
 pub mod foundation;
+pub mod webhook;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

@@ -1,0 +1,148 @@
+//! Admission webhook scenarios, written against a `Kubectl` so the sandbox integration tests
+//! (a local `diorch run` reached by URL) and the real-cluster e2e suite (the operator installed
+//! from `deploy/`) share them. Each refusal must name the field and the fix.
+
+use super::Kubectl;
+use super::controller::{job_manifest, jsonpath, wait_phase};
+
+/// The validating webhook's name, as kube-apiserver quotes it in refusals.
+pub const VALIDATING: &str = "vdijob.diengine.opendilab.org";
+
+/// Webhook configurations named `name` that send DIJob creates and updates to a `diorch run`
+/// serving at `base_url` (`https://127.0.0.1:9443`), with `failure_policy`.
+pub fn local_configurations(name: &str, base_url: &str, failure_policy: &str) -> String {
+    let rules = "  rules:\n  - apiGroups: [diengine.opendilab.org]\n    apiVersions: [v2alpha1]\n    operations: [CREATE, UPDATE]\n    resources: [dijobs]\n  sideEffects: None\n  admissionReviewVersions: [v1]\n  timeoutSeconds: 5\n";
+    format!(
+        "apiVersion: admissionregistration.k8s.io/v1\nkind: MutatingWebhookConfiguration\nmetadata:\n  name: {name}\nwebhooks:\n- name: mdijob.diengine.opendilab.org\n  clientConfig:\n    url: {base_url}/mutate-diengine-opendilab-org-v2alpha1-dijob\n  failurePolicy: {failure_policy}\n{rules}---\napiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingWebhookConfiguration\nmetadata:\n  name: {name}\nwebhooks:\n- name: {VALIDATING}\n  clientConfig:\n    url: {base_url}/validate-diengine-opendilab-org-v2alpha1-dijob\n  failurePolicy: {failure_policy}\n{rules}"
+    )
+}
+
+/// Invalid jobs, each with the message its refusal must carry.
+pub fn invalid_jobs() -> Vec<(String, String)> {
+    let long = job_manifest(&"x".repeat(58), "", &[("learner", "learner", 1)]);
+    let mut clash = job_manifest("clash", "", &[("learner", "learner", 1)]);
+    clash = clash
+        .replace(
+            "  tasks:\n",
+            "  volumes:\n  - name: cache\n    emptyDir: {}\n  tasks:\n",
+        )
+        .replace(
+            "          command: [\"sh\", \"-c\", \"sleep 3600\"]\n",
+            "          command: [\"sh\", \"-c\", \"sleep 3600\"]\n        volumes:\n        - name: cache\n          emptyDir: {}\n",
+        );
+    let bounds = job_manifest(
+        "bounds",
+        "  preemptible: true\n",
+        &[("collector", "collector", 2)],
+    )
+    .replace("    replicas: 2\n", "    replicas: 2\n    minReplicas: 3\n");
+    vec![
+        (
+            job_manifest("two-collectors", "", &[("a", "collector", 1), ("b", "collector", 1)]),
+            "spec.tasks[1].type: the number of collector task is more than one; a job has at most one learner, collector and evaluator task".into(),
+        ),
+        (
+            job_manifest("none-unnamed", "", &[("l", "learner", 1), ("", "none", 1)]),
+            "spec.tasks[1].name: none type task has no name; give every task of type none a name".into(),
+        ),
+        (
+            job_manifest("dup-names", "", &[("name-test", "evaluator", 1), ("name-test", "collector", 1)]),
+            "spec.tasks[1].name: there is more than one task named name-test; give every task a different name".into(),
+        ),
+        (
+            job_manifest("empty", "", &[]).replace("  tasks:\n", "  tasks: []\n"),
+            "spec.tasks: job has no tasks; add at least one task".into(),
+        ),
+        (long, "must be no more than 63 characters; shorten the job or task name".into()),
+        (
+            clash,
+            "spec.volumes[0].name: Duplicate value: \"cache\": task learner already has a volume of that name in its template; rename one of them".into(),
+        ),
+        (bounds, "minReplicas 3, replicas 2".into()),
+    ]
+}
+
+/// Every invalid job is refused at `kubectl create` with the webhook's message, dry run or not,
+/// and nothing is stored.
+pub fn invalid_jobs_are_refused(k: &Kubectl, ns: &str) {
+    let k = k.in_namespace(ns);
+    for (manifest, message) in invalid_jobs() {
+        for dry_run in [&["--dry-run=server"][..], &[]] {
+            let mut args = vec!["create", "-f", "-"];
+            args.extend_from_slice(dry_run);
+            let err = k.fails_stdin(&args, &manifest);
+            assert!(
+                err.contains(&format!(
+                    "admission webhook \"{VALIDATING}\" denied the request: "
+                )),
+                "{err}"
+            );
+            assert!(err.contains(&message), "expected {message:?} in: {err}");
+        }
+    }
+    assert_eq!(k.ok(&["get", "dijobs", "-o", "name"]), "");
+}
+
+/// A valid job is defaulted at admission (typed tasks named after their type, once) and runs;
+/// a server-side dry run stores nothing.
+pub fn valid_jobs_are_defaulted(k: &Kubectl, ns: &str) {
+    let k = k.in_namespace(ns);
+    let unnamed = job_manifest("unnamed", "", &[("", "learner", 1), ("", "collector", 2)]);
+    let dry = k.ok_stdin(
+        &[
+            "create",
+            "--dry-run=server",
+            "-f",
+            "-",
+            "-o",
+            "jsonpath={.spec.tasks[*].name}",
+        ],
+        &unnamed,
+    );
+    assert_eq!(dry, "learner collector");
+    assert_eq!(k.ok(&["get", "dijobs", "-o", "name"]), "");
+    k.ok_stdin(&["create", "-f", "-"], &unnamed);
+    // Named by admission, before the controller ever saw the job.
+    assert_eq!(
+        jsonpath(&k, "dijob/unnamed", "{.spec.tasks[*].name}"),
+        "learner collector"
+    );
+    assert_eq!(jsonpath(&k, "dijob/unnamed", "{.metadata.generation}"), "1");
+    wait_phase(&k, "unnamed", "Running");
+}
+
+/// On an existing job, scaling and edits pass; turning a task into another type does not.
+pub fn updates_are_checked(k: &Kubectl, ns: &str) {
+    let k = k.in_namespace(ns);
+    k.ok_stdin(
+        &["create", "-f", "-"],
+        &job_manifest("edit", "", &[("", "learner", 1), ("helper", "none", 1)]),
+    );
+    k.ok(&[
+        "patch",
+        "dijob/edit",
+        "--type=json",
+        "-p",
+        r#"[{"op":"replace","path":"/spec/tasks/0/replicas","value":2}]"#,
+    ]);
+    let err = k.fails(&[
+        "patch",
+        "dijob/edit",
+        "--type=json",
+        "-p",
+        r#"[{"op":"replace","path":"/spec/tasks/1/type","value":"collector"}]"#,
+    ]);
+    assert!(
+        err.contains("spec.tasks[1].type: Forbidden: task helper is a none task and cannot become a collector task on an existing job"),
+        "{err}"
+    );
+    let err = k.fails(&["patch", "dijob/edit", "--type=json", "-p", r#"[{"op":"add","path":"/spec/tasks/-","value":{"type":"learner","name":"second","template":{"spec":{"containers":[{"name":"di-container","image":"busybox"}]}}}}]"#]);
+    assert!(
+        err.contains("the number of learner task is more than one"),
+        "{err}"
+    );
+    assert_eq!(
+        jsonpath(&k, "dijob/edit", "{.spec.tasks[*].type}"),
+        "learner none"
+    );
+}

@@ -1,0 +1,205 @@
+//! Admission end to end: the real `diorch sandbox` calls the real `diorch run`'s webhooks over
+//! TLS, with the certificate made and the caBundle patched by the real `diorch webhook-cert`,
+//! driven with kubectl. The refusal scenarios also run against a real cluster in `tests/e2e.rs`.
+
+mod common;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::controller::{self as scenario, OperatorProcess};
+use common::webhook::{self as admission, VALIDATING};
+use common::{Kubectl, SandboxProcess, foundation};
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+fn webhook_cert(kubeconfig: &Path, dir: &Path, extra: &[&str]) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_diorch"))
+        .args(["webhook-cert", "--kubeconfig"])
+        .arg(kubeconfig)
+        .arg("--out-dir")
+        .arg(dir)
+        .args(["--host", "127.0.0.1"])
+        .args(extra)
+        .output()
+        .expect("run diorch webhook-cert");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+struct Cluster {
+    sandbox: SandboxProcess,
+    certs: tempfile::TempDir,
+    port: u16,
+}
+
+impl Cluster {
+    /// A sandbox with the CRD, webhook configurations pointing at a local port with
+    /// `failure_policy`, and a certificate for them; no operator yet.
+    fn new(failure_policy: &str) -> Cluster {
+        let sandbox = SandboxProcess::start(&["--nodes", "2", "--pod-start-delay", "100ms"]);
+        let k = sandbox.kubectl();
+        foundation::install_crd(&k);
+        let port = free_port();
+        k.ok_stdin(
+            &["apply", "-f", "-"],
+            &admission::local_configurations(
+                "diorch",
+                &format!("https://127.0.0.1:{port}"),
+                failure_policy,
+            ),
+        );
+        let certs = tempfile::tempdir().expect("tempdir");
+        let first = webhook_cert(&sandbox.kubeconfig, certs.path(), &[]);
+        assert!(first.contains("new certificate"), "{first}");
+        assert!(
+            first.contains(
+                "mutatingwebhookconfiguration diorch: caBundle patched (1 of 1 webhooks)"
+            ),
+            "{first}"
+        );
+        assert!(
+            first.contains(
+                "validatingwebhookconfiguration diorch: caBundle patched (1 of 1 webhooks)"
+            ),
+            "{first}"
+        );
+        Cluster {
+            sandbox,
+            certs,
+            port,
+        }
+    }
+
+    fn kubectl(&self) -> Kubectl {
+        self.sandbox.kubectl()
+    }
+
+    fn operator(&self) -> OperatorProcess {
+        let addr = format!("127.0.0.1:{}", self.port);
+        let dir = self.certs.path().display().to_string();
+        let operator = OperatorProcess::start_with(
+            &self.sandbox.kubeconfig,
+            &["--webhook-addr", &addr, "--webhook-cert-dir", &dir],
+        );
+        wait_log(&operator, "webhook serving certificate loaded");
+        operator
+    }
+}
+
+fn wait_log(operator: &OperatorProcess, needle: &str) {
+    let deadline = Instant::now() + scenario::T;
+    while !operator.lines().iter().any(|l| l.contains(needle)) {
+        assert!(
+            Instant::now() < deadline,
+            "no {needle:?} in the log: {:#?}",
+            operator.lines()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn invalid_jobs_are_refused_at_submission_with_the_field_and_the_fix() {
+    let cluster = Cluster::new("Fail");
+    let _operator = cluster.operator();
+    let k = cluster.kubectl();
+    foundation::create_namespace(&k, "refusals");
+    admission::invalid_jobs_are_refused(&k, "refusals");
+}
+
+#[test]
+fn valid_jobs_are_defaulted_at_submission_and_updates_are_checked() {
+    let cluster = Cluster::new("Fail");
+    let _operator = cluster.operator();
+    let k = cluster.kubectl();
+    admission::valid_jobs_are_defaulted(&k, "default");
+    admission::updates_are_checked(&k, "default");
+}
+
+#[test]
+fn a_rotated_certificate_is_served_without_a_restart() {
+    let cluster = Cluster::new("Fail");
+    let operator = cluster.operator();
+    let k = cluster.kubectl();
+    let (manifest, message) = admission::invalid_jobs().remove(0);
+    assert!(
+        k.fails_stdin(&["create", "-f", "-"], &manifest)
+            .contains(&message)
+    );
+    // Run again: the certificate is valid, so nothing changes.
+    let again = webhook_cert(&cluster.sandbox.kubeconfig, cluster.certs.path(), &[]);
+    assert!(again.contains("kept"), "{again}");
+    assert!(again.contains("caBundle already current"), "{again}");
+    // Force a new CA and certificate: the sandbox trusts only the new CA from now on, so the
+    // webhook answers again only once the running operator serves the new certificate.
+    let renewed = webhook_cert(
+        &cluster.sandbox.kubeconfig,
+        cluster.certs.path(),
+        &["--renew-before-days", "400"],
+    );
+    assert!(renewed.contains("new certificate"), "{renewed}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let err = k.fails_stdin(&["create", "-f", "-"], &manifest);
+        if err.contains(&message) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never served the new certificate: {err}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let loads = operator
+        .lines()
+        .iter()
+        .filter(|l| l.contains("webhook serving certificate loaded"))
+        .count();
+    assert_eq!(loads, 2, "{:#?}", operator.lines());
+}
+
+#[test]
+fn with_the_webhook_down_fail_refuses_and_ignore_leaves_it_to_the_controller() {
+    let cluster = Cluster::new("Fail");
+    let k = cluster.kubectl();
+    // No operator serves the webhook: failurePolicy Fail refuses every DIJob write.
+    let valid = scenario::job_manifest("valid", "", &[("", "learner", 1)]);
+    let err = k.fails_stdin(&["create", "-f", "-"], &valid);
+    assert!(
+        err.contains(
+            "failed calling webhook \"mdijob.diengine.opendilab.org\": failed to call webhook: Post"
+        ),
+        "{err}"
+    );
+    assert!(!err.contains(VALIDATING), "{err}");
+    // With failurePolicy Ignore the jobs are admitted and the controller's Failed fallback
+    // applies, with the same messages.
+    for kind in [
+        "mutatingwebhookconfiguration",
+        "validatingwebhookconfiguration",
+    ] {
+        k.ok(&[
+            "patch",
+            kind,
+            "diorch",
+            "--type=json",
+            "-p",
+            r#"[{"op":"replace","path":"/webhooks/0/failurePolicy","value":"Ignore"}]"#,
+        ]);
+    }
+    let _operator =
+        OperatorProcess::start_with(&cluster.sandbox.kubeconfig, &["--webhook-addr", "0"]);
+    foundation::create_namespace(&k, "fallback");
+    scenario::validation_cases(&k, "fallback");
+}
