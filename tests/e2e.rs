@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use common::allocation;
 use common::controller::{self as scenario, OperatorProcess};
-use common::{Kubectl, foundation};
+use common::{Kubectl, foundation, webhook};
 
 fn target() -> Option<(PathBuf, tempfile::TempDir)> {
     match std::env::var_os("DIORCH_E2E_KUBECONFIG") {
@@ -80,6 +80,30 @@ fn e2e_controller() {
         let _guard = NamespaceGuard(&k, &ns);
         run(&k, &ns);
     }
+}
+
+/// The admission scenarios against the operator installed from `deploy/`: the API server must
+/// reach its webhooks, which a `diorch run` started here cannot promise. Set DIORCH_E2E_DEPLOYED=1
+/// once `kubectl apply -k deploy/` runs in the cluster (and run the suite with
+/// `--skip e2e_controller --skip e2e_plugins`: two operators would both reconcile).
+#[test]
+fn e2e_admission() {
+    let Some((kubeconfig, scratch)) = target() else {
+        return;
+    };
+    if std::env::var_os("DIORCH_E2E_DEPLOYED").is_none() {
+        eprintln!(
+            "skipping the admission scenarios: install deploy/ in the cluster and set DIORCH_E2E_DEPLOYED=1"
+        );
+        return;
+    }
+    let k = Kubectl::new(&kubeconfig, scratch.path());
+    let ns = format!("diorch-e2e-admission-{}", std::process::id());
+    foundation::create_namespace(&k, &ns);
+    let _guard = NamespaceGuard(&k, &ns);
+    webhook::invalid_jobs_are_refused(&k, &ns);
+    webhook::valid_jobs_are_defaulted(&k, &ns);
+    webhook::updates_are_checked(&k, &ns);
 }
 
 /// The plugin and placement scenarios against the real cluster, with `diorch run` started here

@@ -123,6 +123,9 @@ pub struct DIJobSpec {
     pub volumes: Option<Vec<Volume>>,
 
     /// The job's components, one entry per task.
+    // The bound keeps the API server's cost estimate of the per-task CEL rules small (it
+    // multiplies by the list's largest possible size); a job has a handful of tasks.
+    #[schemars(length(max = 64))]
     pub tasks: Vec<Task>,
 
     /// Legacy field carried by DI-orchestrator's samples (`group: diengine`). Accepted and
@@ -157,8 +160,29 @@ pub enum CleanPodPolicy {
 }
 
 /// One component of a DIJob.
+// The CEL rules refuse at `kubectl apply` what DI-orchestrator only failed after the fact (an
+// unnamed task of type none) and our min/max extension's ordering; the admission webhook and
+// the controller check the same with the same words, for clusters without either.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "(has(self.type) && self.type != 'none') || (has(self.name) && self.name != '')",
+        "message": "none type task has no name; give every task of type none a name",
+        "fieldPath": ".name",
+        "reason": "FieldValueRequired"
+    },
+    {
+        "rule": "!has(self.minReplicas) || self.minReplicas <= self.replicas",
+        "message": "minReplicas must not exceed replicas; lower minReplicas or raise replicas",
+        "fieldPath": ".minReplicas"
+    },
+    {
+        "rule": "!has(self.maxReplicas) || self.replicas <= self.maxReplicas",
+        "message": "maxReplicas must be at least replicas; raise maxReplicas or lower replicas",
+        "fieldPath": ".maxReplicas"
+    }
+]))]
 pub struct Task {
     /// Number of pods of this task.
     #[serde(default = "default_replicas")]

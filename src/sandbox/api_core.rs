@@ -17,6 +17,7 @@ use super::admission;
 use super::api_crd;
 use super::api_kinds::{self, now_rfc3339};
 use super::api_status::{ApiError, Cause};
+use super::cel;
 use super::patch::{self, PatchType};
 use super::registry::{Registry, ResourceInfo};
 use super::schema::{self, FieldError, StructuralSchema};
@@ -145,6 +146,8 @@ pub struct Api {
     pub registry: Registry,
     /// (group, version, plural) → compiled schema of a custom resource version.
     schemas: RwLock<HashMap<(String, String, String), Arc<StructuralSchema>>>,
+    /// (group, version, plural) → CEL rules of a custom resource version that has any.
+    cel: RwLock<HashMap<(String, String, String), Arc<cel::CelRules>>>,
     ips: Mutex<IpPool>,
 }
 
@@ -297,6 +300,7 @@ impl Api {
             store: Store::new(history_size),
             registry: Registry::new(),
             schemas: RwLock::new(HashMap::new()),
+            cel: RwLock::new(HashMap::new()),
             ips: Mutex::new(IpPool {
                 used: BTreeSet::new(),
                 next: 10,
@@ -659,6 +663,39 @@ impl Api {
         }
     }
 
+    /// CEL `x-kubernetes-validations` of a custom resource, after the schema's own checks.
+    fn check_cel(
+        &self,
+        info: &ResourceInfo,
+        obj: &Value,
+        old: Option<&Value>,
+    ) -> Result<(), ApiError> {
+        let rules = self
+            .cel
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&(
+                info.group.clone(),
+                info.version.clone(),
+                info.plural.clone(),
+            ))
+            .cloned();
+        let Some(rules) = rules else {
+            return Ok(());
+        };
+        let causes = rules.check(obj, old);
+        if causes.is_empty() {
+            Ok(())
+        } else {
+            Err(ApiError::invalid(
+                &info.group,
+                &info.kind,
+                meta_str(obj, "name"),
+                causes,
+            ))
+        }
+    }
+
     fn check_namespace_for_create(
         &self,
         info: &ResourceInfo,
@@ -765,6 +802,7 @@ impl Api {
             let name = meta_str(&candidate, "name").to_string();
             let mut view = (*to_view(info, &Arc::new(candidate.clone()))).clone();
             self.validate(info, &view, false)?;
+            self.check_cel(info, &view, None)?;
             admission::admit(
                 &self.store,
                 admission::Phase::Validating,
@@ -989,8 +1027,24 @@ impl Api {
             .and_then(Value::as_str)
             .unwrap_or_default();
         schemas.retain(|(g, _, p), _| !(g == group && p == plural));
+        let mut cel_rules = self.cel.write().unwrap_or_else(|p| p.into_inner());
+        cel_rules.retain(|(g, _, p), _| !(g == group && p == plural));
         let mut infos = Vec::new();
         for (info, schema) in resources {
+            if let Some(rules) = info
+                .custom
+                .as_ref()
+                .and_then(|c| cel::CelRules::compile(&c.schema))
+            {
+                cel_rules.insert(
+                    (
+                        info.group.clone(),
+                        info.version.clone(),
+                        info.plural.clone(),
+                    ),
+                    Arc::new(rules),
+                );
+            }
             if let Some(s) = schema {
                 schemas.insert(
                     (
@@ -1004,6 +1058,7 @@ impl Api {
             infos.push(info);
         }
         drop(schemas);
+        drop(cel_rules);
         tracing::info!(
             crd = name,
             versions = infos.len(),
@@ -1171,6 +1226,11 @@ impl Api {
             self.prepare_for_update(info, sub, &current, &mut new)?;
             let mut view = (*to_view(info, &Arc::new(new.clone()))).clone();
             self.validate(info, &view, sub == Some("status"))?;
+            // The status subresource cannot change what the rules check (the spec), and a
+            // rule added later must not block status writes of older objects.
+            if sub != Some("status") {
+                self.check_cel(info, &view, Some(&cur_view))?;
+            }
             admission::admit(
                 &self.store,
                 admission::Phase::Validating,

@@ -10,6 +10,7 @@ pub mod api_kinds;
 pub mod api_proto;
 pub mod api_status;
 pub mod auth;
+pub mod cel;
 pub mod gc;
 pub mod kubelet;
 pub mod openapi;

@@ -4,7 +4,7 @@
 //! pruning/defaulting/list-type/embedded-resource checks), plus the ObjectMeta checks every kind gets.
 //!
 //! Owns only this logic; it holds no state and must not touch the store, the HTTP layer or CEL
-//! (rules in `x-kubernetes-validations` are recorded, never evaluated).
+//! (rules in `x-kubernetes-validations` are recorded here and evaluated by `cel`).
 //!
 //! Go iterates maps in random order, so a real server orders errors of sibling fields randomly;
 //! here siblings are visited in sorted key order, which is one of the orders a real server can give.
@@ -565,7 +565,7 @@ impl StructuralSchema {
         })
     }
 
-    /// True when some node has `x-kubernetes-validations` (CEL rules, not evaluated here).
+    /// True when some node has `x-kubernetes-validations` (CEL rules, evaluated by `cel`).
     pub fn has_cel(&self) -> bool {
         self.has_cel
     }

@@ -169,3 +169,104 @@ fn valid_jobs_and_deletes_are_allowed_and_garbage_is_refused_not_panicked_on() {
         );
     }
 }
+
+mod fuzz {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn task() -> impl Strategy<Value = Value> {
+        (
+            prop_oneof![
+                Just(json!("learner")),
+                Just(json!("collector")),
+                Just(json!("evaluator")),
+                Just(json!("none")),
+                Just(json!("trainer")),
+                Just(Value::Null),
+                Just(json!(7)),
+            ],
+            prop_oneof![
+                Just(Value::Null),
+                "[a-z][a-z0-9-]{0,70}".prop_map(Value::from),
+                "[A-Z_ ]{0,5}".prop_map(Value::from)
+            ],
+            prop_oneof![
+                any::<i64>().prop_map(Value::from),
+                Just(json!("two")),
+                Just(Value::Null)
+            ],
+            prop_oneof![Just(Value::Null), (-2i64..6).prop_map(Value::from)],
+            prop_oneof![Just(Value::Null), (-2i64..6).prop_map(Value::from)],
+        )
+            .prop_map(|(type_, name, replicas, min, max)| {
+                json!({"type": type_, "name": name, "replicas": replicas,
+                       "minReplicas": min, "maxReplicas": max, "template": container()})
+            })
+    }
+
+    fn object() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            (
+                "[a-z]{1,70}",
+                proptest::collection::vec(task(), 0..5),
+                any::<bool>()
+            )
+                .prop_map(|(name, tasks, preemptible)| {
+                    let mut j = job(Value::Array(tasks));
+                    j["metadata"]["name"] = json!(name);
+                    j["spec"]["preemptible"] = json!(preemptible);
+                    j
+                }),
+            Just(Value::Null),
+            Just(json!({"spec": 3})),
+        ]
+    }
+
+    fn body() -> impl Strategy<Value = Vec<u8>> {
+        prop_oneof![
+            proptest::collection::vec(any::<u8>(), 0..128),
+            (
+                prop_oneof![
+                    Just("CREATE"),
+                    Just("UPDATE"),
+                    Just("DELETE"),
+                    Just("bogus")
+                ],
+                object(),
+                prop_oneof![Just(None), object().prop_map(Some)],
+            )
+                .prop_map(|(op, object, old)| review(op, object, old).to_string().into_bytes()),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(400))]
+
+        /// Whatever arrives: no panic, a well-formed AdmissionReview answer with the request's
+        /// uid, a message on every refusal, and defaults that apply and are idempotent.
+        #[test]
+        fn any_body_gets_a_well_formed_review(body in body()) {
+            let sent: Option<Value> = serde_json::from_slice(&body).ok();
+            for (webhook, decide) in [("mutate", mutate as fn(&AdmissionRequest<DIJob>) -> AdmissionResponse), ("validate", check)] {
+                let review = super::super::serve(&body, webhook, decide, None);
+                let out = response(&review);
+                let uid = sent.as_ref().and_then(|s| s.pointer("/request/uid")).and_then(Value::as_str);
+                if out["allowed"] == true {
+                    prop_assert_eq!(out["uid"].as_str(), uid);
+                } else {
+                    prop_assert!(out["status"]["message"].as_str().is_some_and(|m| !m.is_empty()), "{}", out);
+                    prop_assert!(out["status"]["code"].as_u64().is_some_and(|c| c >= 400), "{}", out);
+                }
+                if let Some(patch) = review.response.as_ref().and_then(|r| r.patch.as_ref()) {
+                    let patch: json_patch::Patch = serde_json::from_slice(patch).expect("a JSON patch");
+                    let mut object = sent.as_ref().expect("patched a review").pointer("/request/object").cloned().expect("object");
+                    json_patch::patch(&mut object, &patch).expect("the patch applies");
+                    let mut again = sent.clone().expect("review");
+                    again["request"]["object"] = object;
+                    let second = super::super::serve(again.to_string().as_bytes(), "mutate", mutate, None);
+                    prop_assert!(second.response.as_ref().is_some_and(|r| r.allowed && r.patch.is_none()));
+                }
+            }
+        }
+    }
+}

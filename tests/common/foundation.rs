@@ -111,6 +111,23 @@ pub fn invalid_dijobs_are_refused(k: &Kubectl, ns: &str) {
             "apiVersion: diengine.opendilab.org/v2alpha1\nkind: DIJob\nmetadata:\n  name: no-tasks\nspec:\n  priority: high\n".to_string(),
             vec!["spec.tasks", "Required value"],
         ),
+        // The CRD's CEL rules.
+        (
+            dijob_manifest("none-unnamed", "", "type: none"),
+            vec![
+                "spec.tasks[0].name: Required value: none type task has no name; give every task of type none a name",
+            ],
+        ),
+        (
+            dijob_manifest("bad-bounds", "", "type: collector\n    replicas: 2\n    minReplicas: 3"),
+            vec![
+                "spec.tasks[0].minReplicas: Invalid value: \"object\": minReplicas must not exceed replicas; lower minReplicas or raise replicas",
+            ],
+        ),
+        (
+            dijob_manifest("bad-max", "", "type: collector\n    replicas: 2\n    maxReplicas: 1"),
+            vec!["spec.tasks[0].maxReplicas", "maxReplicas must be at least replicas"],
+        ),
     ];
     for (manifest, expected) in cases {
         let err = k.fails_stdin(&["apply", "-f", "-"], &manifest);
@@ -125,6 +142,9 @@ pub fn invalid_dijobs_are_refused(k: &Kubectl, ns: &str) {
         "bad-type",
         "bad-kind",
         "no-tasks",
+        "none-unnamed",
+        "bad-bounds",
+        "bad-max",
     ] {
         assert!(!listed.contains(name), "{name} was stored: {listed}");
     }
