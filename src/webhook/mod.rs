@@ -201,8 +201,27 @@ fn volume_clash(job: &DIJob) -> Option<String> {
 }
 
 /// A task that keeps its name must keep its type: its pods, env vars and `DI_<TASK>_NODES`
-/// were built for that role.
+/// were built for that role. Tasks cannot be added, removed or renamed: every pod's
+/// `DI_NODES`, ranks and services were built for that set of roles.
 fn forbidden_change(old: &DIJob, new: &DIJob) -> Option<String> {
+    let names = |j: &DIJob| {
+        j.spec
+            .tasks
+            .iter()
+            .map(build::task_name)
+            .collect::<std::collections::BTreeSet<_>>()
+    };
+    let (before, after) = (names(old), names(new));
+    if before != after {
+        let show = |s: &std::collections::BTreeSet<String>| {
+            s.iter().cloned().collect::<Vec<_>>().join(", ")
+        };
+        return Some(format!(
+            "spec.tasks: Forbidden: the tasks of an existing job cannot be added, removed or renamed (it has {}, the update has {}); keep the task names, or delete and re-create the job",
+            show(&before),
+            show(&after)
+        ));
+    }
     for (i, task) in new.spec.tasks.iter().enumerate() {
         let name = build::task_name(task);
         let before = old

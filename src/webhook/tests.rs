@@ -136,6 +136,26 @@ fn updates_may_scale_and_edit_but_not_change_a_tasks_type() {
     let retyped = job(
         json!([{"type": "learner", "template": container()}, {"type": "collector", "name": "x", "template": container()}]),
     );
+    let renamed = job(
+        json!([{"type": "learner", "template": container()}, {"type": "none", "name": "y", "template": container()}]),
+    );
+    assert_eq!(
+        refused(renamed, Some(old.clone())),
+        "spec.tasks: Forbidden: the tasks of an existing job cannot be added, removed or renamed (it has learner, x, the update has learner, y); keep the task names, or delete and re-create the job"
+    );
+    let added = job(
+        json!([{"type": "learner", "template": container()}, {"type": "none", "name": "x", "template": container()}, {"type": "evaluator", "template": container()}]),
+    );
+    assert!(refused(added, Some(old.clone())).contains("cannot be added, removed or renamed"));
+    // Reordering is no change: names, not positions, identify tasks.
+    let reordered = job(
+        json!([{"type": "none", "name": "x", "template": container()}, {"type": "learner", "template": container()}]),
+    );
+    let out = response(&answer(
+        review("UPDATE", reordered, Some(old.clone())),
+        check,
+    ));
+    assert_eq!(out["allowed"], true);
     assert_eq!(
         refused(retyped, Some(old)),
         "spec.tasks[1].type: Forbidden: task x is a none task and cannot become a collector task on an existing job; delete and re-create the job, or add a new task"

@@ -132,6 +132,17 @@ pub fn updates_are_checked(k: &Kubectl, ns: &str) {
         err.contains("the number of learner task is more than one"),
         "{err}"
     );
+    let err = k.fails(&[
+        "patch",
+        "dijob/edit",
+        "--type=json",
+        "-p",
+        r#"[{"op":"replace","path":"/spec/tasks/1/name","value":"renamed"}]"#,
+    ]);
+    assert!(
+        err.contains("spec.tasks: Forbidden: the tasks of an existing job cannot be added, removed or renamed (it has helper, learner, the update has learner, renamed)"),
+        "{err}"
+    );
     assert_eq!(
         jsonpath(&k, "dijob/edit", "{.spec.tasks[*].type}"),
         "learner none"
