@@ -9,12 +9,18 @@ use super::controller::{job_manifest, jsonpath, wait_phase};
 pub const VALIDATING: &str = "vdijob.diengine.opendilab.org";
 
 /// Webhook configurations named `name` that send DIJob creates and updates to a `diorch run`
-/// serving at `base_url` (`https://127.0.0.1:9443`), with `failure_policy`.
+/// serving at `base_url` (`https://127.0.0.1:9443`), with `failure_policy`: the README's
+/// `examples/webhook-local.yaml`, so the example cannot rot.
 pub fn local_configurations(name: &str, base_url: &str, failure_policy: &str) -> String {
-    let rules = "  rules:\n  - apiGroups: [diengine.opendilab.org]\n    apiVersions: [v2alpha1]\n    operations: [CREATE, UPDATE]\n    resources: [dijobs]\n  sideEffects: None\n  admissionReviewVersions: [v1]\n  timeoutSeconds: 5\n";
-    format!(
-        "apiVersion: admissionregistration.k8s.io/v1\nkind: MutatingWebhookConfiguration\nmetadata:\n  name: {name}\nwebhooks:\n- name: mdijob.diengine.opendilab.org\n  clientConfig:\n    url: {base_url}/mutate-diengine-opendilab-org-v2alpha1-dijob\n  failurePolicy: {failure_policy}\n{rules}---\napiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingWebhookConfiguration\nmetadata:\n  name: {name}\nwebhooks:\n- name: {VALIDATING}\n  clientConfig:\n    url: {base_url}/validate-diengine-opendilab-org-v2alpha1-dijob\n  failurePolicy: {failure_policy}\n{rules}"
-    )
+    let example = std::fs::read_to_string(super::repo_root().join("examples/webhook-local.yaml"))
+        .expect("examples/webhook-local.yaml");
+    example
+        .replace("https://127.0.0.1:PORT", base_url)
+        .replace(
+            "failurePolicy: Fail",
+            &format!("failurePolicy: {failure_policy}"),
+        )
+        .replace("  name: diorch\n", &format!("  name: {name}\n"))
 }
 
 /// Invalid jobs, each with the message its refusal must carry. The CRD's CEL rules refuse
@@ -71,6 +77,12 @@ pub fn invalid_jobs_are_refused(k: &Kubectl, ns: &str) {
             assert!(err.contains(&message), "expected {message:?} in: {err}");
         }
     }
+    let example = super::repo_root().join("examples/invalid-two-collectors.yaml");
+    let err = k.fails(&["apply", "-f", &example.display().to_string()]);
+    assert!(
+        err.contains("the number of collector task is more than one"),
+        "{err}"
+    );
     assert_eq!(k.ok(&["get", "dijobs", "-o", "name"]), "");
 }
 
