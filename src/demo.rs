@@ -1,5 +1,5 @@
-//! `diorch demo`: a guided first run on the sandbox. Installs the DIJob CRD, starts the operator
-//! in-process, submits DI-orchestrator's `atari-dqn-dist` sample (with sandbox annotations so
+//! `diorch demo`: a guided first run on the sandbox. Installs the DIJob CRD and the admission
+//! webhooks (by URL, with a fresh certificate), starts the operator in-process, submits DI-orchestrator's `atari-dqn-dist` sample (with sandbox annotations so
 //! its pods finish), prints the job's phases live until it completes, and tells the user what
 //! to run next with kubectl.
 //!
@@ -54,6 +54,56 @@ pub enum DemoError {
     Operator(String),
     #[error("the sample job did not complete within {0} s")]
     Timeout(u64),
+    #[error("cannot install the admission webhooks: {0}")]
+    Webhooks(String),
+}
+
+/// The webhook configurations of `examples/webhook-local.yaml`.
+const LOCAL_WEBHOOKS: &str = include_str!("../examples/webhook-local.yaml");
+
+/// Makes a certificate for 127.0.0.1 in `dir` and registers the webhooks of a local operator
+/// serving on `port`, trusting that certificate's CA, as `diorch webhook-cert` would.
+async fn install_webhooks(
+    client: &kube::Client,
+    port: u16,
+    dir: &std::path::Path,
+) -> Result<(), DemoError> {
+    use k8s_openapi::ByteString;
+    use k8s_openapi::api::admissionregistration::v1::{
+        MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+    };
+    let fail = |e: &dyn std::fmt::Display| DemoError::Webhooks(e.to_string());
+    let bundle =
+        crate::webhook::cert::generate(&["127.0.0.1".to_string()], 365).map_err(|e| fail(&e))?;
+    crate::webhook::cert::write_dir_bundle(dir, &bundle).map_err(|e| fail(&e))?;
+    let ca = Some(ByteString(bundle.ca.into_bytes()));
+    let docs: Vec<serde_json::Value> =
+        serde_saphyr::from_multiple(&LOCAL_WEBHOOKS.replace("PORT", &port.to_string()))
+            .map_err(|e| fail(&e))?;
+    for doc in docs {
+        if doc["kind"] == "MutatingWebhookConfiguration" {
+            let mut c: MutatingWebhookConfiguration =
+                serde_json::from_value(doc).map_err(|e| fail(&e))?;
+            for w in c.webhooks.iter_mut().flatten() {
+                w.client_config.ca_bundle = ca.clone();
+            }
+            Api::<MutatingWebhookConfiguration>::all(client.clone())
+                .create(&PostParams::default(), &c)
+                .await
+                .map_err(|e| fail(&e))?;
+        } else {
+            let mut c: ValidatingWebhookConfiguration =
+                serde_json::from_value(doc).map_err(|e| fail(&e))?;
+            for w in c.webhooks.iter_mut().flatten() {
+                w.client_config.ca_bundle = ca.clone();
+            }
+            Api::<ValidatingWebhookConfiguration>::all(client.clone())
+                .create(&PostParams::default(), &c)
+                .await
+                .map_err(|e| fail(&e))?;
+        }
+    }
+    Ok(())
 }
 
 /// Parses the bundled sample and adds the sandbox annotations that make its workers finish.
@@ -97,6 +147,15 @@ pub async fn run(sandbox: &RunningSandbox) -> Result<(), DemoError> {
         .map_err(|e| DemoError::CrdNotEstablished(e.to_string()))?;
     say!("installed CRD {crd_name}");
 
+    // The webhook's URL must name its port before the operator binds it: take a free one.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .map_err(|e| DemoError::Webhooks(e.to_string()))?;
+    let certs = std::env::temp_dir().join(format!("diorch-demo-{}-certs", std::process::id()));
+    install_webhooks(&client, port, &certs).await?;
+    let webhook_addr = format!("127.0.0.1:{port}");
+    let cert_dir = certs.display().to_string();
     let args = DemoOperator::try_parse_from([
         "demo",
         "--metric-addr",
@@ -106,7 +165,9 @@ pub async fn run(sandbox: &RunningSandbox) -> Result<(), DemoError> {
         "--server-bind-address",
         "127.0.0.1:0",
         "--webhook-addr",
-        "0",
+        &webhook_addr,
+        "--webhook-cert-dir",
+        &cert_dir,
     ])
     .map_err(|e| DemoError::Operator(e.to_string()))?
     .args;
@@ -119,7 +180,21 @@ pub async fn run(sandbox: &RunningSandbox) -> Result<(), DemoError> {
             tracing::error!(%error, "the operator stopped");
         }
     });
-    say!("started the diorch operator");
+    // The sample goes through the webhooks: submit it once they listen.
+    let listening = async {
+        while tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_err()
+        {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(30), listening)
+        .await
+        .map_err(|_| {
+            DemoError::Webhooks(format!("nothing listens on {webhook_addr} after 30 s"))
+        })?;
+    say!("started the diorch operator (admission webhooks on https://{webhook_addr})");
 
     let job = sample_job()?;
     let name = job.metadata.name.clone().unwrap_or_default();
@@ -152,6 +227,9 @@ pub async fn run(sandbox: &RunningSandbox) -> Result<(), DemoError> {
     say!("  kubectl get pods -l diengine/job={name} -o wide");
     say!("  kubectl get nodes -o wide");
     say!("  kubectl apply -f examples/di-orchestrator-samples/dijob-serial.yaml");
+    say!(
+        "  kubectl apply -f examples/invalid-two-collectors.yaml   # refused by the admission webhook"
+    );
     say!();
     say!("the sandbox runs until Ctrl-C");
     Ok(())

@@ -153,6 +153,13 @@ fn demo_runs_the_sample_job_to_success_with_the_operator_in_process() {
     ]);
     assert!(tasks.starts_with("1 1 2 "), "{tasks}");
     assert!(tasks.contains("sandbox.diorch.io/exit-after"), "{tasks}");
+    // The demo installed the admission webhooks: the invalid example it suggests is refused.
+    let example = common::repo_root().join("examples/invalid-two-collectors.yaml");
+    let err = k.fails(&["apply", "-f", &example.display().to_string()]);
+    assert!(
+        err.contains("admission webhook \"vdijob.diengine.opendilab.org\" denied the request: spec.tasks[1].type: the number of collector task is more than one"),
+        "{err}"
+    );
 }
 
 #[test]

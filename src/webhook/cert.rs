@@ -445,7 +445,7 @@ fn read_dir_bundle(dir: &Path) -> Option<Bundle> {
 
 /// Writes each file beside its final name and renames it, so a server re-reading the
 /// directory sees whole files (a key from the old pair is refused as a mismatch and retried).
-fn write_dir_bundle(dir: &Path, bundle: &Bundle) -> Result<(), CertError> {
+pub fn write_dir_bundle(dir: &Path, bundle: &Bundle) -> Result<(), CertError> {
     let io = |what: String| move |source| CertError::Io { what, source };
     std::fs::create_dir_all(dir).map_err(io(format!("cannot create {}", dir.display())))?;
     for (file, content, private) in [

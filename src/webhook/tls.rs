@@ -138,14 +138,13 @@ impl ReloadingCert {
         Ok(certified)
     }
 
-    /// Re-reads the files every `period` until the process ends, logging each change once.
-    pub async fn watch(self: Arc<Self>, period: Duration, metrics: Option<Arc<Metrics>>) {
-        let mut last_error = String::new();
-        loop {
+    /// One reload, logged (errors only when they differ from `last_error`).
+    fn check(&self, metrics: Option<&Metrics>, last_error: &mut String) {
+        {
             match self.reload() {
                 Ok(Reload::Loaded) => {
                     info!(certificate = %self.cert_path.display(), "webhook serving certificate loaded");
-                    if let Some(m) = &metrics {
+                    if let Some(m) = metrics {
                         m.admission.certificate_loads.inc();
                     }
                     last_error.clear();
@@ -153,17 +152,16 @@ impl ReloadingCert {
                 Ok(Reload::Unchanged) => {}
                 Err(error) => {
                     let text = error.to_string();
-                    if text != last_error {
+                    if text != *last_error {
                         if self.is_loaded() {
                             warn!(%error, "cannot load the new webhook certificate; still serving the previous one");
                         } else {
                             warn!(%error, "no webhook serving certificate yet; TLS handshakes fail until one is readable");
                         }
-                        last_error = text;
+                        *last_error = text;
                     }
                 }
             }
-            tokio::time::sleep(period).await;
         }
     }
 }
@@ -197,7 +195,19 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), TlsError> {
     let cert = ReloadingCert::new(dir);
-    let watcher = tokio::spawn(cert.clone().watch(reload_period, metrics));
+    // Loaded before the first connection is accepted; then re-read every period.
+    let mut last_error = String::new();
+    cert.check(metrics.as_deref(), &mut last_error);
+    let watcher = tokio::spawn({
+        let cert = cert.clone();
+        async move {
+            let mut last_error = last_error;
+            loop {
+                tokio::time::sleep(reload_period).await;
+                cert.check(metrics.as_deref(), &mut last_error);
+            }
+        }
+    });
     let config = axum_server::tls_rustls::RustlsConfig::from_config(Arc::new(server_config(cert)?));
     listener.set_nonblocking(true).map_err(TlsError::Serve)?;
     let handle = axum_server::Handle::new();
