@@ -203,3 +203,69 @@ fn with_the_webhook_down_fail_refuses_and_ignore_leaves_it_to_the_controller() {
     foundation::create_namespace(&k, "fallback");
     scenario::validation_cases(&k, "fallback");
 }
+
+#[test]
+fn webhook_cert_keeps_its_secret_while_valid_and_replaces_it_when_asked() {
+    let sandbox = SandboxProcess::start(&["--nodes", "1"]);
+    let k = sandbox.kubectl();
+    foundation::create_namespace(&k, "diorch-system");
+    let run = |extra: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_diorch"))
+            .args(["webhook-cert", "--kubeconfig"])
+            .arg(&sandbox.kubeconfig)
+            .args(extra)
+            .output()
+            .expect("run diorch webhook-cert");
+        (
+            out.status.success(),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        )
+    };
+    // Without webhook configurations it stops with the fix, after storing the certificate.
+    let (ok, out) = run(&[]);
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains("no MutatingWebhookConfiguration or ValidatingWebhookConfiguration named \"diorch\": apply the webhook configurations (deploy/) first"),
+        "{out}"
+    );
+    k.ok_stdin(
+        &["apply", "-f", "-"],
+        &admission::local_configurations("diorch", "https://127.0.0.1:1", "Fail"),
+    );
+    let (ok, out) = run(&[]);
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("secret diorch-system/diorch-webhook-cert: kept"),
+        "{out}"
+    );
+    let secret = |path: &str| {
+        k.ok(&[
+            "get",
+            "secret",
+            "-n",
+            "diorch-system",
+            "diorch-webhook-cert",
+            "-o",
+            &format!("jsonpath={path}"),
+        ])
+    };
+    assert_eq!(secret("{.type}"), "kubernetes.io/tls");
+    let ca = secret("{.data.ca\\.crt}");
+    assert!(!ca.is_empty() && !secret("{.data.tls\\.key}").is_empty());
+    // caBundle carries the Secret's CA (both base64 of the same PEM).
+    let bundle = k.ok(&[
+        "get",
+        "validatingwebhookconfiguration",
+        "diorch",
+        "-o",
+        "jsonpath={.webhooks[0].clientConfig.caBundle}",
+    ]);
+    assert_eq!(bundle, ca);
+    let (ok, out) = run(&["--renew-before-days", "400"]);
+    assert!(ok && out.contains("new certificate"), "{out}");
+    assert_ne!(secret("{.data.ca\\.crt}"), ca);
+}
