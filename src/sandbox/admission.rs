@@ -65,55 +65,50 @@ struct Hook {
     timeout: Duration,
 }
 
+/// The fields of MutatingWebhook and ValidatingWebhook the sandbox uses (both kinds share them;
+/// the configurations were checked against their types when written).
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct HookSpec {
+    name: String,
+    client_config: reg::WebhookClientConfig,
+    #[serde(default)]
+    rules: Vec<reg::RuleWithOperations>,
+    failure_policy: Option<String>,
+    namespace_selector: Option<LabelSelector>,
+    object_selector: Option<LabelSelector>,
+    #[serde(default)]
+    side_effects: String,
+    timeout_seconds: Option<i32>,
+}
+
 fn hooks(store: &Store, phase: Phase) -> Vec<Hook> {
     let res = ResKey::new("admissionregistration.k8s.io", phase.plural());
     let (_, mut configs) = store.list(&res, None);
     // The apiserver calls configurations in name order, webhooks in list order.
-    configs.sort_by(|a, b| {
-        let name = |o: &Value| o.pointer("/metadata/name").cloned().unwrap_or_default();
-        name(a).to_string().cmp(&name(b).to_string())
-    });
-    let timeout = |s: Option<i32>| Duration::from_secs(s.unwrap_or(10).clamp(1, 30) as u64);
-    let mut out = Vec::new();
-    for config in configs {
-        match phase {
-            Phase::Mutating => {
-                let Ok(c) =
-                    serde_json::from_value::<reg::MutatingWebhookConfiguration>((*config).clone())
-                else {
-                    continue;
-                };
-                out.extend(c.webhooks.unwrap_or_default().into_iter().map(|w| Hook {
-                    name: w.name,
-                    client_config: w.client_config,
-                    rules: w.rules.unwrap_or_default(),
-                    failure_policy: w.failure_policy.unwrap_or_else(|| "Fail".into()),
-                    namespace_selector: w.namespace_selector,
-                    object_selector: w.object_selector,
-                    side_effects: w.side_effects,
-                    timeout: timeout(w.timeout_seconds),
-                }));
-            }
-            Phase::Validating => {
-                let Ok(c) = serde_json::from_value::<reg::ValidatingWebhookConfiguration>(
-                    (*config).clone(),
-                ) else {
-                    continue;
-                };
-                out.extend(c.webhooks.unwrap_or_default().into_iter().map(|w| Hook {
-                    name: w.name,
-                    client_config: w.client_config,
-                    rules: w.rules.unwrap_or_default(),
-                    failure_policy: w.failure_policy.unwrap_or_else(|| "Fail".into()),
-                    namespace_selector: w.namespace_selector,
-                    object_selector: w.object_selector,
-                    side_effects: w.side_effects,
-                    timeout: timeout(w.timeout_seconds),
-                }));
-            }
-        }
-    }
-    out
+    let name = |o: &Value| {
+        o.pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string()
+    };
+    configs.sort_by_key(|c| name(c));
+    configs
+        .iter()
+        .filter_map(|c| c.get("webhooks").cloned())
+        .filter_map(|w| serde_json::from_value::<Vec<HookSpec>>(w).ok())
+        .flatten()
+        .map(|w| Hook {
+            name: w.name,
+            client_config: w.client_config,
+            rules: w.rules,
+            failure_policy: w.failure_policy.unwrap_or_else(|| "Fail".into()),
+            namespace_selector: w.namespace_selector,
+            object_selector: w.object_selector,
+            side_effects: w.side_effects,
+            timeout: Duration::from_secs(w.timeout_seconds.unwrap_or(10).clamp(1, 30) as u64),
+        })
+        .collect()
 }
 
 /// Runs the phase's matching webhooks on `object` (view form). Mutating webhooks may change

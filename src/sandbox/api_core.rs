@@ -151,6 +151,15 @@ pub struct Api {
     ips: Mutex<IpPool>,
 }
 
+/// (group, version, plural): the key of a custom resource version's schema and rules.
+fn version_key(info: &ResourceInfo) -> (String, String, String) {
+    (
+        info.group.clone(),
+        info.version.clone(),
+        info.plural.clone(),
+    )
+}
+
 fn meta_str<'a>(obj: &'a Value, field: &str) -> &'a str {
     obj.get("metadata")
         .and_then(|m| m.get(field))
@@ -340,11 +349,7 @@ impl Api {
         self.schemas
             .read()
             .unwrap_or_else(|p| p.into_inner())
-            .get(&(
-                info.group.clone(),
-                info.version.clone(),
-                info.plural.clone(),
-            ))
+            .get(&version_key(info))
             .cloned()
     }
 
@@ -674,11 +679,7 @@ impl Api {
             .cel
             .read()
             .unwrap_or_else(|p| p.into_inner())
-            .get(&(
-                info.group.clone(),
-                info.version.clone(),
-                info.plural.clone(),
-            ))
+            .get(&version_key(info))
             .cloned();
         let Some(rules) = rules else {
             return Ok(());
@@ -1036,24 +1037,10 @@ impl Api {
                 .as_ref()
                 .and_then(|c| cel::CelRules::compile(&c.schema))
             {
-                cel_rules.insert(
-                    (
-                        info.group.clone(),
-                        info.version.clone(),
-                        info.plural.clone(),
-                    ),
-                    Arc::new(rules),
-                );
+                cel_rules.insert(version_key(&info), Arc::new(rules));
             }
             if let Some(s) = schema {
-                schemas.insert(
-                    (
-                        info.group.clone(),
-                        info.version.clone(),
-                        info.plural.clone(),
-                    ),
-                    s,
-                );
+                schemas.insert(version_key(&info), s);
             }
             infos.push(info);
         }

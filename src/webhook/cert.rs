@@ -10,19 +10,15 @@
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
+use base64::Engine;
 use k8s_openapi::ByteString;
-use k8s_openapi::api::admissionregistration::v1::{
-    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
-};
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, ObjectMeta, PostParams};
-use kube::{Client, Resource};
+use kube::Client;
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ObjectMeta, PostParams};
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
     KeyUsagePurpose,
 };
-use serde::Serialize;
-use serde::de::DeserializeOwned;
 
 /// Why the certificate could not be made or installed.
 #[derive(Debug, thiserror::Error)]
@@ -300,39 +296,28 @@ pub async fn run(client: Client, args: &CertArgs) -> Result<Report, CertError> {
             bundle
         }
     };
-    let ca = ByteString(bundle.ca.into_bytes());
+    let ca = base64::engine::general_purpose::STANDARD.encode(bundle.ca.as_bytes());
     let mut found = 0;
-    let mutating: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
-    if let Some(n) = patch_ca(&mutating, &args.webhook_configuration, &ca, |c| {
-        c.webhooks
-            .iter_mut()
-            .flatten()
-            .map(|w| &mut w.client_config.ca_bundle)
-            .collect()
-    })
-    .await?
-    {
-        found += 1;
-        report.push(format!(
-            "mutatingwebhookconfiguration {}: caBundle {n}",
-            args.webhook_configuration
-        ));
-    }
-    let validating: Api<ValidatingWebhookConfiguration> = Api::all(client);
-    if let Some(n) = patch_ca(&validating, &args.webhook_configuration, &ca, |c| {
-        c.webhooks
-            .iter_mut()
-            .flatten()
-            .map(|w| &mut w.client_config.ca_bundle)
-            .collect()
-    })
-    .await?
-    {
-        found += 1;
-        report.push(format!(
-            "validatingwebhookconfiguration {}: caBundle {n}",
-            args.webhook_configuration
-        ));
+    for (kind, plural) in [
+        (
+            "MutatingWebhookConfiguration",
+            "mutatingwebhookconfigurations",
+        ),
+        (
+            "ValidatingWebhookConfiguration",
+            "validatingwebhookconfigurations",
+        ),
+    ] {
+        let gvk = GroupVersionKind::gvk("admissionregistration.k8s.io", "v1", kind);
+        let api: Api<DynamicObject> = Api::all_with(
+            client.clone(),
+            &ApiResource::from_gvk_with_plural(&gvk, plural),
+        );
+        let what = format!("{} {}", kind.to_lowercase(), args.webhook_configuration);
+        if let Some(n) = patch_ca(&api, &args.webhook_configuration, &ca, &what).await? {
+            found += 1;
+            report.push(format!("{what}: caBundle {n}"));
+        }
     }
     if found == 0 {
         return Err(CertError::NoConfiguration(
@@ -476,19 +461,14 @@ fn write_private(path: &Path, content: &[u8], private: bool) -> std::io::Result<
     options.open(path)?.write_all(content)
 }
 
-/// Sets `caBundle` of every webhook in the named configuration, retrying on conflicts.
-/// `None` when no such configuration exists; otherwise how the field changed.
-async fn patch_ca<K>(
-    api: &Api<K>,
+/// Sets `caBundle` (base64, as on the wire) of every webhook in the named configuration,
+/// retrying on conflicts. `None` when no such configuration exists; otherwise what changed.
+async fn patch_ca(
+    api: &Api<DynamicObject>,
     name: &str,
-    ca: &ByteString,
-    bundles: impl Fn(&mut K) -> Vec<&mut Option<ByteString>>,
-) -> Result<Option<String>, CertError>
-where
-    K: Resource + Clone + DeserializeOwned + Serialize + std::fmt::Debug,
-    K::DynamicType: Default,
-{
-    let what = format!("{} {name}", K::kind(&Default::default()).to_lowercase());
+    ca: &str,
+    what: &str,
+) -> Result<Option<String>, CertError> {
     for _ in 0..3 {
         let Some(mut config) = api.get_opt(name).await.map_err(|source| CertError::Kube {
             what: format!("cannot read {what}"),
@@ -497,14 +477,22 @@ where
         else {
             return Ok(None);
         };
-        let fields = bundles(&mut config);
-        let count = fields.len();
-        let stale = fields.iter().filter(|f| f.as_ref() != Some(ca)).count();
+        let webhooks = config
+            .data
+            .get_mut("webhooks")
+            .and_then(serde_json::Value::as_array_mut);
+        let mut count = 0;
+        let mut stale = 0;
+        for webhook in webhooks.into_iter().flatten() {
+            count += 1;
+            let field = &mut webhook["clientConfig"]["caBundle"];
+            if field.as_str() != Some(ca) {
+                stale += 1;
+                *field = serde_json::Value::from(ca);
+            }
+        }
         if stale == 0 {
             return Ok(Some(format!("already current ({count} webhooks)")));
-        }
-        for f in fields {
-            *f = Some(ca.clone());
         }
         match api.replace(name, &PostParams::default(), &config).await {
             Ok(_) => return Ok(Some(format!("patched ({stale} of {count} webhooks)"))),
@@ -517,7 +505,7 @@ where
             }
         }
     }
-    Err(CertError::Conflict(what))
+    Err(CertError::Conflict(what.to_string()))
 }
 
 #[cfg(test)]
