@@ -302,10 +302,12 @@ pub fn plan(job: &DIJob, observed: &Observed<'_>, ctx: &BuildContext, now: &Time
     };
     if phase.is_some_and(Phase::is_terminal) {
         out.terminal(&owned, service);
+    } else if let Err(invalid) = validate::validate(job) {
+        // Judged on the effective names, before any defaulting patch: a patch of an invalid job
+        // could be refused by the validating webhook and would then never let it fail.
+        out.transition(Phase::Failed, "JobFailed", invalid.message);
     } else if let Some(patch) = validate::task_name_defaults(job) {
         out.plan.spec_patch = Some(patch);
-    } else if let Err(invalid) = validate::validate(job) {
-        out.transition(Phase::Failed, "JobFailed", invalid.message);
     } else {
         out.active(&owned, observed);
     }
@@ -2383,6 +2385,27 @@ mod tests {
         assert_eq!(
             (plan.status, plan.transition, plan.actions.len()),
             (None, None, 0)
+        );
+    }
+
+    #[test]
+    fn an_invalid_job_fails_without_a_defaulting_patch() {
+        // Two unnamed collectors: naming them would be refused by the validating webhook.
+        let job = job_with(
+            json!({"tasks": [{"type": "collector", "template": {}}, {"type": "collector", "template": {}}]}),
+        );
+        let plan = plan(&job, &Observed::default(), &BuildContext::default(), &t(0));
+        assert!(plan.spec_patch.is_none());
+        let status = plan.status.expect("status");
+        assert_eq!(status.phase, Some(Phase::Failed));
+        assert!(
+            status
+                .conditions
+                .iter()
+                .flatten()
+                .any(|c| c.message.as_deref()
+                    == Some("the number of collector task is more than one")),
+            "{status:?}"
         );
     }
 
