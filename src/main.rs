@@ -21,6 +21,8 @@ struct Cli {
     command: Command,
 }
 
+// Parsed once per process: the size of the `run` variant costs nothing worth a Box.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
     /// Print the DIJob CustomResourceDefinition (YAML), e.g. `diorch crd | kubectl apply -f -`.

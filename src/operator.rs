@@ -177,6 +177,12 @@ pub struct RunArgs {
     /// `kubernetes.io/tls` Secret). Re-read when it changes, so rotation needs no restart.
     #[arg(long, default_value = "/tmp/k8s-webhook-server/serving-certs")]
     pub webhook_cert_dir: std::path::PathBuf,
+    /// The webhooks' certificate chain (PEM), if not `tls.crt` in `--webhook-cert-dir`.
+    #[arg(long)]
+    pub webhook_cert_file: Option<std::path::PathBuf>,
+    /// The webhooks' private key (PEM), if not `tls.key` in `--webhook-cert-dir`.
+    #[arg(long)]
+    pub webhook_key_file: Option<std::path::PathBuf>,
     /// Namespace whose ConfigMaps labelled `diorch.io/plugin` are loaded as plugins (the
     /// operator's own namespace when it runs in a pod).
     #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
@@ -344,13 +350,20 @@ pub async fn run(
             source,
         })?;
         let bound = listener.local_addr().unwrap_or(addr);
-        info!(address = %bound, certificates = %args.webhook_cert_dir.display(), "serving the admission webhooks over TLS");
-        let (dir, metrics) = (args.webhook_cert_dir.clone(), metrics.clone());
+        let mut files = crate::webhook::tls::CertFiles::in_dir(&args.webhook_cert_dir);
+        if let Some(cert) = &args.webhook_cert_file {
+            files.cert = cert.clone();
+        }
+        if let Some(key) = &args.webhook_key_file {
+            files.key = key.clone();
+        }
+        info!(address = %bound, certificate = %files.cert.display(), key = %files.key.display(), "serving the admission webhooks over TLS");
+        let metrics = metrics.clone();
         tokio::spawn(async move {
             let router = crate::webhook::router(Some(metrics.clone()));
             let served = crate::webhook::tls::serve(
                 listener,
-                &dir,
+                files,
                 WEBHOOK_CERT_RELOAD,
                 router,
                 Some(metrics),

@@ -44,6 +44,23 @@ pub enum TlsError {
     Serve(#[source] std::io::Error),
 }
 
+/// Where the PEM certificate chain and private key are.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CertFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+impl CertFiles {
+    /// `tls.crt` and `tls.key` in `dir`.
+    pub fn in_dir(dir: &Path) -> CertFiles {
+        CertFiles {
+            cert: dir.join("tls.crt"),
+            key: dir.join("tls.key"),
+        }
+    }
+}
+
 /// The serving certificate, swapped in whole when its files change.
 pub struct ReloadingCert {
     cert_path: PathBuf,
@@ -76,9 +93,14 @@ impl ReloadingCert {
     /// Certificates from `dir/tls.crt` and `dir/tls.key` (the layout of a `kubernetes.io/tls`
     /// Secret mounted as a volume). Nothing is read yet.
     pub fn new(dir: &Path) -> Arc<ReloadingCert> {
+        ReloadingCert::from_files(CertFiles::in_dir(dir))
+    }
+
+    /// Certificates from the given files. Nothing is read yet.
+    pub fn from_files(files: CertFiles) -> Arc<ReloadingCert> {
         Arc::new(ReloadingCert {
-            cert_path: dir.join("tls.crt"),
-            key_path: dir.join("tls.key"),
+            cert_path: files.cert,
+            key_path: files.key,
             current: ArcSwapOption::empty(),
             seen: Mutex::new(None),
         })
@@ -184,17 +206,17 @@ pub fn server_config(cert: Arc<ReloadingCert>) -> Result<rustls::ServerConfig, T
     Ok(config)
 }
 
-/// Serves `router` over TLS on `listener` until `shutdown` resolves, with the certificate in
-/// `dir` re-read every `reload_period`.
+/// Serves `router` over TLS on `listener` until `shutdown` resolves, with the certificate
+/// `files` re-read every `reload_period`.
 pub async fn serve(
     listener: std::net::TcpListener,
-    dir: &Path,
+    files: CertFiles,
     reload_period: Duration,
     router: Router,
     metrics: Option<Arc<Metrics>>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), TlsError> {
-    let cert = ReloadingCert::new(dir);
+    let cert = ReloadingCert::from_files(files);
     // Loaded before the first connection is accepted; then re-read every period.
     let mut last_error = String::new();
     cert.check(metrics.as_deref(), &mut last_error);
@@ -303,7 +325,7 @@ mod tests {
         tokio::spawn(async move {
             serve(
                 listener,
-                &path,
+                CertFiles::in_dir(&path),
                 Duration::from_millis(50),
                 crate::webhook::router(None),
                 None,
