@@ -48,6 +48,7 @@ async fn main() -> anyhow::Result<()> {
         client.clone(),
         "default",
         registry.clone(),
+        diorch::leader::Leadership::always(),
         async move {
             let _ = stopped.await;
         },

@@ -5,6 +5,7 @@ pub mod api;
 pub mod controller;
 pub mod demo;
 pub mod events;
+pub mod leader;
 pub mod metrics;
 pub mod operator;
 pub mod plugin;

@@ -264,6 +264,8 @@ pub struct Metrics {
     pub allocator: AllocatorMetrics,
     pub plugin: PluginMetrics,
     pub admission: AdmissionMetrics,
+    /// 1 while this replica holds the leader lease (always, without leader election).
+    pub leader: Gauge,
     ready: AtomicBool,
 }
 
@@ -376,8 +378,15 @@ impl Metrics {
             "Serving certificates loaded for the admission webhooks (start and rotations)",
             admission.certificate_loads.clone(),
         );
+        let leader = Gauge::default();
+        registry.register(
+            "leader",
+            "1 while this replica leads (reconciles and allocates), 0 while it stands by",
+            leader.clone(),
+        );
         Metrics {
             registry,
+            leader,
             controller,
             server,
             allocator,

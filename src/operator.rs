@@ -60,6 +60,12 @@ pub enum OperatorError {
         #[source]
         source: std::io::Error,
     },
+    #[error(transparent)]
+    LeaderElection(#[from] crate::leader::LeaderError),
+    #[error(
+        "lost the leader lease; stopped so that no write follows (the pod restarts as a standby)"
+    )]
+    LostLease,
 }
 
 /// Where to find the cluster.
@@ -216,6 +222,8 @@ pub struct RunArgs {
     /// schedulerName of the gang scheduler (default: `volcano`, `scheduler-plugins-scheduler`).
     #[arg(long, requires = "gang_scheduler")]
     pub gang_scheduler_name: Option<String>,
+    #[command(flatten)]
+    pub leader: crate::leader::LeaderArgs,
 }
 
 /// The built-in policies.
@@ -261,6 +269,7 @@ impl RunArgs {
                 default_policy: self.default_policy.clone(),
                 optimize_period: self.optimize_period,
                 min_reschedule_interval: self.min_reschedule_interval,
+                ..crate::allocator::Settings::default()
             },
             ..Settings::default()
         }
@@ -376,28 +385,41 @@ pub async fn run(
         });
     }
     let client = conn.client.clone();
+    let mut election = if args.leader.leader_elect {
+        crate::leader::Election::start(client.clone(), &args.leader, crate::leader::identity())
+            .await?
+    } else {
+        crate::leader::Election::none()
+    };
+    let leadership = election.leadership.clone();
+    {
+        let (leadership, metrics) = (leadership.clone(), metrics.clone());
+        tokio::spawn(async move {
+            leadership.acquired().await;
+            metrics.leader.set(1);
+        });
+    }
     let (stop_plugins, plugins_stopped) = tokio::sync::oneshot::channel::<()>();
     {
-        let (client, namespace, plugins) = (
+        let (client, namespace, plugins, leadership) = (
             client.clone(),
             args.plugin_namespace.clone(),
             plugins.clone(),
+            leadership.clone(),
         );
         info!(namespace = %namespace, "loading plugins from ConfigMaps labelled diorch.io/plugin");
         tokio::spawn(async move {
-            crate::plugin::watch::run(client, &namespace, plugins, async {
+            crate::plugin::watch::run(client, &namespace, plugins, leadership, async {
                 let _ = plugins_stopped.await;
             })
             .await;
         });
     }
-    let (caches, controller) = executor::start(
-        conn.client,
-        args.settings(),
-        metrics.clone(),
-        plugins,
-        shutdown,
-    );
+    let mut settings = args.settings();
+    settings.leader = leadership.clone();
+    settings.allocator.leader = leadership;
+    let (caches, controller) =
+        executor::start(conn.client, settings, metrics.clone(), plugins, shutdown);
     if let Some(addr) = args.server_bind_address.0 {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
@@ -422,8 +444,14 @@ pub async fn run(
             }
         });
     }
-    controller.await;
+    // A shutdown signal drains the controller (in-flight reconciles finish); a lost lease
+    // stops everything at once.
+    tokio::select! {
+        () = controller => {}
+        () = election.lost() => return Err(OperatorError::LostLease),
+    }
     let _ = stop_plugins.send(());
+    election.release().await;
     info!("shut down");
     Ok(())
 }

@@ -112,6 +112,7 @@ async fn configmaps_load_swap_keep_last_good_and_unload() {
         client.clone(),
         "default",
         registry.clone(),
+        diorch::leader::Leadership::always(),
         async move {
             let _ = stop_rx.await;
         },

@@ -606,12 +606,54 @@ fn kubectl_end_to_end() {
         "edited"
     );
 
-    // Server-side apply is refused with 415.
-    let ssa = k.fails_stdin(
+    // Server-side apply: creates, records the manager, refuses another manager's change of an
+    // applied field until --force-conflicts.
+    k.ok_stdin(
         &["apply", "--server-side", "-f", "-"],
-        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ssa\n",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ssa\ndata:\n  a: one\n",
     );
-    assert!(ssa.contains("server-side apply"), "{ssa}");
+    assert_eq!(
+        k.ok(&[
+            "get",
+            "cm",
+            "ssa",
+            "--show-managed-fields",
+            "-o",
+            "jsonpath={.metadata.managedFields[0].manager}"
+        ]),
+        "kubectl"
+    );
+    let conflict = k.fails_stdin(
+        &[
+            "apply",
+            "--server-side",
+            "--field-manager",
+            "other",
+            "-f",
+            "-",
+        ],
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ssa\ndata:\n  a: two\n",
+    );
+    assert!(
+        conflict.contains("conflict with \"kubectl\": .data.a"),
+        "{conflict}"
+    );
+    k.ok_stdin(
+        &[
+            "apply",
+            "--server-side",
+            "--field-manager",
+            "other",
+            "--force-conflicts",
+            "-f",
+            "-",
+        ],
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ssa\ndata:\n  a: two\n",
+    );
+    assert_eq!(
+        k.ok(&["get", "cm", "ssa", "-o", "jsonpath={.data.a}"]),
+        "two"
+    );
 
     // kubectl get -w streams Table rows.
     let mut watcher = std::process::Command::new("kubectl")

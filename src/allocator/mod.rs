@@ -53,6 +53,8 @@ pub struct Settings {
     pub optimize_period: Duration,
     /// A job is moved by re-planning at most once per this long.
     pub min_reschedule_interval: Duration,
+    /// Only the leader re-plans (a standby's proposals would never be carried out).
+    pub leader: crate::leader::Leadership,
 }
 
 impl Default for Settings {
@@ -61,6 +63,7 @@ impl Default for Settings {
             default_policy: None,
             optimize_period: Duration::from_secs(60),
             min_reschedule_interval: Duration::from_secs(300),
+            leader: crate::leader::Leadership::always(),
         }
     }
 }
@@ -389,6 +392,9 @@ impl Allocator {
             }
             if self.wait_until_ready().await.is_err() {
                 return;
+            }
+            if !self.settings.leader.is_leader() {
+                continue;
             }
             self.optimize_once().await;
         }

@@ -49,6 +49,8 @@ pub struct Settings {
     pub reporter: String,
     /// How preemptible jobs are placed.
     pub allocator: allocator::Settings,
+    /// Whether this replica leads: only the leader reconciles (the caches stay warm anyway).
+    pub leader: crate::leader::Leadership,
 }
 
 impl Default for Settings {
@@ -61,6 +63,7 @@ impl Default for Settings {
             concurrency: 16,
             reporter: labels::OPERATOR_NAME.to_string(),
             allocator: allocator::Settings::default(),
+            leader: crate::leader::Leadership::always(),
         }
     }
 }
@@ -317,10 +320,16 @@ pub fn start(
         }
     });
 
+    // Becoming the leader reconciles every job, skipped while standing by.
+    let acquired = {
+        let leader = settings.leader.clone();
+        futures::stream::once(async move { leader.acquired().await })
+    };
     let controller = Controller::for_stream(jobs, job_store)
         .owns_stream(pods)
         .owns_stream(services)
         .reconcile_on(retries)
+        .reconcile_all_on(acquired)
         .with_config(controller::Config::default().concurrency(settings.concurrency))
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
@@ -356,6 +365,10 @@ impl Context {
 }
 
 async fn reconcile(cached: Arc<CachedJob>, ctx: Arc<Context>) -> Result<Requeue, Error> {
+    if !ctx.settings.leader.is_leader() {
+        // A standby: every job is reconciled once it leads (`reconcile_all_on`).
+        return Ok(Requeue::await_change());
+    }
     let started = Instant::now();
     let job = cached;
     let result = match job.decode() {

@@ -176,6 +176,7 @@ pub async fn run(
     client: Client,
     namespace: &str,
     registry: Arc<PluginRegistry>,
+    leader: crate::leader::Leadership,
     shutdown: impl Future<Output = ()>,
 ) {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
@@ -193,6 +194,7 @@ pub async fn run(
         registry: &registry,
         recorder: &recorder,
         api: &writer,
+        leader: &leader,
     };
     let mut stream = std::pin::pin!(stream);
     let mut shutdown = std::pin::pin!(shutdown);
@@ -237,6 +239,8 @@ struct Ctx<'a> {
     registry: &'a PluginRegistry,
     recorder: &'a Recorder,
     api: &'a Api<ConfigMap>,
+    /// Every replica loads plugins; only the leader writes their status and Events.
+    leader: &'a crate::leader::Leadership,
 }
 
 /// The ConfigMap `name` is gone: unload what it served.
@@ -304,6 +308,9 @@ async fn apply(ctx: &Ctx<'_>, tracked: &mut BTreeMap<String, Tracked>, cm: &Conf
             .and_then(|s| s.sha256);
         StatusMeta::new(&outcome, serving.as_deref())
     });
+    if !ctx.leader.is_leader() {
+        return;
+    }
     if let Some(status) = status
         && !status.shown_by(cm)
     {

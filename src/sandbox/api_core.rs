@@ -22,6 +22,7 @@ use super::patch::{self, PatchType};
 use super::registry::{Registry, ResourceInfo};
 use super::schema::{self, FieldError, StructuralSchema};
 use super::selector::{self, FieldSelector, LabelSelector, ResourceOrigin};
+use super::ssa;
 use super::store::{ObjKey, ResKey, Store, StoreError, object_rv};
 
 /// How unknown fields in a write are treated (`fieldValidation`).
@@ -617,7 +618,11 @@ impl Api {
             _ => {}
         }
         if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
-            meta.remove("managedFields");
+            // managedFields are the server's: kept only as server-side apply writes them (an
+            // update that leaves them out keeps the stored ones, see prepare_for_update).
+            if !meta.get("managedFields").is_some_and(Value::is_array) {
+                meta.remove("managedFields");
+            }
             meta.remove("selfLink");
         }
         if info.group.is_empty() {
@@ -1101,8 +1106,8 @@ impl Api {
         opts: &WriteOptions,
     ) -> Result<Written, ApiError> {
         if patch_type == PatchType::Apply {
-            return Err(ApiError::unsupported_media_type(
-                "the diorch sandbox does not implement server-side apply (application/apply-patch+yaml); use client-side `kubectl apply` or a merge/strategic/JSON patch",
+            return Err(ApiError::bad_request(
+                "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch",
             ));
         }
         if patch_type == PatchType::StrategicMerge
@@ -1125,6 +1130,62 @@ impl Api {
                     details: status.get("details").cloned(),
                 }
             })
+        })
+    }
+
+    /// Server-side apply (`application/apply-patch+yaml`) by `manager`: creates the object or
+    /// merges the manager's intent into it, refusing to change fields other managers applied
+    /// unless `force` (see `ssa`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn apply(
+        &self,
+        info: &ResourceInfo,
+        ns: Option<&str>,
+        name: &str,
+        sub: Option<&str>,
+        body: &[u8],
+        manager: &str,
+        force: bool,
+        opts: &WriteOptions,
+    ) -> Result<Written, ApiError> {
+        let applied: Value = serde_json::from_slice(body)
+            .or_else(|_| serde_saphyr::from_slice(body))
+            .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
+        if !applied.is_object() {
+            return Err(ApiError::bad_request(
+                "the body of an apply patch must be an object",
+            ));
+        }
+        let now = now_rfc3339();
+        let conflict = |c: ssa::Conflicts| ApiError {
+            code: 409,
+            reason: "Conflict",
+            message: c.message(),
+            details: Some(json!({"causes": c.0.iter().map(|(m, f)| json!({
+                "reason": "FieldManagerConflict",
+                "message": format!("conflict with \"{m}\""),
+                "field": f,
+            })).collect::<Vec<_>>()})),
+        };
+        let res = storage_key(info);
+        if sub.is_none() && self.store.get(&res, &Self::key(ns, name)).is_none() {
+            let mut created = ssa::apply(None, &applied, manager, force, &now).map_err(conflict)?;
+            let meta = meta_mut(&mut created);
+            meta.insert("name".into(), json!(name));
+            if let Some(ns) = ns {
+                meta.insert("namespace".into(), json!(ns));
+            }
+            match self.create(info, ns, created, opts) {
+                // Lost a race with another create: apply to what won.
+                Err(e) if e.code == 409 && e.reason == "AlreadyExists" => {}
+                other => return other,
+            }
+        }
+        self.guaranteed_update(info, ns, name, sub, opts, false, &|current| {
+            let Some(current) = current else {
+                return Err(ApiError::not_found(&info.group, &info.plural, name));
+            };
+            ssa::apply(Some(current), &applied, manager, force, &now).map_err(conflict)
         })
     }
 
@@ -1295,6 +1356,14 @@ impl Api {
         current: &Value,
         new: &mut Value,
     ) -> Result<(), ApiError> {
+        if new
+            .pointer("/metadata/managedFields")
+            .and_then(Value::as_array)
+            .is_none_or(Vec::is_empty)
+            && let Some(fields) = current.pointer("/metadata/managedFields").cloned()
+        {
+            meta_mut(new).insert("managedFields".into(), fields);
+        }
         let status_write = sub == Some("status");
         if status_write {
             if info.is_custom() {

@@ -22,6 +22,7 @@ pub mod server;
 pub mod sim_loop;
 pub mod sim_pod;
 pub mod sim_sched;
+pub mod ssa;
 pub mod store;
 pub mod table;
 

@@ -848,6 +848,21 @@ fn patch(
         let e = super::patch::unsupported_media_type(&info.api_version(), &info.kind);
         return Err(ApiError::unsupported_media_type(e.to_string()));
     };
+    if pt == PatchType::Apply
+        && let Some(manager) = query.get("fieldManager").filter(|m| !m.is_empty())
+    {
+        let force = query.get("force") == Some("true");
+        return Ok(written(api.apply(
+            info,
+            ns,
+            name,
+            sub,
+            body,
+            manager,
+            force,
+            &query.write_options()?,
+        )?));
+    }
     Ok(written(api.patch(
         info,
         ns,

@@ -62,6 +62,28 @@ impl OperatorProcess {
         OperatorProcess { child, log }
     }
 
+    /// Sends SIGTERM (what Kubernetes sends a pod it stops) and waits up to `within` for the
+    /// exit; `None` if it did not exit by then (it is killed).
+    pub fn terminate(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+        let pid = self.child.id().to_string();
+        let sent = Command::new("kill").args(["-TERM", &pid]).status();
+        assert!(sent.is_ok_and(|s| s.success()), "kill -TERM {pid}");
+        let deadline = std::time::Instant::now() + within;
+        while std::time::Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        None
+    }
+
+    /// The exit status if the process has ended.
+    pub fn try_exit(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
     /// Kills the process at once (SIGKILL), as a crash or an evicted pod would end it.
     pub fn kill(mut self) {
         let _ = self.child.kill();
