@@ -17,8 +17,17 @@ use diorch::operator::{self, ClusterTarget};
     args_override_self = true
 )]
 struct Cli {
+    /// Log lines as `text` (human-readable) or `json` (one object per line, for log pipelines).
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "DIORCH_LOG_FORMAT")]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 // Parsed once per process: the size of the `run` variant costs nothing worth a Box.
@@ -150,15 +159,20 @@ macro_rules! say {
     }};
 }
 
-fn init_tracing() {
+fn init_tracing(format: LogFormat) {
     // kube's client logs every failed request at ERROR; the operator reports those itself.
     let filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new("info,kube_client::client::builder=off"));
-    tracing_subscriber::fmt()
+    let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => logs
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init(),
+        // Spans (the reconcile's job key) become fields of each line.
+        LogFormat::Json => logs.json().with_current_span(true).init(),
+    }
 }
 
 /// Resolves on Ctrl-C (SIGINT) or SIGTERM, what Kubernetes sends a pod it stops.
@@ -333,7 +347,7 @@ async fn replicas(server: &str, namespace: &str, action: ReplicasAction) -> anyh
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_tracing();
+    init_tracing(cli.log_format);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -51,6 +51,10 @@ pub struct ControllerMetrics {
     pub transitions: Family<PhaseLabels, Counter>,
     pub duration: Histogram,
     pub events_dropped: Counter,
+    /// Reconciles running now.
+    pub in_flight: Gauge,
+    /// DIJobs in the cache by phase (no phase yet: `Pending`), refreshed every few seconds.
+    pub jobs: Family<PhaseLabels, Gauge>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -285,7 +289,19 @@ impl Metrics {
             transitions: Family::default(),
             duration: Histogram::new(exponential_buckets(0.0005, 2.0, 14)),
             events_dropped: Counter::default(),
+            in_flight: Gauge::default(),
+            jobs: Family::default(),
         };
+        registry.register(
+            "reconciles_in_flight",
+            "DIJob reconciles running now (the controller's busy workers)",
+            controller.in_flight.clone(),
+        );
+        registry.register(
+            "jobs",
+            "DIJobs known to the operator by phase",
+            controller.jobs.clone(),
+        );
         registry.register(
             "reconciles",
             "DIJob reconciles by result",

@@ -1,6 +1,8 @@
-//! Two `diorch run --leader-elect` processes (the real binary) against the sandbox: exactly one
-//! reconciles; killing it hands the work to the other within the lease duration, with no pod
-//! duplicated or lost; SIGTERM releases the lease and exits 0.
+//! Production operations of the real `diorch run` against the sandbox. Two `--leader-elect`
+//! processes: exactly one reconciles; killing it hands the work to the other within the lease
+//! duration, with no pod duplicated or lost; SIGTERM releases the lease and exits 0; a lost
+//! lease stops the process. And what operators watch: JSON logs with the reconcile span, and
+//! the metrics.
 
 mod common;
 
@@ -172,4 +174,69 @@ fn a_leader_that_loses_its_lease_stops_at_once() {
         "{:#?}",
         leader.lines()
     );
+}
+
+/// `GET /metrics` over a plain TCP connection.
+fn scrape(addr: &str) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).expect("connect to /metrics");
+    write!(
+        stream,
+        "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .expect("request");
+    let mut out = String::new();
+    stream.read_to_string(&mut out).expect("response");
+    out
+}
+
+#[test]
+fn json_logs_carry_the_reconcile_span_and_metrics_show_leadership_and_phases() {
+    let sandbox = SandboxProcess::start(&["--nodes", "4", "--pod-start-delay", "100ms"]);
+    let k = sandbox.kubectl().in_namespace("default");
+    foundation::install_crd(&k);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("port");
+    let addr = format!("127.0.0.1:{port}");
+    let operator = OperatorProcess::start_with(
+        &sandbox.kubeconfig,
+        &[
+            "--log-format",
+            "json",
+            "--metric-addr",
+            &addr,
+            "--leader-elect",
+            "--leader-election-namespace",
+            "default",
+        ],
+    );
+    scenario::apply(&k, &scenario::standard_job("obs", ""));
+    scenario::wait_phase(&k, "obs", "Running");
+    let lines = operator.lines();
+    let reconciled = lines
+        .iter()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|v| v["fields"]["message"] == "reconciled" && v["span"]["job"] == "default/obs");
+    let line = reconciled.unwrap_or_else(|| panic!("no JSON reconcile line: {lines:#?}"));
+    assert_eq!(line["span"]["name"], "reconcile");
+    assert_eq!(line["level"], "INFO");
+    // Gauges refresh every few seconds.
+    let mut metrics = String::new();
+    wait_until("the jobs gauge", scenario::T, || {
+        metrics = scrape(&addr);
+        metrics.contains("diorch_jobs{phase=\"Running\"} 1")
+    });
+    for expected in [
+        "diorch_leader 1",
+        "diorch_jobs{phase=\"Failed\"} 0",
+        "# TYPE diorch_reconciles_in_flight gauge",
+        "diorch_reconciles_total{result=\"ok\"}",
+    ] {
+        assert!(
+            metrics.contains(expected),
+            "{expected} missing from:\n{metrics}"
+        );
+    }
 }

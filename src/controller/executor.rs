@@ -288,6 +288,41 @@ pub fn start(
         .reflect(svc_writer)
         .touched_objects();
 
+    // Jobs by phase, from the cache (no API call), for dashboards and alerts.
+    {
+        let (jobs, metrics) = (job_store.clone(), ctx.metrics.clone());
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(5));
+            loop {
+                tick.tick().await;
+                let mut counts: HashMap<&'static str, i64> = HashMap::new();
+                for job in jobs.state() {
+                    let phase = job
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.phase)
+                        .unwrap_or(crate::api::Phase::Pending);
+                    *counts.entry(phase.as_str()).or_default() += 1;
+                }
+                for phase in [
+                    "Pending",
+                    "Starting",
+                    "Running",
+                    "Restarting",
+                    "Rescheduling",
+                    "Succeeded",
+                    "Failed",
+                    "Unknown",
+                ] {
+                    metrics
+                        .controller
+                        .jobs
+                        .get_or_create(&PhaseLabels { phase })
+                        .set(counts.get(phase).copied().unwrap_or(0));
+                }
+            }
+        });
+    }
     let caches = ctx.caches.clone();
     // Reconciling from a half-filled pod cache would see a running job's pods as gone.
     let ready = ctx.clone();
@@ -371,13 +406,16 @@ async fn reconcile(cached: Arc<CachedJob>, ctx: Arc<Context>) -> Result<Requeue,
     }
     let started = Instant::now();
     let job = cached;
+    let span = tracing::info_span!("reconcile", job = %job_key(job.as_ref()));
+    ctx.metrics.controller.in_flight.inc();
     let result = match job.decode() {
-        Ok(typed) => reconcile_inner(&typed, &ctx).await,
+        Ok(typed) => tracing::Instrument::instrument(reconcile_inner(&typed, &ctx), span).await,
         Err(source) => Err(Error::Decode {
             job: job_key(job.as_ref()),
             source,
         }),
     };
+    ctx.metrics.controller.in_flight.dec();
     ctx.metrics
         .controller
         .duration
