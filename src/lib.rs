@@ -9,6 +9,7 @@ pub mod leader;
 pub mod metrics;
 pub mod operator;
 pub mod plugin;
+pub mod rbac;
 pub mod resources;
 pub mod sandbox;
 pub mod server;

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
 
-use diorch::operator::{self, ClusterTarget};
+use diorch::operator;
 
 #[derive(Parser)]
 #[command(
@@ -49,24 +49,16 @@ enum Command {
     },
     /// Run the operator against a cluster (the current kubeconfig context by default).
     Run {
-        /// Kubeconfig file to use instead of KUBECONFIG / ~/.kube/config / in-cluster config.
-        #[arg(long, env = "DIORCH_KUBECONFIG")]
-        kubeconfig: Option<PathBuf>,
-        /// Kubeconfig context to use.
-        #[arg(long)]
-        context: Option<String>,
+        #[command(flatten)]
+        cluster: operator::ClusterArgs,
         #[command(flatten)]
         args: operator::RunArgs,
     },
     /// Create (or keep, while valid) the admission webhooks' CA and serving certificate, store
     /// them in a Secret (or files), and patch the CA into the webhook configurations' caBundle.
     WebhookCert {
-        /// Kubeconfig file to use instead of KUBECONFIG / ~/.kube/config / in-cluster config.
-        #[arg(long, env = "DIORCH_KUBECONFIG")]
-        kubeconfig: Option<PathBuf>,
-        /// Kubeconfig context to use.
-        #[arg(long)]
-        context: Option<String>,
+        #[command(flatten)]
+        cluster: operator::ClusterArgs,
         #[command(flatten)]
         args: diorch::webhook::cert::CertArgs,
     },
@@ -227,29 +219,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Sandbox(args) => serve_sandbox(args, false).await,
         Command::Demo(args) => serve_sandbox(args, true).await,
         Command::Plugin { command } => diorch::plugin::cli::run(command).await,
-        Command::Run {
-            kubeconfig,
-            context,
-            args,
-        } => {
-            let conn = operator::connect(&ClusterTarget {
-                kubeconfig,
-                context,
-            })
-            .await?;
+        Command::Run { cluster, args } => {
+            let conn = operator::connect(&cluster.target()).await?;
             operator::run(conn, args, shutdown_signal()).await?;
             Ok(())
         }
-        Command::WebhookCert {
-            kubeconfig,
-            context,
-            args,
-        } => {
-            let conn = operator::connect(&ClusterTarget {
-                kubeconfig,
-                context,
-            })
-            .await?;
+        Command::WebhookCert { cluster, args } => {
+            let conn = operator::connect(&cluster.target()).await?;
             for line in diorch::webhook::cert::run(conn.client, &args).await? {
                 say!("{line}");
             }

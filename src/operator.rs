@@ -68,6 +68,26 @@ pub enum OperatorError {
     LostLease,
 }
 
+/// The flags that choose the cluster.
+#[derive(Clone, Debug, clap::Args)]
+pub struct ClusterArgs {
+    /// Kubeconfig file to use instead of KUBECONFIG / ~/.kube/config / in-cluster config.
+    #[arg(long, env = "DIORCH_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context to use.
+    #[arg(long)]
+    pub context: Option<String>,
+}
+
+impl ClusterArgs {
+    pub fn target(self) -> ClusterTarget {
+        ClusterTarget {
+            kubeconfig: self.kubeconfig,
+            context: self.context,
+        }
+    }
+}
+
 /// Where to find the cluster.
 #[derive(Clone, Debug, Default)]
 pub struct ClusterTarget {
@@ -317,6 +337,55 @@ pub fn parse_bind_address(s: &str) -> Result<BindAddress, String> {
         .map_err(|e| format!("invalid address {s:?} (e.g. :8080, 127.0.0.1:8080, 0): {e}"))
 }
 
+/// The configuration reference of `diorch run` as a Markdown table, rendered from the clap
+/// definitions (`docs/operations.md` embeds it; a test fails when it is stale).
+pub fn config_reference() -> String {
+    use clap::Args;
+    let command = RunArgs::augment_args(ClusterArgs::augment_args(clap::Command::new("run")));
+    let mut out = String::from("| flag | default | environment | what it does |\n|---|---|---|---|\n");
+    for arg in command.get_arguments() {
+        let Some(long) = arg.get_long() else { continue };
+        let takes_value = arg.get_action().takes_values();
+        let flag = if takes_value {
+            format!("`--{long} <{}>`", arg.get_id().as_str().to_uppercase())
+        } else {
+            format!("`--{long}`")
+        };
+        let defaults: Vec<String> = arg
+            .get_default_values()
+            .iter()
+            .map(|v| v.to_string_lossy().into_owned())
+            .collect();
+        let default = match (takes_value, defaults.is_empty()) {
+            (false, _) => "off".to_string(),
+            (true, true) => "–".to_string(),
+            (true, false) => format!("`{}`", defaults.join(",")),
+        };
+        let env = arg
+            .get_env()
+            .map(|e| format!("`{}`", e.to_string_lossy()))
+            .unwrap_or_else(|| "–".to_string());
+        let mut help = arg
+            .get_long_help()
+            .or_else(|| arg.get_help())
+            .map(|h| h.to_string())
+            .unwrap_or_default()
+            .replace('\n', " ")
+            .replace('|', "\\|");
+        let values: Vec<String> = arg
+            .get_possible_values()
+            .iter()
+            .filter(|v| !v.is_hide_set())
+            .map(|v| format!("`{}`", v.get_name()))
+            .collect();
+        if takes_value && !values.is_empty() {
+            help.push_str(&format!(" One of {}.", values.join(", ")));
+        }
+        out.push_str(&format!("| {flag} | {default} | {env} | {help} |\n"));
+    }
+    out
+}
+
 /// How often the webhook certificate files are checked for a rotation.
 const WEBHOOK_CERT_RELOAD: std::time::Duration = std::time::Duration::from_secs(2);
 
@@ -459,6 +528,34 @@ pub async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `docs/operations.md` embeds `config_reference()` between markers;
+    /// `DIORCH_BLESS=1 cargo test config_reference` rewrites it.
+    #[test]
+    fn the_config_reference_in_the_docs_is_current() {
+        const BEGIN: &str = "<!-- BEGIN GENERATED: diorch run --help -->\n";
+        const END: &str = "<!-- END GENERATED -->";
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/operations.md");
+        let doc = std::fs::read_to_string(&path).expect("docs/operations.md");
+        let start = doc.find(BEGIN).expect("begin marker") + BEGIN.len();
+        let end = doc[start..].find(END).expect("end marker") + start;
+        let want = config_reference();
+        if doc[start..end] != want {
+            if std::env::var_os("DIORCH_BLESS").is_some() {
+                let fresh = format!("{}{want}{}", &doc[..start], &doc[end..]);
+                std::fs::write(&path, fresh).expect("write docs/operations.md");
+            } else {
+                panic!(
+                    "docs/operations.md's configuration reference is stale: run `DIORCH_BLESS=1 cargo test --lib config_reference`"
+                );
+            }
+        }
+        // Every flag of `diorch run` is there, with its default.
+        for flag in ["--webhook-addr", "--leader-elect", "--plugin-deadline", "--kubeconfig"] {
+            assert!(want.contains(&format!("`{flag}")), "{flag} missing");
+        }
+        assert!(want.contains("| `--sync-period <SYNC_PERIOD>` | `1m` | – |"), "{want}");
+    }
 
     #[test]
     fn go_style_flags_parse() {

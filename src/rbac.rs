@@ -1,0 +1,282 @@
+//! The Kubernetes API permissions `diorch run` needs: one entry per (group, resource), with the
+//! verbs the code calls and where. `deploy/rbac.yaml` grants exactly these (a test compares the
+//! two both ways), and a scan of the source checks that every API handle the operator builds is
+//! for a resource listed here, and that every listed resource is used.
+//!
+//! Owns only this table; the installer-side tools (`diorch webhook-cert`, `plugin snapshot`) run
+//! with the installer's rights and are not part of it.
+
+/// Where a permission is granted: cluster-wide (ClusterRole) or in the operator's namespace
+/// (Role).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Scope {
+    Cluster,
+    Namespace,
+}
+
+/// One resource the operator calls, with the verbs it uses.
+#[derive(Clone, Copy, Debug)]
+pub struct Permission {
+    pub scope: Scope,
+    pub group: &'static str,
+    pub resource: &'static str,
+    pub verbs: &'static [&'static str],
+    /// Who calls it, for readers of the manifest.
+    pub used_by: &'static str,
+}
+
+/// Everything `diorch run` calls.
+pub const PERMISSIONS: &[Permission] = &[
+    Permission {
+        scope: Scope::Cluster,
+        group: "diengine.opendilab.org",
+        resource: "dijobs",
+        verbs: &["get", "list", "watch", "patch"],
+        used_by: "controller (watch, task-name defaults), replica API (re-read on conflict)",
+    },
+    Permission {
+        scope: Scope::Cluster,
+        group: "diengine.opendilab.org",
+        resource: "dijobs/status",
+        verbs: &["update", "patch"],
+        used_by: "controller (status), replica API (status.taskReplicas)",
+    },
+    Permission {
+        scope: Scope::Cluster,
+        group: "",
+        resource: "pods",
+        verbs: &["list", "watch", "create", "delete"],
+        used_by: "controller, allocator (usage)",
+    },
+    Permission {
+        scope: Scope::Cluster,
+        group: "",
+        resource: "services",
+        verbs: &["list", "watch", "create", "delete"],
+        used_by: "controller",
+    },
+    Permission {
+        scope: Scope::Cluster,
+        group: "",
+        resource: "nodes",
+        verbs: &["list", "watch"],
+        used_by: "allocator",
+    },
+    Permission {
+        scope: Scope::Cluster,
+        group: "scheduling.volcano.sh",
+        resource: "podgroups",
+        verbs: &["create", "patch"],
+        used_by: "controller (--gang-scheduler volcano)",
+    },
+    Permission {
+        scope: Scope::Cluster,
+        group: "scheduling.x-k8s.io",
+        resource: "podgroups",
+        verbs: &["create", "patch"],
+        used_by: "controller (--gang-scheduler scheduler-plugins)",
+    },
+    Permission {
+        scope: Scope::Cluster,
+        group: "events.k8s.io",
+        resource: "events",
+        verbs: &["create", "patch"],
+        used_by: "controller and plugin watcher (kube-runtime Recorder)",
+    },
+    Permission {
+        scope: Scope::Cluster,
+        group: "authentication.k8s.io",
+        resource: "tokenreviews",
+        verbs: &["create"],
+        used_by: "replica API (--server-auth kubernetes)",
+    },
+    Permission {
+        scope: Scope::Cluster,
+        group: "authorization.k8s.io",
+        resource: "subjectaccessreviews",
+        verbs: &["create"],
+        used_by: "replica API (--server-auth kubernetes)",
+    },
+    Permission {
+        scope: Scope::Namespace,
+        group: "",
+        resource: "configmaps",
+        verbs: &["list", "watch", "patch"],
+        used_by: "plugin watcher (load, status labels)",
+    },
+    Permission {
+        scope: Scope::Namespace,
+        group: "coordination.k8s.io",
+        resource: "leases",
+        verbs: &["get", "create", "update", "patch"],
+        used_by: "leader election (kube-lease-manager)",
+    },
+];
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+    use std::path::Path;
+
+    use serde_json::Value;
+
+    use super::*;
+
+    type Grant = (Scope, String, String, String);
+
+    fn table() -> BTreeSet<Grant> {
+        PERMISSIONS
+            .iter()
+            .flat_map(|p| {
+                p.verbs.iter().map(|v| {
+                    (
+                        p.scope,
+                        p.group.to_string(),
+                        p.resource.to_string(),
+                        v.to_string(),
+                    )
+                })
+            })
+            .collect()
+    }
+
+    fn manifest() -> BTreeSet<Grant> {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/rbac.yaml");
+        let text = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+        let docs: Vec<Value> = serde_saphyr::from_multiple(&text).expect("rbac.yaml is YAML");
+        let mut out = BTreeSet::new();
+        for doc in docs {
+            let scope = match (doc["kind"].as_str(), doc["metadata"]["name"].as_str()) {
+                (Some("ClusterRole"), Some("diorch")) => Scope::Cluster,
+                (Some("Role"), Some("diorch")) => Scope::Namespace,
+                _ => continue,
+            };
+            for rule in doc["rules"].as_array().into_iter().flatten() {
+                let strings = |k: &str| -> Vec<String> {
+                    rule[k]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|v| v.as_str().map(str::to_string))
+                        .collect()
+                };
+                assert!(
+                    rule.get("resourceNames").is_none(),
+                    "the operator's rules name no objects: {rule}"
+                );
+                for group in strings("apiGroups") {
+                    for resource in strings("resources") {
+                        for verb in strings("verbs") {
+                            assert_ne!(verb, "*", "no wildcard verbs: {rule}");
+                            assert_ne!(resource, "*", "no wildcard resources: {rule}");
+                            out.insert((scope, group.clone(), resource.clone(), verb));
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn the_manifest_grants_exactly_what_the_code_uses() {
+        let (code, granted) = (table(), manifest());
+        let missing: Vec<&Grant> = code.difference(&granted).collect();
+        let extra: Vec<&Grant> = granted.difference(&code).collect();
+        assert!(
+            missing.is_empty() && extra.is_empty(),
+            "deploy/rbac.yaml differs from src/rbac.rs:\n  used but not granted: {missing:?}\n  granted but not used: {extra:?}"
+        );
+    }
+
+    /// The API handles the operator's source builds, as (type, file).
+    fn api_types() -> Vec<(String, String)> {
+        // Installer-side and test-bed code runs with other rights.
+        const NOT_THE_OPERATOR: &[&str] = &[
+            "sandbox/",
+            "demo.rs",
+            "webhook/cert.rs",
+            "allocator/snapshot.rs",
+            "plugin/cli.rs",
+            "main.rs",
+            "rbac.rs",
+        ];
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut files = vec![root.clone()];
+        let mut out = Vec::new();
+        while let Some(path) = files.pop() {
+            if path.is_dir() {
+                for entry in std::fs::read_dir(&path).expect("src").flatten() {
+                    files.push(entry.path());
+                }
+                continue;
+            }
+            let rel = path
+                .strip_prefix(&root)
+                .expect("under src")
+                .to_string_lossy()
+                .replace('\\', "/");
+            if !rel.ends_with(".rs")
+                || rel.ends_with("tests.rs")
+                || NOT_THE_OPERATOR.iter().any(|n| rel.starts_with(n))
+            {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).expect("source");
+            // Unit tests at the end of a file build handles of their own.
+            let text = text.split("#[cfg(test)]").next().unwrap_or_default();
+            for marker in ["Api<", "Api::<"] {
+                for part in text.split(marker).skip(1) {
+                    let ty: String = part
+                        .chars()
+                        .take_while(|c| c.is_alphanumeric() || *c == ':' || *c == '_')
+                        .collect();
+                    let ty = ty.rsplit("::").next().unwrap_or_default().to_string();
+                    out.push((ty, rel.clone()));
+                }
+            }
+        }
+        out
+    }
+
+    /// The resources a typed handle reaches.
+    fn resources_of(ty: &str) -> Option<&'static [&'static str]> {
+        Some(match ty {
+            "DIJob" | "CachedJob" => &["dijobs", "dijobs/status"],
+            "Pod" | "CachedPod" | "UsagePod" => &["pods"],
+            "Service" => &["services"],
+            "Node" => &["nodes"],
+            "ConfigMap" => &["configmaps"],
+            "TokenReview" => &["tokenreviews"],
+            "SubjectAccessReview" => &["subjectaccessreviews"],
+            // The gang scheduler's PodGroup, by group and version chosen at run time.
+            "DynamicObject" => &["podgroups"],
+            _ => return None,
+        })
+    }
+
+    #[test]
+    fn every_api_handle_in_the_operator_is_for_a_listed_resource_and_each_is_used() {
+        let found = api_types();
+        assert!(
+            found.len() > 10,
+            "the scan found too few API handles: {found:?}"
+        );
+        let listed: BTreeSet<&str> = PERMISSIONS.iter().map(|p| p.resource).collect();
+        let mut used = BTreeSet::new();
+        for (ty, file) in &found {
+            let resources = resources_of(ty).unwrap_or_else(|| {
+                panic!("src/{file} builds an Api<{ty}>: add its resource and verbs to src/rbac.rs and deploy/rbac.yaml")
+            });
+            for r in resources {
+                assert!(listed.contains(r), "src/{file} uses {r}, not in src/rbac.rs");
+                used.insert(*r);
+            }
+        }
+        // Reached through other crates: kube-runtime's Recorder, kube-lease-manager.
+        used.extend(["events", "leases"]);
+        let unused: Vec<&&str> = listed.difference(&used).collect();
+        assert!(unused.is_empty(), "listed but never used: {unused:?}");
+    }
+}
