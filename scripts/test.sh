@@ -14,6 +14,18 @@ if [ -z "${DIORCH_E2E_KUBECONFIG:-}" ]; then
     echo "note: the real-cluster e2e suite (tests/e2e.rs) will skip itself: set DIORCH_E2E_KUBECONFIG to a kubeconfig to run it"
 fi
 
+# tests/deploy.rs validates the install manifests offline against the Kubernetes schemas with
+# the kubernetes-validate package: install it into target/ (quick when it is already there).
+if command -v python3 >/dev/null 2>&1; then
+    venv=target/validate-venv
+    if [ ! -x "$venv/bin/kubernetes-validate" ]; then
+        python3 -m venv "$venv" && "$venv/bin/pip" install --quiet kubernetes-validate==1.33.1 \
+            || echo "warning: could not install kubernetes-validate; tests/deploy.rs will skip schema validation" >&2
+    fi
+else
+    echo "note: python3 is missing; tests/deploy.rs will skip the offline schema validation"
+fi
+
 # The Wasm plugin tests need the example and hostile components: build them (this also installs
 # the wasm32-wasip2 target), and run the plugin workspace's own native unit tests.
 bash scripts/build-plugins.sh

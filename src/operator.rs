@@ -342,7 +342,8 @@ pub fn parse_bind_address(s: &str) -> Result<BindAddress, String> {
 pub fn config_reference() -> String {
     use clap::Args;
     let command = RunArgs::augment_args(ClusterArgs::augment_args(clap::Command::new("run")));
-    let mut out = String::from("| flag | default | environment | what it does |\n|---|---|---|---|\n");
+    let mut out =
+        String::from("| flag | default | environment | what it does |\n|---|---|---|---|\n");
     for arg in command.get_arguments() {
         let Some(long) = arg.get_long() else { continue };
         let takes_value = arg.get_action().takes_values();
@@ -551,10 +552,18 @@ mod tests {
             }
         }
         // Every flag of `diorch run` is there, with its default.
-        for flag in ["--webhook-addr", "--leader-elect", "--plugin-deadline", "--kubeconfig"] {
+        for flag in [
+            "--webhook-addr",
+            "--leader-elect",
+            "--plugin-deadline",
+            "--kubeconfig",
+        ] {
             assert!(want.contains(&format!("`{flag}")), "{flag} missing");
         }
-        assert!(want.contains("| `--sync-period <SYNC_PERIOD>` | `1m` | – |"), "{want}");
+        assert!(
+            want.contains("| `--sync-period <SYNC_PERIOD>` | `1m` | – |"),
+            "{want}"
+        );
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! The Kubernetes API permissions `diorch run` needs: one entry per (group, resource), with the
-//! verbs the code calls and where. `deploy/rbac.yaml` grants exactly these (a test compares the
+//! verbs the code calls and where. `deploy/base/rbac.yaml` grants exactly these (a test compares the
 //! two both ways), and a scan of the source checks that every API handle the operator builds is
 //! for a resource listed here, and that every listed resource is used.
 //!
@@ -141,7 +141,7 @@ mod tests {
     }
 
     fn manifest() -> BTreeSet<Grant> {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/rbac.yaml");
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/base/rbac.yaml");
         let text = std::fs::read_to_string(&path)
             .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
         let docs: Vec<Value> = serde_saphyr::from_multiple(&text).expect("rbac.yaml is YAML");
@@ -186,7 +186,7 @@ mod tests {
         let extra: Vec<&Grant> = granted.difference(&code).collect();
         assert!(
             missing.is_empty() && extra.is_empty(),
-            "deploy/rbac.yaml differs from src/rbac.rs:\n  used but not granted: {missing:?}\n  granted but not used: {extra:?}"
+            "deploy/base/rbac.yaml differs from src/rbac.rs:\n  used but not granted: {missing:?}\n  granted but not used: {extra:?}"
         );
     }
 
@@ -267,10 +267,13 @@ mod tests {
         let mut used = BTreeSet::new();
         for (ty, file) in &found {
             let resources = resources_of(ty).unwrap_or_else(|| {
-                panic!("src/{file} builds an Api<{ty}>: add its resource and verbs to src/rbac.rs and deploy/rbac.yaml")
+                panic!("src/{file} builds an Api<{ty}>: add its resource and verbs to src/rbac.rs and deploy/base/rbac.yaml")
             });
             for r in resources {
-                assert!(listed.contains(r), "src/{file} uses {r}, not in src/rbac.rs");
+                assert!(
+                    listed.contains(r),
+                    "src/{file} uses {r}, not in src/rbac.rs"
+                );
                 used.insert(*r);
             }
         }

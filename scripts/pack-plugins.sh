@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Packs the example plugins as ConfigMaps for the operator's namespace into deploy/plugins/
+# (generated, not checked in): build them, then one `diorch plugin configmap` per plugin, and a
+# kustomization, so `kubectl apply -k deploy/plugins` installs them.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+namespace="${1:-diorch-system}"
+bash scripts/build-plugins.sh >/dev/null
+cargo build --quiet --locked --bin diorch
+diorch="${CARGO_TARGET_DIR:-target}/debug/diorch"
+
+out=deploy/plugins
+mkdir -p "$out"
+rm -f "$out"/*.yaml
+pack() { # file name kind [extra flags...]
+    local file=$1 name=$2 kind=$3
+    shift 3
+    "$diorch" plugin configmap "target/plugins/$file.wasm" --name "$name" --kind "$kind" \
+        --namespace "$namespace" "$@" >"$out/$name.yaml"
+    echo "- $name.yaml" >>"$out/kustomization.yaml"
+}
+printf 'apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n' >"$out/kustomization.yaml"
+pack binpack binpack policy
+pack spread spread policy
+pack goodput goodput policy
+# Mutators whose config the cluster owner writes: installed with an empty config, Ignore on failure.
+pack node_placement node-placement mutator --failure-policy Ignore
+pack accel_env accel-env mutator --task-types learner --failure-policy Ignore
+echo "wrote $(ls "$out"/*.yaml | wc -l) files to $out: kubectl apply -k $out"
