@@ -17,6 +17,23 @@ fn checked_in_crd_is_up_to_date() {
         checked_in == generated,
         "{CRD_PATH} is stale: regenerate it with `cargo run -- crd > {CRD_PATH}` (or DIORCH_BLESS=1 cargo test --test crd)"
     );
+    // kustomize reads no file outside a kustomization's directory, so deploy/ carries a copy
+    // (and `kubectl apply -f crds/` must keep finding only the CRD there).
+    const DEPLOY_COPY: &str = "deploy/base/crd.yaml";
+    let copy = Path::new(env!("CARGO_MANIFEST_DIR")).join(DEPLOY_COPY);
+    if std::env::var_os("DIORCH_BLESS").is_some() {
+        std::fs::write(&copy, &generated).expect("write CRD copy");
+    }
+    assert!(
+        std::fs::read_to_string(&copy).expect("read the deploy/ copy") == generated,
+        "{DEPLOY_COPY} differs from the CRD: DIORCH_BLESS=1 cargo test --test crd"
+    );
+    let files: Vec<String> = std::fs::read_dir(path.parent().expect("crds/"))
+        .expect("list crds/")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(files, ["dijobs.diengine.opendilab.org.yaml"]);
 }
 
 #[test]
