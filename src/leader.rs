@@ -5,13 +5,22 @@
 //! once the lease expires. On shutdown the leader releases the lease, so the standby takes over
 //! without waiting for it to expire.
 //!
+//! kube-lease-manager only reports a change of holder it has read back; a leader cut off from
+//! the API server would go on believing it leads after its lease expired and a standby took
+//! over. So the leader also watches its Lease and keeps its own renew deadline (client-go's
+//! `RenewDeadline`): it stops leading when another holder shows up, or when its last renewal
+//! it saw is so old that the lease has only half the grace period left.
+//!
 //! Owns the Lease and the leadership signal; it must not touch jobs, pods or plugins.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use kube::Client;
+use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::runtime::WatchStreamExt;
+use kube::{Api, Client};
 use kube_lease_manager::{LeaseManager, LeaseManagerBuilder};
 use tokio::sync::watch;
 use tracing::{info, warn};
@@ -137,7 +146,7 @@ impl Election {
             name: args.leader_election_id.clone(),
             source,
         };
-        let manager = LeaseManagerBuilder::new(client, &args.leader_election_id)
+        let manager = LeaseManagerBuilder::new(client.clone(), &args.leader_election_id)
             .with_namespace(&args.leader_election_namespace)
             .with_identity(&identity)
             .with_duration(duration.as_secs().max(1))
@@ -149,29 +158,19 @@ impl Election {
         let leading = Arc::new(AtomicBool::new(*changes.borrow()));
         let (lost_tx, lost) = tokio::sync::oneshot::channel();
         let (published_tx, published) = watch::channel(*changes.borrow());
-        let monitor = {
-            let (mut changes, leading) = (changes.clone(), leading.clone());
-            let (lease, namespace) = (
-                args.leader_election_id.clone(),
-                args.leader_election_namespace.clone(),
-            );
-            tokio::spawn(async move {
-                let mut lost_tx = Some(lost_tx);
-                while changes.changed().await.is_ok() {
-                    let now = *changes.borrow_and_update();
-                    let before = leading.swap(now, Ordering::AcqRel);
-                    if now && !before {
-                        info!(%identity, lease = %lease, %namespace, "became the leader");
-                    } else if before && !now {
-                        warn!(%identity, lease = %lease, %namespace, "lost the lease; stopping");
-                        if let Some(tx) = lost_tx.take() {
-                            let _ = tx.send(());
-                        }
-                    }
-                    let _ = published_tx.send(now);
-                }
-            })
-        };
+        let monitor = tokio::spawn(
+            Monitor {
+                identity,
+                lease: args.leader_election_id.clone(),
+                namespace: args.leader_election_namespace.clone(),
+                duration,
+                grace,
+                leading: leading.clone(),
+                published: published_tx,
+                lost: Some(lost_tx),
+            }
+            .run(client, changes.clone()),
+        );
         info!(lease = %args.leader_election_id, namespace = %args.leader_election_namespace, "waiting to lead; caches, the replica API and the webhooks serve meanwhile");
         Ok(Election {
             leadership: Leadership {
@@ -205,6 +204,123 @@ impl Election {
             Ok(Err(error)) => warn!(%error, "the lease task ended abnormally"),
             Err(_) => warn!("releasing the lease took over 5 s; it expires by itself"),
         }
+    }
+}
+
+/// Follows the lease manager's verdicts and the Lease itself, and turns either kind of loss into
+/// the `lost` signal.
+struct Monitor {
+    identity: String,
+    lease: String,
+    namespace: String,
+    duration: Duration,
+    grace: Duration,
+    leading: Arc<AtomicBool>,
+    published: watch::Sender<bool>,
+    lost: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl Monitor {
+    /// How long before the lease expires the leader gives up when it has not renewed: half
+    /// the grace period, so a standby (which takes over at expiry) never overlaps with it while
+    /// the clocks differ by less than that, and renewal (at `grace` before expiry) still has
+    /// the other half to get through.
+    fn margin(&self) -> Duration {
+        self.grace / 2
+    }
+
+    async fn run(mut self, client: Client, mut changes: watch::Receiver<bool>) {
+        let api: Api<Lease> = Api::namespaced(client, &self.namespace);
+        let mut observed = std::pin::pin!(
+            kube::runtime::watcher::watch_object(api, &self.lease).default_backoff()
+        );
+        // When this leader must have renewed by; `None` while standing by.
+        let mut deadline = None;
+        // When this replica last acquired the lease, by its clock: a holder the watch shows
+        // that renewed before then is history (the watch lagged), not a loss. A previous
+        // holder's renewal is older by at least the lease duration, less the clock skew.
+        let mut acquired = jiff::Timestamp::now();
+        if *changes.borrow() {
+            deadline = Some(tokio::time::Instant::now() + self.duration - self.margin());
+        }
+        loop {
+            tokio::select! {
+                changed = changes.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    let now = *changes.borrow_and_update();
+                    if now && !self.leading.swap(true, Ordering::AcqRel) {
+                        info!(identity = %self.identity, lease = %self.lease, namespace = %self.namespace, "became the leader");
+                        // The manager has just written the lease: it runs for a full duration.
+                        deadline = Some(tokio::time::Instant::now() + self.duration - self.margin());
+                        acquired = jiff::Timestamp::now();
+                        let _ = self.published.send(true);
+                    } else if !now {
+                        self.stop("the lease manager saw another holder");
+                        deadline = None;
+                    }
+                }
+                Some(event) = observed.next() => {
+                    // A failing watch is retried with backoff; the deadline covers the gap.
+                    let Ok(lease) = event else { continue };
+                    if !self.leading.load(Ordering::Acquire) {
+                        continue;
+                    }
+                    let spec = lease.and_then(|l| l.spec).unwrap_or_default();
+                    let renewed = spec.renew_time.as_ref().map(|t| t.0);
+                    if spec.holder_identity.as_deref() == Some(self.identity.as_str()) {
+                        if let Some(left) = self.time_left(&spec) {
+                            deadline = Some(tokio::time::Instant::now() + left);
+                        }
+                    } else if renewed.is_some_and(|at| at >= acquired) {
+                        let holder = spec.holder_identity.unwrap_or_default();
+                        warn!(%holder, "the lease now names another holder");
+                        self.stop("another replica holds the lease");
+                        deadline = None;
+                    }
+                }
+                () = sleep_until(deadline) => {
+                    self.stop("the lease was not renewed in time (API server unreachable?)");
+                    deadline = None;
+                }
+            }
+        }
+    }
+
+    /// How long this leader may go on from now on the renewal in `spec`: until `margin` before
+    /// it expires by this replica's clock (which wrote the renewal time).
+    fn time_left(&self, spec: &k8s_openapi::api::coordination::v1::LeaseSpec) -> Option<Duration> {
+        let renewed = spec.renew_time.as_ref()?.0;
+        let seconds = spec
+            .lease_duration_seconds
+            .map_or(self.duration.as_secs(), |s| u64::try_from(s).unwrap_or(0));
+        let expires = renewed.checked_add(jiff::SignedDuration::from_secs(
+            i64::try_from(seconds).unwrap_or(i64::MAX),
+        ));
+        let left = expires.ok()?.duration_since(jiff::Timestamp::now());
+        let left = Duration::try_from(left).unwrap_or(Duration::ZERO);
+        Some(left.saturating_sub(self.margin()))
+    }
+
+    /// Stops leading at once and tells the operator, which exits.
+    fn stop(&mut self, why: &str) {
+        let was = self.leading.swap(false, Ordering::AcqRel);
+        let _ = self.published.send(false);
+        if was {
+            warn!(identity = %self.identity, lease = %self.lease, namespace = %self.namespace, reason = why, "lost the lease; stopping");
+        }
+        if let Some(tx) = self.lost.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+/// Sleeps until `deadline`; never resolves without one.
+async fn sleep_until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 

@@ -1,8 +1,8 @@
 //! Production operations of the real `diorch run` against the sandbox. Two `--leader-elect`
 //! processes: exactly one reconciles; killing it hands the work to the other within the lease
 //! duration, with no pod duplicated or lost; SIGTERM releases the lease and exits 0; a lost
-//! lease stops the process. And what operators watch: JSON logs with the reconcile span, and
-//! the metrics.
+//! lease stops the process, and a leader cut off from the API server stops before a standby
+//! can take over. And what operators watch: JSON logs with the reconcile span, and the metrics.
 
 mod common;
 
@@ -15,8 +15,12 @@ const LEASE: &str = "4s";
 const LEASE_DURATION: Duration = Duration::from_secs(4);
 
 fn elected(sandbox: &SandboxProcess) -> OperatorProcess {
+    elected_via(&sandbox.kubeconfig)
+}
+
+fn elected_via(kubeconfig: &std::path::Path) -> OperatorProcess {
     OperatorProcess::start_with(
-        &sandbox.kubeconfig,
+        kubeconfig,
         &[
             "--leader-elect",
             "--leader-election-namespace",
@@ -165,6 +169,10 @@ fn a_leader_that_loses_its_lease_stops_at_once() {
         std::thread::sleep(Duration::from_millis(50));
     }
     let status = status.expect("the leader stopped");
+    let stopped = started.elapsed();
+    println!("the leader stopped {stopped:?} after another holder took its lease");
+    // It watches its Lease: it need not wait for its next renewal (2 s here) to notice.
+    assert!(stopped < Duration::from_millis(1500), "{stopped:?}");
     assert!(!status.success());
     assert!(
         leader
@@ -239,4 +247,118 @@ fn json_logs_carry_the_reconcile_span_and_metrics_show_leadership_and_phases() {
             "{expected} missing from:\n{metrics}"
         );
     }
+}
+
+/// A TCP forwarder to the sandbox that can be cut, as a network partition cuts one replica off
+/// the API server while the others still reach it.
+struct Partition {
+    addr: std::net::SocketAddr,
+    cut: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    open: std::sync::Arc<std::sync::Mutex<Vec<std::net::TcpStream>>>,
+}
+
+impl Partition {
+    fn forward_to(target: &str) -> Partition {
+        use std::net::{TcpListener, TcpStream};
+        use std::sync::atomic::Ordering;
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind the forwarder");
+        let addr = listener.local_addr().expect("forwarder address");
+        let cut = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let open = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (target, is_cut, conns) = (target.to_string(), cut.clone(), open.clone());
+        std::thread::spawn(move || {
+            for client in listener.incoming().map_while(Result::ok) {
+                if is_cut.load(Ordering::SeqCst) {
+                    continue; // dropped: the connection closes at once
+                }
+                let Ok(server) = TcpStream::connect(&target) else {
+                    continue;
+                };
+                let mut sockets = conns.lock().expect("connections");
+                for (mut from, mut to) in [
+                    (client.try_clone(), server.try_clone()),
+                    (server.try_clone(), client.try_clone()),
+                ]
+                .into_iter()
+                .filter_map(|(a, b)| Some((a.ok()?, b.ok()?)))
+                {
+                    std::thread::spawn(move || {
+                        let _ = std::io::copy(&mut from, &mut to);
+                        let _ = to.shutdown(std::net::Shutdown::Both);
+                    });
+                }
+                sockets.extend([client, server]);
+            }
+        });
+        Partition { addr, cut, open }
+    }
+
+    /// From now on nothing gets through: open connections are closed, new ones refused.
+    fn cut(&self) {
+        self.cut.store(true, std::sync::atomic::Ordering::SeqCst);
+        for socket in self.open.lock().expect("connections").drain(..) {
+            let _ = socket.shutdown(std::net::Shutdown::Both);
+        }
+    }
+}
+
+#[test]
+fn a_leader_cut_off_from_the_api_server_stops_before_a_standby_takes_over() {
+    let sandbox = SandboxProcess::start(&["--nodes", "1"]);
+    let k = sandbox.kubectl().in_namespace("default");
+    foundation::install_crd(&k);
+    let server = sandbox
+        .server_url
+        .trim_start_matches("http://")
+        .trim_end_matches('/');
+    let partition = Partition::forward_to(server);
+    let kubeconfig = sandbox.dir.path().join("through-the-partition.kubeconfig");
+    let text = std::fs::read_to_string(&sandbox.kubeconfig).expect("kubeconfig");
+    assert!(text.contains(server), "{text}");
+    std::fs::write(
+        &kubeconfig,
+        text.replace(server, &partition.addr.to_string()),
+    )
+    .expect("write kubeconfig");
+    let mut leader = elected_via(&kubeconfig);
+    wait_until("a leader", scenario::T, || leads(&leader));
+    let standby = elected(&sandbox);
+    wait_until("the standby to wait", scenario::T, || {
+        standby
+            .lines()
+            .iter()
+            .any(|l| l.contains("waiting to lead"))
+    });
+
+    partition.cut();
+    let cut = Instant::now();
+    let (mut stopped, mut took_over) = (None, None);
+    while (stopped.is_none() || took_over.is_none()) && cut.elapsed() < LEASE_DURATION * 4 {
+        if stopped.is_none() && leader.try_exit().is_some() {
+            stopped = Some(cut.elapsed());
+        }
+        if took_over.is_none() && leads(&standby) {
+            took_over = Some(cut.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let stopped =
+        stopped.unwrap_or_else(|| panic!("the cut-off leader went on: {:#?}", leader.lines()));
+    let took_over = took_over.unwrap_or_else(|| panic!("no takeover: {:#?}", standby.lines()));
+    println!(
+        "cut off: the leader stopped after {stopped:?}, the standby led after {took_over:?} (lease {LEASE})"
+    );
+    assert!(
+        stopped < took_over,
+        "two leaders: the cut-off one stopped at {stopped:?}, the standby led at {took_over:?}"
+    );
+    assert!(stopped < LEASE_DURATION, "{stopped:?}");
+    assert!(
+        leader
+            .lines()
+            .iter()
+            .any(|l| l.contains("the lease was not renewed in time")),
+        "{:#?}",
+        leader.lines()
+    );
 }
