@@ -174,6 +174,7 @@ pub async fn run(sandbox: &RunningSandbox) -> Result<(), DemoError> {
     let conn = Connection {
         client: client.clone(),
         url: sandbox.url().to_string(),
+        api_requests: Default::default(),
     };
     tokio::spawn(async move {
         if let Err(error) = operator::run(conn, args, std::future::pending()).await {

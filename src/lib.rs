@@ -2,6 +2,7 @@
 
 pub mod allocator;
 pub mod api;
+pub mod audit;
 pub mod controller;
 pub mod demo;
 pub mod events;

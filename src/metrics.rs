@@ -412,6 +412,18 @@ impl Metrics {
         }
     }
 
+    /// Every metric, plus the API calls of the operator's client (counted by the audit layer
+    /// under it, which exists before the registry).
+    pub fn with_api_requests(requests: crate::audit::ApiRequests) -> Metrics {
+        let mut metrics = Metrics::new();
+        metrics.registry.register(
+            "kube_api_requests",
+            "Kubernetes API requests of the operator by group, resource, verb and status code",
+            requests.0,
+        );
+        metrics
+    }
+
     /// Marks the process ready (caches synced) for `/readyz`.
     pub fn set_ready(&self, ready: bool) {
         self.ready.store(ready, Ordering::Relaxed);

@@ -102,6 +102,9 @@ pub struct ClusterTarget {
 pub struct Connection {
     pub client: Client,
     pub url: String,
+    /// The client's API calls (`diorch_kube_api_requests_total`); empty for a client built
+    /// elsewhere.
+    pub api_requests: crate::audit::ApiRequests,
 }
 
 /// Builds a client for the target cluster.
@@ -130,8 +133,16 @@ pub async fn connect(target: &ClusterTarget) -> Result<Connection, OperatorError
         None => Config::infer().await?,
     };
     let url = config.cluster_url.to_string();
-    let client = Client::try_from(config).map_err(OperatorError::Client)?;
-    Ok(Connection { client, url })
+    let api_requests = crate::audit::ApiRequests::default();
+    let client = kube::client::ClientBuilder::try_from(config)
+        .map_err(OperatorError::Client)?
+        .with_layer(&api_requests.layer())
+        .build();
+    Ok(Connection {
+        client,
+        url,
+        api_requests,
+    })
 }
 
 /// Checks that the API server answers and serves DIJobs.
@@ -399,7 +410,7 @@ pub async fn run(
 ) -> Result<(), OperatorError> {
     preflight(&conn).await?;
     info!(server = %conn.url, "connected; running the DIJob controller");
-    let metrics = Arc::new(Metrics::new());
+    let metrics = Arc::new(Metrics::with_api_requests(conn.api_requests.clone()));
     let plugins = Arc::new(args.plugin_registry()?.with_metrics(metrics.clone()));
     for (what, addr) in [
         ("metrics", args.metric_addr.0),

@@ -362,3 +362,122 @@ fn a_leader_cut_off_from_the_api_server_stops_before_a_standby_takes_over() {
         leader.lines()
     );
 }
+
+/// The operator's API calls as its audit layer counted them: (group, resource, verb) of every
+/// `diorch_kube_api_requests_total` series that names a resource.
+fn api_calls(metrics: &str) -> std::collections::BTreeSet<(String, String, String)> {
+    let label = |line: &str, name: &str| -> String {
+        line.split(&format!("{name}=\""))
+            .nth(1)
+            .and_then(|rest| rest.split('"').next())
+            .unwrap_or_default()
+            .to_string()
+    };
+    metrics
+        .lines()
+        .filter(|l| l.starts_with("diorch_kube_api_requests_total{"))
+        .map(|l| (label(l, "group"), label(l, "resource"), label(l, "verb")))
+        .filter(|(_, resource, _)| !resource.is_empty())
+        .collect()
+}
+
+/// The RBAC check that needs no reading of the code: run the operator through the controller,
+/// allocator, replica API, plugin watcher and leader election scenarios, and compare every API
+/// call its client made with `src/rbac.rs` (which a unit test keeps equal to
+/// `deploy/base/rbac.yaml`).
+#[test]
+fn every_api_call_the_operator_makes_is_granted_by_the_rbac_manifest() {
+    use common::allocation;
+    let sandbox = SandboxProcess::start(&[
+        "--nodes",
+        "4",
+        "--node-gpus",
+        "8",
+        "--pod-start-delay",
+        "100ms",
+    ]);
+    let k = sandbox.kubectl();
+    foundation::install_crd(&k);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("port");
+    let addr = format!("127.0.0.1:{port}");
+    let operator = OperatorProcess::start_with(
+        &sandbox.kubeconfig,
+        &[
+            "--metric-addr",
+            &addr,
+            "--leader-elect",
+            "--leader-election-namespace",
+            "default",
+        ],
+    );
+    let clear = |ns: &str| {
+        k.in_namespace(ns)
+            .ok(&["delete", "dijobs", "--all", "--wait=true"]);
+        wait_until("the pods to go", scenario::T, || {
+            k.in_namespace(ns)
+                .ok(&["get", "pods", "-o", "name"])
+                .trim()
+                .is_empty()
+        });
+    };
+    // A policy plugin loads (status labels, Event) and places a preemptible job.
+    let d = k.in_namespace("default");
+    allocation::upload(
+        &d,
+        &allocation::plugin_file("spread"),
+        "team",
+        "policy",
+        &[],
+    );
+    allocation::wait_event(&d, "ConfigMap", "plugin-team", "PluginLoaded", 1);
+    scenario::apply(&d, &allocation::gpu_job("spread", "team", 4, 1));
+    allocation::wait_allocated(&d, "spread", "True");
+    scenario::wait_phase(&d, "spread", "Running");
+    clear("default");
+    allocation::replica_api_scales_a_preemptible_job(&k, "default", &operator.api_url());
+    clear("default");
+    scenario::scales_up_and_down(&k, "default");
+
+    let calls = api_calls(&scrape(&addr));
+    let granted: std::collections::BTreeSet<(String, String, String)> = diorch::rbac::PERMISSIONS
+        .iter()
+        .flat_map(|p| {
+            p.verbs
+                .iter()
+                .map(|v| (p.group.to_string(), p.resource.to_string(), v.to_string()))
+        })
+        .collect();
+    let refused: Vec<_> = calls.difference(&granted).collect();
+    assert!(
+        refused.is_empty(),
+        "calls a cluster would refuse (add them to src/rbac.rs and deploy/base/rbac.yaml): {refused:?}"
+    );
+    let unexercised: Vec<_> = granted.difference(&calls).collect();
+    println!("granted, not exercised by these scenarios: {unexercised:?}");
+    // The audit saw the calls these scenarios must make (so the comparison means something).
+    for (group, resource, verb) in [
+        ("", "pods", "create"),
+        ("", "pods", "delete"),
+        ("", "pods", "watch"),
+        ("", "services", "create"),
+        ("", "nodes", "watch"),
+        ("", "configmaps", "watch"),
+        ("", "configmaps", "patch"),
+        ("diengine.opendilab.org", "dijobs", "watch"),
+        ("events.k8s.io", "events", "create"),
+        ("coordination.k8s.io", "leases", "patch"),
+        ("coordination.k8s.io", "leases", "watch"),
+    ] {
+        let call = (group.to_string(), resource.to_string(), verb.to_string());
+        assert!(calls.contains(&call), "{call:?} not seen in {calls:?}");
+    }
+    assert!(
+        calls
+            .iter()
+            .any(|(g, r, _)| g == "diengine.opendilab.org" && r == "dijobs/status"),
+        "{calls:?}"
+    );
+}
