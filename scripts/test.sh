@@ -16,14 +16,19 @@ fi
 
 # tests/deploy.rs validates the install manifests offline against the Kubernetes schemas with
 # the kubernetes-validate package: install it into target/ (quick when it is already there).
+# Only a machine without Python skips that check; a failed install fails the run.
 if command -v python3 >/dev/null 2>&1; then
     venv=target/validate-venv
     if [ ! -x "$venv/bin/kubernetes-validate" ]; then
-        python3 -m venv "$venv" && "$venv/bin/pip" install --quiet kubernetes-validate==1.33.1 \
-            || echo "warning: could not install kubernetes-validate; tests/deploy.rs will skip schema validation" >&2
+        rm -rf "$venv"
+        if ! { python3 -m venv "$venv" &&
+            "$venv/bin/pip" install --quiet --disable-pip-version-check kubernetes-validate==1.33.1; }; then
+            echo "error: could not install kubernetes-validate into $venv (python3 -m venv, then pip from PyPI)" >&2
+            exit 1
+        fi
     fi
 else
-    echo "note: python3 is missing; tests/deploy.rs will skip the offline schema validation"
+    echo "note: python3 is missing: tests/deploy.rs will skip the offline schema validation of deploy/"
 fi
 
 # The Wasm plugin tests need the example and hostile components: build them (this also installs

@@ -177,7 +177,7 @@ fn validator() -> Option<PathBuf> {
 fn every_rendered_manifest_validates_against_the_kubernetes_schemas() {
     let Some(validator) = validator() else {
         eprintln!(
-            "skipping offline schema validation: target/validate-venv has no kubernetes-validate (scripts/test.sh installs it when python3 is present)"
+            "SKIPPED offline schema validation: target/validate-venv has no kubernetes-validate; run the tests with scripts/test.sh, which installs it (it skips only where python3 is missing)"
         );
         return;
     };
