@@ -50,19 +50,12 @@ fn holder(k: &Kubectl) -> String {
     ])
 }
 
-/// Names and uids of the job's pods.
+/// Names and uids of the job's live pods.
 fn pods(k: &Kubectl, job: &str) -> Vec<String> {
-    let out = k.ok(&[
-        "get",
-        "pods",
-        "-l",
-        &format!("diengine/job={job}"),
-        "-o",
-        "jsonpath={range .items[*]}{.metadata.name}={.metadata.uid}{\"\\n\"}{end}",
-    ]);
-    let mut v: Vec<String> = out.lines().map(str::to_string).collect();
-    v.sort();
-    v
+    scenario::pods(k, job)
+        .into_iter()
+        .map(|(name, pod)| format!("{name}={}", pod["metadata"]["uid"].as_str().unwrap_or("")))
+        .collect()
 }
 
 fn wait_until(what: &str, within: Duration, mut done: impl FnMut() -> bool) -> Duration {

@@ -402,44 +402,62 @@ async fn thousand_calls_during_twenty_hot_swaps_all_succeed() {
     let nodes: Arc<[Node]> = sample::nodes(100).into();
     let job = Arc::new(sample::job("default/j", 2));
 
-    let callers: Vec<_> = (0..1000)
-        .map(|i| {
+    // Eight callers call continuously; the swapper waits for 25 completed calls after each swap
+    // (more than can be in flight), so every version serves some calls however the machine
+    // schedules the tasks.
+    let completed = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let callers: Vec<_> = (0..8)
+        .map(|_| {
             let (reg, nodes, job) = (reg.clone(), nodes.clone(), job.clone());
+            let (completed, done) = (completed.clone(), done.clone());
             tokio::spawn(async move {
-                // Spread the calls over the swapping window.
-                tokio::time::sleep(Duration::from_micros(i * 200)).await;
-                let policy = reg.policy(Some("default"));
-                let described = policy.describe();
-                let names = policy.allocate(job, nodes).await?;
-                Ok::<_, PluginError>((described, names.len()))
+                let mut seen = Vec::new();
+                while !done.load(std::sync::atomic::Ordering::Acquire) || seen.len() < 125 {
+                    let policy = reg.policy(Some("default"));
+                    let described = policy.describe();
+                    let names = policy.allocate(job.clone(), nodes.clone()).await?;
+                    seen.push((described, names.len()));
+                    completed.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+                }
+                Ok::<_, PluginError>(seen)
             })
         })
         .collect();
     let swapper = {
         let (reg, versions, spec) = (reg.clone(), versions.clone(), spec.clone());
+        let (completed, done) = (completed.clone(), done.clone());
         tokio::spawn(async move {
             let mut shas = vec![];
             for i in 0..20 {
+                let mark = completed.load(std::sync::atomic::Ordering::Acquire);
+                while completed.load(std::sync::atomic::Ordering::Acquire) < mark + 25 {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
                 shas.push(
                     reg.apply(spec.clone(), versions[(i + 1) % 2].clone())
                         .await
                         .unwrap(),
                 );
-                tokio::time::sleep(Duration::from_millis(2)).await;
             }
+            done.store(true, std::sync::atomic::Ordering::Release);
             shas
         })
     };
     let mut served_by = std::collections::BTreeSet::new();
+    let mut calls = 0;
     for c in callers {
-        let (described, n) = c.await.unwrap().unwrap();
-        assert_eq!(n, 7);
-        assert!(
-            described.starts_with("default@"),
-            "{described}: never the fallback"
-        );
-        served_by.insert(described);
+        for (described, n) in c.await.unwrap().unwrap() {
+            assert_eq!(n, 7);
+            assert!(
+                described.starts_with("default@"),
+                "{described}: never the fallback"
+            );
+            served_by.insert(described);
+            calls += 1;
+        }
     }
+    assert!(calls >= 1000, "{calls} calls");
     let shas = swapper.await.unwrap();
     assert_eq!(shas.len(), 20);
     assert!(shas.contains(&first));

@@ -121,40 +121,32 @@ pub fn updates_are_checked(k: &Kubectl, ns: &str) {
         &["create", "-f", "-"],
         &job_manifest("edit", "", &[("", "learner", 1), ("helper", "none", 1)]),
     );
-    k.ok(&[
-        "patch",
-        "dijob/edit",
-        "--type=json",
-        "-p",
-        r#"[{"op":"replace","path":"/spec/tasks/0/replicas","value":2}]"#,
-    ]);
-    let err = k.fails(&[
-        "patch",
-        "dijob/edit",
-        "--type=json",
-        "-p",
-        r#"[{"op":"replace","path":"/spec/tasks/1/type","value":"collector"}]"#,
-    ]);
-    assert!(
-        err.contains("spec.tasks[1].type: Forbidden: task helper is a none task and cannot become a collector task on an existing job"),
-        "{err}"
-    );
-    let err = k.fails(&["patch", "dijob/edit", "--type=json", "-p", r#"[{"op":"add","path":"/spec/tasks/-","value":{"type":"learner","name":"second","template":{"spec":{"containers":[{"name":"di-container","image":"busybox"}]}}}}]"#]);
-    assert!(
-        err.contains("the number of learner task is more than one"),
-        "{err}"
-    );
-    let err = k.fails(&[
-        "patch",
-        "dijob/edit",
-        "--type=json",
-        "-p",
-        r#"[{"op":"replace","path":"/spec/tasks/1/name","value":"renamed"}]"#,
-    ]);
-    assert!(
-        err.contains("spec.tasks: Forbidden: the tasks of an existing job cannot be added, removed or renamed (it has helper, learner, the update has learner, renamed)"),
-        "{err}"
-    );
+    let patch = |ops: &str| k.run(&["patch", "dijob/edit", "--type=json", "-p", ops]);
+    let refused = |ops: &str| {
+        let out = patch(ops);
+        assert!(!out.status.success(), "accepted: {ops}");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let scaled = patch(r#"[{"op":"replace","path":"/spec/tasks/0/replicas","value":2}]"#);
+    assert!(scaled.status.success(), "{scaled:?}");
+    let cases = [
+        (
+            r#"[{"op":"replace","path":"/spec/tasks/1/type","value":"collector"}]"#,
+            "spec.tasks[1].type: Forbidden: task helper is a none task and cannot become a collector task on an existing job",
+        ),
+        (
+            r#"[{"op":"add","path":"/spec/tasks/-","value":{"type":"learner","name":"second","template":{"spec":{"containers":[{"name":"di-container","image":"busybox"}]}}}}]"#,
+            "the number of learner task is more than one",
+        ),
+        (
+            r#"[{"op":"replace","path":"/spec/tasks/1/name","value":"renamed"}]"#,
+            "spec.tasks: Forbidden: the tasks of an existing job cannot be added, removed or renamed (it has helper, learner, the update has learner, renamed)",
+        ),
+    ];
+    for (ops, message) in cases {
+        let err = refused(ops);
+        assert!(err.contains(message), "{err}");
+    }
     assert_eq!(
         jsonpath(&k, "dijob/edit", "{.spec.tasks[*].type}"),
         "learner none"
