@@ -53,6 +53,8 @@ pub struct ControllerMetrics {
     pub events_dropped: Counter,
     /// Reconciles running now.
     pub in_flight: Gauge,
+    /// DIJobs triggered and waiting for a worker (`controller::queue`).
+    pub queue_depth: Gauge,
     /// DIJobs in the cache by phase (no phase yet: `Pending`), refreshed every few seconds.
     pub jobs: Family<PhaseLabels, Gauge>,
 }
@@ -290,12 +292,18 @@ impl Metrics {
             duration: Histogram::new(exponential_buckets(0.0005, 2.0, 14)),
             events_dropped: Counter::default(),
             in_flight: Gauge::default(),
+            queue_depth: Gauge::default(),
             jobs: Family::default(),
         };
         registry.register(
             "reconciles_in_flight",
             "DIJob reconciles running now (the controller's busy workers)",
             controller.in_flight.clone(),
+        );
+        registry.register(
+            "reconcile_queue_depth",
+            "DIJobs with a pending reconcile trigger that no worker has picked up yet",
+            controller.queue_depth.clone(),
         );
         registry.register(
             "jobs",

@@ -474,3 +474,48 @@ fn every_api_call_the_operator_makes_is_granted_by_the_rbac_manifest() {
         "{calls:?}"
     );
 }
+
+/// `diorch_reconcile_queue_depth`: with one worker, jobs submitted together wait in the queue;
+/// once all run, nothing waits (no trigger is counted and never taken out).
+#[test]
+fn the_reconcile_queue_fills_while_jobs_wait_for_a_worker_and_drains() {
+    let sandbox = SandboxProcess::start(&["--nodes", "4", "--pod-start-delay", "100ms"]);
+    let k = sandbox.kubectl().in_namespace("default");
+    foundation::install_crd(&k);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("port");
+    let addr = format!("127.0.0.1:{port}");
+    let _operator = OperatorProcess::start_with(
+        &sandbox.kubeconfig,
+        &["--metric-addr", &addr, "--concurrency", "1"],
+    );
+    let depth = || -> i64 {
+        scrape(&addr)
+            .lines()
+            .find_map(|l| l.strip_prefix("diorch_reconcile_queue_depth "))
+            .and_then(|v| v.trim().parse().ok())
+            .expect("diorch_reconcile_queue_depth")
+    };
+    wait_until("the operator to serve metrics", scenario::T, || {
+        std::net::TcpStream::connect(&addr).is_ok()
+    });
+    assert_eq!(depth(), 0);
+    let jobs: Vec<String> = (0..10)
+        .map(|i| scenario::standard_job(&format!("q{i}"), ""))
+        .collect();
+    scenario::apply(&k, &jobs.join("\n---\n"));
+    let mut deepest = 0;
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(3) {
+        deepest = deepest.max(depth());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    for i in 0..10 {
+        scenario::wait_phase(&k, &format!("q{i}"), "Running");
+    }
+    println!("deepest reconcile queue seen: {deepest}");
+    assert!(deepest >= 2, "the queue never held jobs: {deepest}");
+    wait_until("the queue to drain", scenario::T, || depth() == 0);
+}

@@ -129,6 +129,8 @@ pub struct Context {
     failures: std::sync::Mutex<HashMap<String, u32>>,
     allocator: Arc<Allocator>,
     plugins: Arc<PluginRegistry>,
+    /// Jobs triggered and waiting for a worker (the queue depth metric).
+    queue: Arc<super::queue::Queue>,
 }
 
 fn job_key(job: &impl Resource) -> String {
@@ -225,6 +227,10 @@ pub fn start(
         metrics.clone(),
     );
 
+    let queue = Arc::new(super::queue::Queue::new(
+        metrics.controller.queue_depth.clone(),
+        job_store.clone(),
+    ));
     let ctx = Arc::new(Context {
         client: client.clone(),
         caches: Caches {
@@ -247,6 +253,7 @@ pub fn start(
         metrics,
         failures: std::sync::Mutex::new(HashMap::new()),
         allocator: allocator.clone(),
+        queue,
         plugins,
     });
 
@@ -263,6 +270,7 @@ pub fn start(
             let key = job_key(job);
             forget.expectations.remove(&key);
             forget.failures().remove(&key);
+            forget.queue.done(&key);
             let allocator = forget.allocator.clone();
             let (namespace, name) = (
                 job.metadata.namespace.clone().unwrap_or_default(),
@@ -271,7 +279,19 @@ pub fn start(
             tokio::spawn(async move { allocator.forget(&namespace, &name).await });
         }
     })
-    .applied_objects();
+    .applied_objects()
+    .inspect({
+        let queue = ctx.queue.clone();
+        move |job| {
+            if let Ok(job) = job {
+                let meta = &job.metadata;
+                queue.triggered(
+                    meta.namespace.as_deref().unwrap_or_default(),
+                    meta.name.as_deref().unwrap_or_default(),
+                );
+            }
+        }
+    });
     let pods = watcher(Api::<CachedPod>::all(client.clone()), owned.clone())
         .default_backoff()
         .modify(cache::trim_pod)
@@ -281,12 +301,28 @@ pub fn start(
             }
         })
         .reflect(pod_writer)
-        .touched_objects();
+        .touched_objects()
+        .inspect({
+            let queue = ctx.queue.clone();
+            move |pod| {
+                if let Ok(pod) = pod {
+                    queue.triggered_by_owned(&pod.metadata);
+                }
+            }
+        });
     let services = watcher(Api::<Service>::all(client), owned)
         .default_backoff()
         .modify(cache::trim_service)
         .reflect(svc_writer)
-        .touched_objects();
+        .touched_objects()
+        .inspect({
+            let queue = ctx.queue.clone();
+            move |svc| {
+                if let Ok(svc) = svc {
+                    queue.triggered_by_owned(&svc.metadata);
+                }
+            }
+        });
 
     // Jobs by phase, from the cache (no API call), for dashboards and alerts.
     {
@@ -357,8 +393,17 @@ pub fn start(
 
     // Becoming the leader reconciles every job, skipped while standing by.
     let acquired = {
-        let leader = settings.leader.clone();
-        futures::stream::once(async move { leader.acquired().await })
+        let (leader, queue) = (settings.leader.clone(), ctx.queue.clone());
+        futures::stream::once(async move {
+            leader.acquired().await;
+            queue.triggered_all();
+        })
+    };
+    let retries = {
+        let queue = ctx.queue.clone();
+        retries.inspect(move |job| {
+            queue.triggered(job.namespace.as_deref().unwrap_or_default(), &job.name)
+        })
     };
     let controller = Controller::for_stream(jobs, job_store)
         .owns_stream(pods)
@@ -400,6 +445,7 @@ impl Context {
 }
 
 async fn reconcile(cached: Arc<CachedJob>, ctx: Arc<Context>) -> Result<Requeue, Error> {
+    ctx.queue.done(&job_key(cached.as_ref()));
     if !ctx.settings.leader.is_leader() {
         // A standby: every job is reconciled once it leads (`reconcile_all_on`).
         return Ok(Requeue::await_change());

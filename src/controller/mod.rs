@@ -10,6 +10,7 @@ pub mod executor;
 pub mod expectations;
 pub mod naming;
 pub mod planner;
+pub mod queue;
 pub mod ranks;
 pub mod throttle;
 pub mod validate;
