@@ -3,8 +3,9 @@
 //! two both ways), and a scan of the source checks that every API handle the operator builds is
 //! for a resource listed here, and that every listed resource is used.
 //!
-//! Owns only this table; the installer-side tools (`diorch webhook-cert`, `plugin snapshot`) run
-//! with the installer's rights and are not part of it.
+//! Owns only these tables. The installer-side tools (`plugin snapshot`) run with the installer's
+//! rights; `diorch webhook-cert`, run by the certificate Job, has a table of its own with the
+//! objects it may touch by name.
 
 /// Where a permission is granted: cluster-wide (ClusterRole) or in the operator's namespace
 /// (Role).
@@ -113,6 +114,52 @@ pub const PERMISSIONS: &[Permission] = &[
     },
 ];
 
+/// One resource `diorch webhook-cert` calls, limited to named objects where Kubernetes allows.
+#[derive(Clone, Copy, Debug)]
+pub struct NamedPermission {
+    pub scope: Scope,
+    pub group: &'static str,
+    pub resource: &'static str,
+    /// Empty: any object (only for `create`, whose object does not exist yet).
+    pub names: &'static [&'static str],
+    pub verbs: &'static [&'static str],
+}
+
+/// Everything `diorch webhook-cert --secret diorch-webhook-cert --webhook-configuration diorch`
+/// calls (`webhook::cert`): read the Secret, write it (a Secret of another type is deleted and
+/// created again), read and update both webhook configurations' caBundle.
+/// `deploy/base/webhook-cert-job.yaml` grants exactly this to the Job's own ServiceAccount.
+pub const CERT_JOB_PERMISSIONS: &[NamedPermission] = &[
+    NamedPermission {
+        scope: Scope::Namespace,
+        group: "",
+        resource: "secrets",
+        names: &[],
+        verbs: &["create"],
+    },
+    NamedPermission {
+        scope: Scope::Namespace,
+        group: "",
+        resource: "secrets",
+        names: &["diorch-webhook-cert"],
+        verbs: &["get", "update", "delete"],
+    },
+    NamedPermission {
+        scope: Scope::Cluster,
+        group: "admissionregistration.k8s.io",
+        resource: "mutatingwebhookconfigurations",
+        names: &["diorch"],
+        verbs: &["get", "update"],
+    },
+    NamedPermission {
+        scope: Scope::Cluster,
+        group: "admissionregistration.k8s.io",
+        resource: "validatingwebhookconfigurations",
+        names: &["diorch"],
+        verbs: &["get", "update"],
+    },
+];
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeSet;
@@ -177,6 +224,83 @@ mod tests {
             }
         }
         out
+    }
+
+    /// (scope, group, resource, names, verb) granted to the certificate Job.
+    type NamedGrant = (Scope, String, String, String, String);
+
+    #[test]
+    fn the_certificate_job_gets_exactly_what_webhook_cert_uses_by_name() {
+        let code: BTreeSet<NamedGrant> = CERT_JOB_PERMISSIONS
+            .iter()
+            .flat_map(|p| {
+                p.verbs.iter().map(|v| {
+                    (
+                        p.scope,
+                        p.group.to_string(),
+                        p.resource.to_string(),
+                        p.names.join(","),
+                        v.to_string(),
+                    )
+                })
+            })
+            .collect();
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/base/webhook-cert-job.yaml");
+        let text = std::fs::read_to_string(&path).expect("webhook-cert-job.yaml");
+        let docs: Vec<Value> = serde_saphyr::from_multiple(&text).expect("YAML");
+        let mut granted = BTreeSet::new();
+        for doc in &docs {
+            let scope = match (doc["kind"].as_str(), doc["metadata"]["name"].as_str()) {
+                (Some("ClusterRole"), Some("diorch-webhook-cert")) => Scope::Cluster,
+                (Some("Role"), Some("diorch-webhook-cert")) => Scope::Namespace,
+                _ => continue,
+            };
+            for rule in doc["rules"].as_array().into_iter().flatten() {
+                let strings = |k: &str| -> Vec<String> {
+                    rule[k]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|v| v.as_str().map(str::to_string))
+                        .collect()
+                };
+                let names = strings("resourceNames").join(",");
+                for group in strings("apiGroups") {
+                    for resource in strings("resources") {
+                        for verb in strings("verbs") {
+                            granted.insert((
+                                scope,
+                                group.clone(),
+                                resource.clone(),
+                                names.clone(),
+                                verb,
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        let missing: Vec<_> = code.difference(&granted).collect();
+        let extra: Vec<_> = granted.difference(&code).collect();
+        assert!(
+            missing.is_empty() && extra.is_empty(),
+            "webhook-cert-job.yaml differs from CERT_JOB_PERMISSIONS:\n  used but not granted: {missing:?}\n  granted but not used: {extra:?}"
+        );
+        // Only `create` goes without a name, and the names are the ones the Job passes.
+        for p in CERT_JOB_PERMISSIONS {
+            assert!(!p.names.is_empty() || p.verbs == ["create"], "{p:?}");
+        }
+        let job = docs
+            .iter()
+            .find(|d| d["kind"] == "Job")
+            .expect("the certificate Job");
+        let args = job["spec"]["template"]["spec"]["containers"][0]["args"].to_string();
+        for flag in [
+            "--secret=diorch-webhook-cert",
+            "--webhook-configuration=diorch",
+        ] {
+            assert!(args.contains(flag), "{flag} missing from {args}");
+        }
     }
 
     #[test]
