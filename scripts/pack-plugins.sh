@@ -1,16 +1,22 @@
 #!/usr/bin/env bash
-# Packs the example plugins as ConfigMaps for the operator's namespace into deploy/plugins/
-# (generated, not checked in): build them, then one `diorch plugin configmap` per plugin, and a
-# kustomization, so `kubectl apply -k deploy/plugins` installs them.
+# Packs the example plugins as ConfigMaps for the operator's namespace, one `diorch plugin
+# configmap` per plugin plus a kustomization, so `kubectl apply -k deploy/plugins` installs them.
+#   bash scripts/pack-plugins.sh [NAMESPACE (diorch-system)] [OUT_DIR (deploy/plugins)]
+# It builds the plugins and the binary first, unless DIORCH names a built `diorch` binary and
+# target/plugins holds the plugins already (tests/deploy.rs runs it that way).
+# deploy/plugins/ is generated, not checked in.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 namespace="${1:-diorch-system}"
-bash scripts/build-plugins.sh >/dev/null
-cargo build --quiet --locked --bin diorch
-diorch="${CARGO_TARGET_DIR:-target}/debug/diorch"
+out="${2:-deploy/plugins}"
+diorch="${DIORCH:-}"
+if [ -z "$diorch" ]; then
+    bash scripts/build-plugins.sh >/dev/null
+    cargo build --quiet --locked --bin diorch
+    diorch="${CARGO_TARGET_DIR:-target}/debug/diorch"
+fi
 
-out=deploy/plugins
 mkdir -p "$out"
 rm -f "$out"/*.yaml
 pack() { # file name kind [extra flags...]

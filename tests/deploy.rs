@@ -12,8 +12,10 @@ fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// `kubectl kustomize <dir>`: the YAML text and its objects.
-fn render(dir: &str) -> (String, Vec<Value>) {
+/// `kubectl kustomize <dir>` (relative to the repository, or absolute): the YAML text and its
+/// objects.
+fn render(dir: impl AsRef<Path>) -> (String, Vec<Value>) {
+    let dir = dir.as_ref();
     let out = Command::new("kubectl")
         .arg("kustomize")
         .arg(root().join(dir))
@@ -21,7 +23,8 @@ fn render(dir: &str) -> (String, Vec<Value>) {
         .expect("run kubectl kustomize");
     assert!(
         out.status.success(),
-        "kubectl kustomize {dir}: {}",
+        "kubectl kustomize {}: {}",
+        dir.display(),
         String::from_utf8_lossy(&out.stderr)
     );
     let text = String::from_utf8(out.stdout).expect("UTF-8");
@@ -223,4 +226,66 @@ fn run_validator(validator: &Path, file: &Path) -> std::process::Output {
         .arg(file)
         .output()
         .expect("run kubernetes-validate")
+}
+
+/// `scripts/pack-plugins.sh` packs the example plugins (built into target/plugins by
+/// scripts/build-plugins.sh) into ConfigMaps that the watcher loads: labelled, in the operator's
+/// namespace, the component byte for byte, each under the API server's 1 MiB object limit, and
+/// valid against the schemas.
+#[test]
+fn the_example_plugins_pack_into_configmaps_by_script() {
+    use base64::Engine as _;
+    let out = tempfile::tempdir().expect("tempdir");
+    let status = Command::new("bash")
+        .arg(root().join("scripts/pack-plugins.sh"))
+        .arg("diorch-system")
+        .arg(out.path())
+        .env("DIORCH", env!("CARGO_BIN_EXE_diorch"))
+        .status()
+        .expect("run scripts/pack-plugins.sh");
+    assert!(status.success(), "scripts/pack-plugins.sh: {status}");
+    let (text, docs) = render(out.path());
+    let expected = [
+        ("binpack", "binpack", "policy"),
+        ("spread", "spread", "policy"),
+        ("goodput", "goodput", "policy"),
+        ("node_placement", "node-placement", "mutator"),
+        ("accel_env", "accel-env", "mutator"),
+    ];
+    assert_eq!(docs.len(), expected.len(), "{text}");
+    for (file, name, kind) in expected {
+        let cm = find(&docs, "ConfigMap", &format!("plugin-{name}"))
+            .unwrap_or_else(|| panic!("no ConfigMap for {name}: {text}"));
+        assert_eq!(cm["metadata"]["namespace"], "diorch-system");
+        assert!(
+            cm["metadata"]["labels"]["diorch.io/plugin"].is_string(),
+            "{name}"
+        );
+        assert_eq!(cm["data"]["kind"], kind);
+        let packed = base64::engine::general_purpose::STANDARD
+            .decode(
+                cm["binaryData"]["plugin.wasm"]
+                    .as_str()
+                    .expect("binaryData"),
+            )
+            .expect("base64");
+        let built = std::fs::read(root().join(format!("target/plugins/{file}.wasm")))
+            .expect("run scripts/build-plugins.sh first");
+        assert!(packed == built, "{name}: the packed component differs");
+        let size = serde_json::to_vec(cm).expect("JSON").len();
+        assert!(
+            size < 1 << 20,
+            "{name}: {size} bytes, over a ConfigMap's 1 MiB"
+        );
+    }
+    if let Some(validator) = validator() {
+        let file = out.path().join("rendered.yaml");
+        std::fs::write(&file, &text).expect("write");
+        let report = run_validator(&validator, &file);
+        assert!(
+            report.status.success(),
+            "{}",
+            String::from_utf8_lossy(&report.stdout)
+        );
+    }
 }
