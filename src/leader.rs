@@ -85,6 +85,12 @@ impl Leadership {
         self.leading.load(Ordering::Acquire)
     }
 
+    /// Stops leading while still holding the lease (shutdown): nothing new is started, what
+    /// runs finishes, then the lease is released.
+    pub fn step_down(&self) {
+        self.leading.store(false, Ordering::Release);
+    }
+
     /// Resolves once this process leads (at once if it does).
     pub async fn acquired(&self) {
         let mut changes = self.changes.clone();

@@ -398,6 +398,10 @@ pub fn config_reference() -> String {
     out
 }
 
+/// Longest wait for in-flight reconciles after a shutdown signal: with the lease release (at
+/// most 5 s) it stays within deploy/'s 30 s termination grace period.
+const DRAIN_LIMIT: std::time::Duration = std::time::Duration::from_secs(20);
+
 /// How often the webhook certificate files are checked for a rotation.
 const WEBHOOK_CERT_RELOAD: std::time::Duration = std::time::Duration::from_secs(2);
 
@@ -498,7 +502,19 @@ pub async fn run(
     }
     let mut settings = args.settings();
     settings.leader = leadership.clone();
-    settings.allocator.leader = leadership;
+    settings.allocator.leader = leadership.clone();
+    // On the signal this replica stops leading (no new reconcile, re-plan or plugin status
+    // write), the controller drains, and the clock on draining starts (below).
+    let (signalled_tx, signalled) = tokio::sync::oneshot::channel::<()>();
+    let shutdown = {
+        let leadership = leadership.clone();
+        async move {
+            shutdown.await;
+            leadership.step_down();
+            info!("stopped leading; finishing in-flight reconciles");
+            let _ = signalled_tx.send(());
+        }
+    };
     let (caches, controller) =
         executor::start(conn.client, settings, metrics.clone(), plugins, shutdown);
     if let Some(addr) = args.server_bind_address.0 {
@@ -525,10 +541,17 @@ pub async fn run(
             }
         });
     }
-    // A shutdown signal drains the controller (in-flight reconciles finish); a lost lease
-    // stops everything at once.
+    // In-flight reconciles finish, for at most DRAIN_LIMIT, so the lease is released within
+    // the pod's grace period. A lost lease stops everything at once.
+    let draining = async move {
+        if signalled.await.is_err() {
+            std::future::pending::<()>().await;
+        }
+        tokio::time::sleep(DRAIN_LIMIT).await;
+    };
     tokio::select! {
         () = controller => {}
+        () = draining => warn!(limit = ?DRAIN_LIMIT, "in-flight reconciles did not finish in time; stopping anyway"),
         () = election.lost() => return Err(OperatorError::LostLease),
     }
     let _ = stop_plugins.send(());
