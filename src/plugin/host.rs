@@ -52,8 +52,8 @@ pub enum World {
 impl fmt::Display for World {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
-            World::SchedulingPolicy => "diorch:plugins/scheduling-policy@0.1.0",
-            World::PodMutator => "diorch:plugins/pod-mutator@0.1.0",
+            World::SchedulingPolicy => "diorch:plugins/scheduling-policy@0.2.0",
+            World::PodMutator => "diorch:plugins/pod-mutator@0.2.0",
         })
     }
 }
@@ -549,59 +549,155 @@ pub struct WasmMutator {
     inner: Arc<Loaded<bindings::mutator::PodMutatorPre<HostState>>>,
 }
 
-fn wit_resources(r: &super::Resources) -> wit::Resources {
-    wit::Resources {
-        cpu_millis: r.cpu_millis,
-        memory_bytes: r.memory_bytes,
-        gpus: r.gpus,
-        extended: r.extended.clone(),
-    }
+/// Builds the flat `cluster` record of a policy call (see the WIT `types` doc): strings are
+/// appended to one table and records refer to them and to each other by position, so building it
+/// needs no lookups and lowering it is a dozen copies whatever the cluster's size. Duplicate
+/// strings are not merged: hashing every label would cost more than copying it.
+struct Encoder {
+    c: wit::Cluster,
 }
 
-fn wit_node(n: &Node) -> wit::Node {
-    wit::Node {
-        name: n.name.clone(),
-        labels: n.labels.clone(),
-        taints: n
-            .taints
-            .iter()
-            .map(|t| wit::Taint {
-                key: t.key.clone(),
-                value: t.value.clone(),
+impl Encoder {
+    fn new(jobs: usize, nodes: usize) -> Encoder {
+        Encoder {
+            c: wit::Cluster {
+                // ~10 strings of ~20 bytes per node: one growth at most for typical nodes.
+                strings: String::with_capacity(nodes * 256),
+                string_ends: Vec::with_capacity(nodes * 12),
+                nodes: Vec::with_capacity(nodes),
+                jobs: Vec::with_capacity(jobs),
+                tasks: Vec::with_capacity(jobs * 3),
+                placements: Vec::new(),
+                labels: Vec::with_capacity(nodes * 4),
+                taints: Vec::new(),
+                quantities: Vec::with_capacity(nodes * 2),
+            },
+        }
+    }
+
+    // The `as u32` casts below cannot wrap unnoticed: `finish` refuses a table or list past u32.
+    fn text(&mut self, s: &str) -> u32 {
+        self.c.strings.push_str(s);
+        self.c.string_ends.push(self.c.strings.len() as u32);
+        self.c.string_ends.len() as u32 - 1
+    }
+
+    fn span(start: usize, len: usize) -> wit::Span {
+        wit::Span {
+            start: start as u32,
+            len: len as u32,
+        }
+    }
+
+    fn resources(&mut self, r: &super::Resources) -> wit::Resources {
+        let start = self.c.quantities.len();
+        for (name, amount) in &r.extended {
+            let name = self.text(name);
+            self.c.quantities.push(wit::Quantity {
+                name,
+                amount: *amount,
+            });
+        }
+        wit::Resources {
+            cpu_millis: r.cpu_millis,
+            memory_bytes: r.memory_bytes,
+            gpus: r.gpus,
+            extended: Self::span(start, r.extended.len()),
+        }
+    }
+
+    fn node(&mut self, n: &Node) {
+        let name = self.text(&n.name);
+        let labels = Self::span(self.c.labels.len(), n.labels.len());
+        for (k, v) in &n.labels {
+            let (key, value) = (self.text(k), self.text(v));
+            self.c.labels.push(wit::Label { key, value });
+        }
+        let taints = Self::span(self.c.taints.len(), n.taints.len());
+        for t in &n.taints {
+            let (key, value) = (self.text(&t.key), self.text(&t.value));
+            self.c.taints.push(wit::Taint {
+                key,
+                value,
                 effect: match t.effect {
                     super::TaintEffect::NoSchedule => wit::TaintEffect::NoSchedule,
                     super::TaintEffect::PreferNoSchedule => wit::TaintEffect::PreferNoSchedule,
                     super::TaintEffect::NoExecute => wit::TaintEffect::NoExecute,
                 },
-            })
-            .collect(),
-        allocatable: wit_resources(&n.allocatable),
-        free: wit_resources(&n.free),
-        ready: n.ready,
+            });
+        }
+        let allocatable = self.resources(&n.allocatable);
+        let free = self.resources(&n.free);
+        self.c.nodes.push(wit::Node {
+            name,
+            labels,
+            taints,
+            allocatable,
+            free,
+            ready: n.ready,
+        });
     }
-}
 
-fn wit_job(j: &Job) -> wit::Job {
-    wit::Job {
-        key: j.key.clone(),
-        priority: j.priority,
-        preemptible: j.preemptible,
-        tasks: j
-            .tasks
-            .iter()
-            .map(|t| wit::Task {
-                name: t.name.clone(),
-                task_type: t.task_type.clone(),
+    fn job(&mut self, j: &Job) {
+        let key = self.text(&j.key);
+        let tasks = Self::span(self.c.tasks.len(), j.tasks.len());
+        for t in &j.tasks {
+            let (name, task_type) = (self.text(&t.name), self.text(&t.task_type));
+            let requests = self.resources(&t.requests);
+            self.c.tasks.push(wit::Task {
+                name,
+                task_type,
                 replicas: t.replicas,
                 min_replicas: t.min_replicas,
                 max_replicas: t.max_replicas,
-                requests: wit_resources(&t.requests),
-            })
-            .collect(),
-        current: j.current.clone(),
-        profilings: j.profilings.clone(),
-        age_seconds: j.age_seconds,
+                requests,
+            });
+        }
+        let current = Self::span(self.c.placements.len(), j.current.len());
+        self.c.placements.extend_from_slice(&j.current);
+        let profilings = self.text(&j.profilings);
+        self.c.jobs.push(wit::Job {
+            key,
+            priority: j.priority,
+            preemptible: j.preemptible,
+            tasks,
+            current,
+            profilings,
+            age_seconds: j.age_seconds,
+        });
     }
+
+    fn finish(self, plugin: &str) -> Result<wit::Cluster, PluginError> {
+        let c = &self.c;
+        let longest = [
+            c.strings.len(),
+            c.string_ends.len(),
+            c.labels.len(),
+            c.taints.len(),
+            c.quantities.len(),
+            c.tasks.len(),
+            c.placements.len(),
+        ];
+        if longest.iter().any(|&n| u32::try_from(n).is_err()) {
+            return Err(host_err(
+                plugin,
+                "policy input too large for the WIT's u32 indices",
+            ));
+        }
+        Ok(self.c)
+    }
+}
+
+/// The `cluster` record for `jobs` on `nodes`.
+fn cluster(plugin: &str, jobs: &[&Job], nodes: &[Node]) -> Result<wit::Cluster, PluginError> {
+    let mut e = Encoder::new(jobs.len(), nodes.len());
+    for n in nodes {
+        e.node(n);
+    }
+    for j in jobs {
+        e.job(j);
+    }
+    e.finish(plugin)
 }
 
 impl WasmPolicy {
@@ -621,14 +717,13 @@ impl WasmPolicy {
     /// Raw call: node indices as the plugin returned them, unchecked (blocking).
     pub fn allocate_raw(&self, job: &Job, nodes: &[Node]) -> Result<Vec<u32>, PluginError> {
         let core = &self.inner.core;
-        let job = wit_job(job);
-        let nodes: Vec<wit::Node> = nodes.iter().map(wit_node).collect();
+        let input = cluster(&core.name, &[job], nodes)?;
         let mut store = core.new_store();
         let result = self
             .inner
             .pre
             .instantiate(&mut store)
-            .and_then(|p| p.call_allocate(&mut store, &job, &nodes));
+            .and_then(|p| p.call_allocate(&mut store, &input));
         match result {
             Ok(Ok(alloc)) => Ok(alloc),
             Ok(Err(e)) => Err(core.refused(e)),
@@ -650,8 +745,8 @@ impl WasmPolicy {
         previous: &[JobAllocation],
     ) -> Result<Vec<JobAllocation>, PluginError> {
         let core = &self.inner.core;
-        let jobs: Vec<wit::Job> = jobs.iter().map(wit_job).collect();
-        let nodes: Vec<wit::Node> = nodes.iter().map(wit_node).collect();
+        let jobs: Vec<&Job> = jobs.iter().collect();
+        let input = cluster(&core.name, &jobs, nodes)?;
         let previous: Vec<wit::JobAllocation> = previous
             .iter()
             .map(|p| wit::JobAllocation {
@@ -664,7 +759,7 @@ impl WasmPolicy {
             .inner
             .pre
             .instantiate(&mut store)
-            .and_then(|p| p.call_optimize(&mut store, &jobs, &nodes, &previous));
+            .and_then(|p| p.call_optimize(&mut store, &input, &previous));
         match result {
             Ok(Ok(plan)) => Ok(plan
                 .into_iter()
