@@ -1,7 +1,8 @@
 //! Placement bench: time from creating N preemptible DIJobs (4 replicas each) to all their
 //! pods bound to nodes in the sandbox (`--nodes 100 --node-gpus 16`, room for 1 600 jobs), with the real `diorch run`, once with
 //! the built-in bin-pack policy and once with the same policy as a Wasm plugin
-//! (`target/plugins/binpack.wasm`, uploaded as a ConfigMap and named by `--default-policy`).
+//! (`target/plugins/binpack.wasm`, uploaded as a ConfigMap and named by `--default-policy`);
+//! each twice, in the order native, Wasm, Wasm, native, and the means compared.
 //!
 //! `cargo bench --bench placement` (env: SIZES=100,1000, NODES=100, CONCURRENCY=32). Needs
 //! `scripts/build-plugins.sh` first for the Wasm run.
@@ -142,8 +143,14 @@ async fn main() -> anyhow::Result<()> {
         "placement bench: preemptible DIJobs of 4 replicas (1 GPU learner + 3 collectors), {nodes} nodes of 16 GPUs, time to all pods bound"
     );
     for n in sizes {
-        let native = run(n, nodes, false, concurrency).await?;
-        let wasm = run(n, nodes, true, concurrency).await?;
+        // Native, Wasm, Wasm, native: on a shared machine the load drifts between runs; the mean
+        // of each variant's two runs cancels a drift that is linear in time.
+        let native_a = run(n, nodes, false, concurrency).await?;
+        let wasm_a = run(n, nodes, true, concurrency).await?;
+        let wasm_b = run(n, nodes, true, concurrency).await?;
+        let native_b = run(n, nodes, false, concurrency).await?;
+        let native = (native_a + native_b) / 2;
+        let wasm = (wasm_a + wasm_b) / 2;
         println!(
             "  N = {n:>5}: built-in bin-pack {:>8.1} ms ({:.0} jobs/s), Wasm bin-pack {:>8.1} ms ({:.0} jobs/s), Wasm/native {:.3}",
             native.as_secs_f64() * 1e3,

@@ -30,7 +30,12 @@ printf 'apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresour
 pack binpack binpack policy
 pack spread spread policy
 pack goodput goodput policy
-# Mutators whose config the cluster owner writes: installed with an empty config, Ignore on failure.
-pack node_placement node-placement mutator --failure-policy Ignore
-pack accel_env accel-env mutator --task-types learner --failure-policy Ignore
+# Mutators whose config the cluster owner writes: installed inert (a config that changes
+# nothing but passes the operator's load-time smoke call; an empty one would be Rejected),
+# Ignore on failure. Edit data.config to put them to work.
+pack node_placement node-placement mutator --config '{}' --failure-policy Ignore
+pack accel_env accel-env mutator --task-types learner --config '{"taskTypes":[]}' --failure-policy Ignore
+# The same check the operator makes before loading a mutator.
+"$diorch" plugin check target/plugins/node_placement.wasm --config '{}' >/dev/null
+"$diorch" plugin check target/plugins/accel_env.wasm --config '{"taskTypes":[]}' >/dev/null
 echo "wrote $(ls "$out"/*.yaml | wc -l) files to $out: kubectl apply -k $out"

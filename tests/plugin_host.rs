@@ -141,6 +141,84 @@ async fn hostile_policy_calls_fail_cleanly_while_others_are_served() {
     }
 }
 
+/// Runs `call`, reporting whether its first poll already finished it and how long that poll took.
+async fn first_poll<F: std::future::Future + Unpin>(mut call: F) -> (F::Output, bool, Duration) {
+    let started = Instant::now();
+    match futures::poll!(&mut call) {
+        std::task::Poll::Ready(out) => (out, true, started.elapsed()),
+        std::task::Poll::Pending => {
+            let held = started.elapsed();
+            (call.await, false, held)
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn allocate_runs_inline_within_one_tick_else_on_the_pool_with_its_full_deadline() {
+    // A long tick, so a fast call is rarely cut short by chance, and a deadline far above it.
+    let host = PluginHost::new(HostConfig {
+        epoch_tick: Duration::from_millis(100),
+        limits: Limits {
+            deadline: Duration::from_secs(1),
+            ..Limits::default()
+        },
+        ..HostConfig::default()
+    })
+    .unwrap();
+    let p = host
+        .load_policy("hostile", wasm("hostile_policy").into(), None)
+        .await
+        .unwrap();
+    let nodes: Arc<[Node]> = sample::nodes(20).into();
+    let call = |name: &str| p.allocate(Arc::new(hostile_job(name)), nodes.clone());
+    // A fast call answers on its first poll: it ran inline (one of three, in case a tick cut
+    // one short).
+    let mut inline = false;
+    for _ in 0..3 {
+        let (out, ready, _) = first_poll(call("fine")).await;
+        assert_eq!(out.unwrap().len(), 7);
+        inline |= ready;
+    }
+    assert!(inline, "no fast call ran inline");
+
+    // A looping call gives the thread back after one tick, not its deadline, and then runs
+    // out its full deadline on the pool.
+    let started = Instant::now();
+    let (out, ready, held) = first_poll(call("loop")).await;
+    assert!(!ready);
+    assert!(
+        held < Duration::from_millis(600),
+        "held the thread {held:?}"
+    );
+    let err = out.unwrap_err();
+    assert!(
+        matches!(err, PluginError::Timeout { deadline, .. } if deadline == Duration::from_secs(1)),
+        "{err}"
+    );
+    assert!(started.elapsed() >= Duration::from_secs(1));
+
+    // The next call goes to the pool; once one is fast there, calls run inline again.
+    let (out, ready, _) = first_poll(call("fine")).await;
+    assert_eq!(out.unwrap().len(), 7);
+    assert!(
+        !ready,
+        "a call right after an over-budget one runs on the pool"
+    );
+    let mut inline = false;
+    for _ in 0..3 {
+        let (out, ready, _) = first_poll(call("fine")).await;
+        assert_eq!(out.unwrap().len(), 7);
+        inline |= ready;
+    }
+    assert!(inline, "calls did not run inline again");
+
+    // A call that writes to stderr (WASI) is served by the pool, stderr and all.
+    let (out, ready, _) = first_poll(call("trap")).await;
+    assert!(!ready);
+    let err = out.unwrap_err();
+    assert!(err.to_string().contains("traps on purpose"), "{err}");
+}
+
 #[test]
 fn per_plugin_limits_override_the_defaults() {
     let host = host();

@@ -342,7 +342,7 @@ pub fn check(
     let mutator = host.load_mutator_blocking("checked", bytes, None);
     match (policy, mutator) {
         (Ok(policy), _) => {
-            writeln!(out, "world:    diorch:plugins/scheduling-policy@0.1.0")?;
+            writeln!(out, "world:    diorch:plugins/scheduling-policy@0.2.0")?;
             for n in [100, 1000] {
                 let (job, nodes) = sample::allocate_input(n, 2);
                 let (result, t) = timed(20, || policy.allocate_blocking(&job, &nodes));
@@ -366,7 +366,7 @@ pub fn check(
             )?;
         }
         (Err(_), Ok(mutator)) => {
-            writeln!(out, "world:    diorch:plugins/pod-mutator@0.1.0")?;
+            writeln!(out, "world:    diorch:plugins/pod-mutator@0.2.0")?;
             let (mut ctx, pod): (TaskContext, _) = sample::pod(task_type);
             ctx.config = config.to_string();
             let (result, t) = timed(20, || mutator.mutate_blocking(&ctx, &pod));

@@ -13,7 +13,9 @@ use diorch_policies::binpack::BinPack;
 use diorch_policies::goodput::Goodput;
 use diorch_policies::spread::Spread;
 
-use super::{Job, JobPlan, Node, PluginError, SchedulingPolicy, checks};
+use super::{
+    Job, JobAllocation, JobPlan, Node, PluginError, PolicyError, SchedulingPolicy, checks,
+};
 
 /// Which built-in algorithm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,15 +34,29 @@ impl NativePolicy {
         }
     }
 
-    fn logic(self) -> &'static dyn Policy {
+    fn allocate_logic(self, job: &Job, nodes: &[Node]) -> Result<Vec<u32>, PolicyError> {
+        // `Policy` is generic over node views (not dyn-compatible), hence a match per call.
         match self {
-            NativePolicy::BinPack => &BinPack,
-            NativePolicy::Spread => &Spread,
-            NativePolicy::Goodput => &Goodput,
+            NativePolicy::BinPack => BinPack.allocate(job, nodes),
+            NativePolicy::Spread => Spread.allocate(job, nodes),
+            NativePolicy::Goodput => Goodput.allocate(job, nodes),
         }
     }
 
-    fn refused(self, error: diorch_policies::PolicyError) -> PluginError {
+    fn optimize_logic(
+        self,
+        jobs: &[Job],
+        nodes: &[Node],
+        previous: &[JobAllocation],
+    ) -> Result<Vec<JobAllocation>, PolicyError> {
+        match self {
+            NativePolicy::BinPack => BinPack.optimize(jobs, nodes, previous),
+            NativePolicy::Spread => Spread.optimize(jobs, nodes, previous),
+            NativePolicy::Goodput => Goodput.optimize(jobs, nodes, previous),
+        }
+    }
+
+    fn refused(self, error: PolicyError) -> PluginError {
         PluginError::Refused {
             plugin: self.name().to_string(),
             error,
@@ -50,8 +66,7 @@ impl NativePolicy {
     /// Checked allocation, in the caller's thread (microseconds).
     pub fn allocate_now(self, job: &Job, nodes: &[Node]) -> Result<Vec<String>, PluginError> {
         let alloc = self
-            .logic()
-            .allocate(job, nodes)
+            .allocate_logic(job, nodes)
             .map_err(|e| self.refused(e))?;
         checks::allocation(self.name(), job, nodes, &alloc)
     }
@@ -64,8 +79,7 @@ impl NativePolicy {
     ) -> Result<Vec<JobPlan>, PluginError> {
         let previous = checks::plan_to_indices(jobs, nodes, previous);
         let plan = self
-            .logic()
-            .optimize(jobs, nodes, &previous)
+            .optimize_logic(jobs, nodes, &previous)
             .map_err(|e| self.refused(e))?;
         checks::plan(self.name(), jobs, nodes, &plan)
     }

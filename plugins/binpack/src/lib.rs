@@ -1,18 +1,18 @@
 //! GPU bin-packing policy plugin: a thin wrapper over `diorch_policies::binpack`.
 
-use diorch_plugin_sdk::{Job, JobAllocation, Node, PluginError, Policy, PolicyLogic};
+use diorch_plugin_sdk::{Job, JobAllocation, NodeView, PluginError, Policy, PolicyLogic};
 use diorch_policies::binpack::BinPack;
 
 pub struct GpuBinPack;
 
 impl Policy for GpuBinPack {
-    fn allocate(job: &Job, nodes: &[Node]) -> Result<Vec<u32>, PluginError> {
+    fn allocate(job: &Job, nodes: &[NodeView<'_>]) -> Result<Vec<u32>, PluginError> {
         BinPack.allocate(job, nodes)
     }
 
     fn optimize(
         jobs: &[Job],
-        nodes: &[Node],
+        nodes: &[NodeView<'_>],
         previous: &[JobAllocation],
     ) -> Result<Vec<JobAllocation>, PluginError> {
         BinPack.optimize(jobs, nodes, previous)
@@ -24,46 +24,33 @@ diorch_plugin_sdk::export_policy!(GpuBinPack);
 #[cfg(test)]
 mod tests {
     use diorch_plugin_sdk::__private::allocate;
-    use diorch_plugin_sdk::wit;
+    use diorch_plugin_sdk::view::encode;
+    use diorch_plugin_sdk::{Job, Node, Resources, Task, wit};
 
-    fn res(cpu: u64, gpus: u32) -> wit::Resources {
-        wit::Resources {
-            cpu_millis: cpu,
-            memory_bytes: 1 << 34,
-            gpus,
-            extended: vec![],
-        }
-    }
-
-    fn node(name: &str, free_gpus: u32) -> wit::Node {
-        wit::Node {
+    fn node(name: &str, free_gpus: u32) -> Node {
+        Node {
             name: name.into(),
-            labels: vec![],
+            labels: vec![("zone".into(), "a".into())],
             taints: vec![],
-            allocatable: res(32_000, 8),
-            free: res(32_000, free_gpus),
+            allocatable: Resources::new(32_000, 1 << 34, 8),
+            free: Resources::new(32_000, 1 << 34, free_gpus),
             ready: true,
         }
     }
 
     #[test]
     fn packs_through_the_wit_types() {
-        let job = wit::Job {
+        let job = Job {
             key: "ns/j".into(),
             priority: 0,
             preemptible: true,
-            tasks: vec![wit::Task {
+            tasks: vec![Task {
                 name: "learner".into(),
                 task_type: "learner".into(),
                 replicas: 3,
                 min_replicas: 1,
                 max_replicas: 3,
-                requests: wit::Resources {
-                    cpu_millis: 1_000,
-                    memory_bytes: 1 << 30,
-                    gpus: 1,
-                    extended: vec![],
-                },
+                requests: Resources::new(1_000, 1 << 30, 1),
             }],
             current: vec![],
             profilings: String::new(),
@@ -72,13 +59,18 @@ mod tests {
         let nodes = vec![node("a", 8), node("b", 3), node("c", 2)];
         // Fullest first: two on c, the third on b.
         assert_eq!(
-            allocate::<super::GpuBinPack>(job.clone(), nodes.clone()).unwrap(),
+            allocate::<super::GpuBinPack>(encode(std::slice::from_ref(&job), &nodes)).unwrap(),
             vec![2, 2, 1]
         );
         let full = vec![node("a", 1)];
         assert!(matches!(
-            allocate::<super::GpuBinPack>(job, full),
+            allocate::<super::GpuBinPack>(encode(std::slice::from_ref(&job), &full)),
             Err(wit::Error::NoFit(_))
+        ));
+        // allocate is for exactly one job.
+        assert!(matches!(
+            allocate::<super::GpuBinPack>(encode(&[job.clone(), job], &nodes)),
+            Err(wit::Error::InvalidInput(_))
         ));
     }
 }

@@ -1,19 +1,19 @@
 //! Goodput policy plugin: a thin wrapper over `diorch_policies::goodput` (bin-packing placement,
 //! collectors sized from the job's profilings; the format is in docs/profilings.md).
 
-use diorch_plugin_sdk::{Job, JobAllocation, Node, PluginError, Policy, PolicyLogic};
+use diorch_plugin_sdk::{Job, JobAllocation, NodeView, PluginError, Policy, PolicyLogic};
 use diorch_policies::goodput::Goodput;
 
 pub struct GoodputPolicy;
 
 impl Policy for GoodputPolicy {
-    fn allocate(job: &Job, nodes: &[Node]) -> Result<Vec<u32>, PluginError> {
+    fn allocate(job: &Job, nodes: &[NodeView<'_>]) -> Result<Vec<u32>, PluginError> {
         Goodput.allocate(job, nodes)
     }
 
     fn optimize(
         jobs: &[Job],
-        nodes: &[Node],
+        nodes: &[NodeView<'_>],
         previous: &[JobAllocation],
     ) -> Result<Vec<JobAllocation>, PluginError> {
         Goodput.optimize(jobs, nodes, previous)
@@ -25,46 +25,33 @@ diorch_plugin_sdk::export_policy!(GoodputPolicy);
 #[cfg(test)]
 mod tests {
     use diorch_plugin_sdk::__private::{allocate, optimize};
-    use diorch_plugin_sdk::wit;
+    use diorch_plugin_sdk::view::encode;
+    use diorch_plugin_sdk::{Job, Node, Resources, Task};
 
-    fn res(cpu: u64, gpus: u32) -> wit::Resources {
-        wit::Resources {
-            cpu_millis: cpu,
-            memory_bytes: 1 << 34,
-            gpus,
-            extended: vec![],
-        }
-    }
-
-    fn node(name: &str, free_gpus: u32) -> wit::Node {
-        wit::Node {
+    fn node(name: &str, free_gpus: u32) -> Node {
+        Node {
             name: name.into(),
             labels: vec![],
             taints: vec![],
-            allocatable: res(32_000, 8),
-            free: res(32_000, free_gpus),
+            allocatable: Resources::new(32_000, 1 << 34, 8),
+            free: Resources::new(32_000, 1 << 34, free_gpus),
             ready: true,
         }
     }
 
-    fn task(name: &str, replicas: u32, max: u32, gpus: u32) -> wit::Task {
-        wit::Task {
+    fn task(name: &str, replicas: u32, max: u32, gpus: u32) -> Task {
+        Task {
             name: name.into(),
             task_type: name.into(),
             replicas,
             min_replicas: 1,
             max_replicas: max,
-            requests: wit::Resources {
-                cpu_millis: 1_000,
-                memory_bytes: 1 << 30,
-                gpus,
-                extended: vec![],
-            },
+            requests: Resources::new(1_000, 1 << 30, gpus),
         }
     }
 
-    fn job(profilings: &str) -> wit::Job {
-        wit::Job {
+    fn job(profilings: &str) -> Job {
+        Job {
             key: "ns/j".into(),
             priority: 0,
             preemptible: true,
@@ -79,7 +66,7 @@ mod tests {
     fn allocates_by_bin_packing_through_the_wit_types() {
         let nodes = vec![node("a", 8), node("b", 3)];
         assert_eq!(
-            allocate::<super::GoodputPolicy>(job(""), nodes).unwrap(),
+            allocate::<super::GoodputPolicy>(encode(&[job("")], &nodes)).unwrap(),
             vec![1, 1, 1]
         );
     }
@@ -90,10 +77,10 @@ mod tests {
         let rising = r#"{"data_is_ignored": 1, "collectors": {
             "1": {"throughput": 600.0}, "2": {"throughput": 1200.0}, "3": {"throughput": 1750.0}
         }}"#;
-        let plan = optimize::<super::GoodputPolicy>(vec![job(rising)], nodes.clone(), vec![]);
+        let plan = optimize::<super::GoodputPolicy>(encode(&[job(rising)], &nodes), vec![]);
         // Still rising at 3: one probe past it, 4 collectors, appended after the current ones.
         assert_eq!(plan.unwrap()[0].nodes, vec![1, 1, 1, 1, 1]);
-        let plan = optimize::<super::GoodputPolicy>(vec![job("{")], nodes, vec![]);
+        let plan = optimize::<super::GoodputPolicy>(encode(&[job("{")], &nodes), vec![]);
         assert_eq!(plan.unwrap()[0].nodes, vec![1, 1, 1]);
     }
 }

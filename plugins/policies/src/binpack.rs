@@ -2,7 +2,7 @@
 //! whole GPU nodes stay free for large jobs.
 
 use crate::engine::{Chooser, Placing, Score};
-use crate::model::{Resources, Task};
+use crate::model::{Amounts, NodeInfo, Task};
 
 /// Best fit on GPUs, then CPU, then memory; CPU-only replicas avoid GPU nodes when they can;
 /// PreferNoSchedule nodes only when nothing else fits.
@@ -10,22 +10,22 @@ use crate::model::{Resources, Task};
 pub struct BinPack;
 
 impl Chooser for BinPack {
-    fn score(
+    fn score<N: NodeInfo>(
         &self,
-        ctx: &Placing<'_>,
+        ctx: &Placing<'_, N>,
         node: usize,
-        left: &Resources,
+        left: &impl Amounts,
         task: &Task,
     ) -> Option<Score> {
         let n = &ctx.nodes[node];
-        let wastes_gpu_node = task.requests.gpus == 0 && n.allocatable.gpus > 0;
+        let wastes_gpu_node = task.requests.gpus == 0 && n.allocatable().gpus() > 0;
         Some([
             u64::from(n.prefers_no_schedule()),
             u64::from(wastes_gpu_node),
-            u64::from(left.gpus - task.requests.gpus),
-            (left.cpu_millis - task.requests.cpu_millis)
+            u64::from(left.gpus() - task.requests.gpus),
+            (left.cpu_millis() - task.requests.cpu_millis)
                 .saturating_mul(1 << 20)
-                .saturating_add((left.memory_bytes - task.requests.memory_bytes) >> 20),
+                .saturating_add((left.memory_bytes() - task.requests.memory_bytes) >> 20),
         ])
     }
 }

@@ -4,26 +4,89 @@
 //! the one `Policy` impl every [`Chooser`] gets. Must not touch: how nodes are ranked (that is the
 //! strategy's) and anything beyond placement (resizing is `goodput`'s).
 
-use std::collections::BTreeMap;
-
 use crate::Policy;
-use crate::model::{Job, JobAllocation, Node, PolicyError, Resources, Task};
+use crate::model::{Amounts, Job, JobAllocation, NodeInfo, PolicyError, Resources, Task};
 
-/// Free resources after the placements made so far. Only touched nodes are copied, so a call
-/// costs O(replicas) copies, not O(nodes) (this is what keeps the Wasm call cheap too).
-#[derive(Clone, Default)]
-pub(crate) struct Overlay(BTreeMap<usize, Resources>);
+/// Free resources after the placements made so far, by node index. Only touched nodes are
+/// copied, so a call costs O(replicas) copies, not O(nodes) (this is what keeps the Wasm call
+/// cheap too); an attempt that fails gives back what it took instead of working on a copy of the
+/// whole overlay (copying it per job made a re-plan of 50 jobs allocate ~20 000 times).
+#[derive(Default)]
+pub(crate) struct Overlay(Vec<Option<Resources>>);
+
+/// What a node has left: the overlay's copy once the node was used, else the node's own `free`.
+pub(crate) enum Left<'a, A> {
+    Taken(&'a Resources),
+    Untouched(A),
+}
+
+impl<A: Amounts> Amounts for Left<'_, A> {
+    fn cpu_millis(&self) -> u64 {
+        match self {
+            Left::Taken(r) => r.cpu_millis,
+            Left::Untouched(a) => a.cpu_millis(),
+        }
+    }
+    fn memory_bytes(&self) -> u64 {
+        match self {
+            Left::Taken(r) => r.memory_bytes,
+            Left::Untouched(a) => a.memory_bytes(),
+        }
+    }
+    fn gpus(&self) -> u32 {
+        match self {
+            Left::Taken(r) => r.gpus,
+            Left::Untouched(a) => a.gpus(),
+        }
+    }
+    fn extended(&self, name: &str) -> u64 {
+        match self {
+            Left::Taken(r) => Amounts::extended(*r, name),
+            Left::Untouched(a) => a.extended(name),
+        }
+    }
+    fn to_resources(&self) -> Resources {
+        match self {
+            Left::Taken(r) => (*r).clone(),
+            Left::Untouched(a) => a.to_resources(),
+        }
+    }
+}
 
 impl Overlay {
-    pub fn get<'a>(&'a self, nodes: &'a [Node], i: usize) -> &'a Resources {
-        self.0.get(&i).unwrap_or(&nodes[i].free)
+    pub fn get<'a, N: NodeInfo>(&'a self, nodes: &'a [N], i: usize) -> Left<'a, N::Amounts<'a>> {
+        match self.0.get(i) {
+            Some(Some(r)) => Left::Taken(r),
+            _ => Left::Untouched(nodes[i].free()),
+        }
     }
 
-    pub fn take(&mut self, nodes: &[Node], i: usize, request: &Resources) {
-        self.0
-            .entry(i)
-            .or_insert_with(|| nodes[i].free.clone())
+    /// Subtracts `request` from node `i`; callers check `fits` first, so it never saturates and
+    /// [`Overlay::give_back`] undoes it exactly.
+    pub fn take<N: NodeInfo>(&mut self, nodes: &[N], i: usize, request: &Resources) {
+        if self.0.len() <= i {
+            self.0.resize(nodes.len().max(i + 1), None);
+        }
+        self.0[i]
+            .get_or_insert_with(|| nodes[i].free().to_resources())
             .take(request);
+    }
+
+    /// Undoes takes, last first. A node first touched by them keeps its copy, now equal to its
+    /// own `free`, which reads the same.
+    fn give_back(&mut self, taken: &[(usize, &Resources)]) {
+        for &(i, request) in taken.iter().rev() {
+            if let Some(Some(r)) = self.0.get_mut(i) {
+                r.cpu_millis += request.cpu_millis;
+                r.memory_bytes += request.memory_bytes;
+                r.gpus += request.gpus;
+                for (name, q) in &request.extended {
+                    if let Some(slot) = r.extended.iter_mut().find(|(n, _)| n == name) {
+                        slot.1 += *q;
+                    }
+                }
+            }
+        }
     }
 }
 
@@ -31,8 +94,13 @@ impl Overlay {
 pub(crate) trait Chooser {
     /// A sort key per candidate node (lower is better); `None` when unfit. Ties go to the lower
     /// node index, so the result is deterministic. `left` is what the node has free now.
-    fn score(&self, ctx: &Placing<'_>, node: usize, left: &Resources, task: &Task)
-    -> Option<Score>;
+    fn score<N: NodeInfo>(
+        &self,
+        ctx: &Placing<'_, N>,
+        node: usize,
+        left: &impl Amounts,
+        task: &Task,
+    ) -> Option<Score>;
 }
 
 pub(crate) type Score = [u64; 4];
@@ -40,14 +108,14 @@ pub(crate) type Score = [u64; 4];
 /// Every placement strategy is a policy the same way: fresh placement for `allocate`, the shared
 /// keep-or-place loop for `optimize`. One impl here instead of a copy per strategy.
 impl<C: Chooser> Policy for C {
-    fn allocate(&self, job: &Job, nodes: &[Node]) -> Result<Vec<u32>, PolicyError> {
+    fn allocate<N: NodeInfo>(&self, job: &Job, nodes: &[N]) -> Result<Vec<u32>, PolicyError> {
         place(self, job, nodes, &mut Overlay::default())
     }
 
-    fn optimize(
+    fn optimize<N: NodeInfo>(
         &self,
         jobs: &[Job],
-        nodes: &[Node],
+        nodes: &[N],
         previous: &[JobAllocation],
     ) -> Result<Vec<JobAllocation>, PolicyError> {
         optimize(self, jobs, nodes, previous, &mut Overlay::default())
@@ -55,8 +123,8 @@ impl<C: Chooser> Policy for C {
 }
 
 /// The state of one job's placement in progress.
-pub(crate) struct Placing<'a> {
-    pub nodes: &'a [Node],
+pub(crate) struct Placing<'a, N> {
+    pub nodes: &'a [N],
     /// Nodes chosen so far for this job's replicas.
     pub placed: &'a [u32],
 }
@@ -78,9 +146,9 @@ fn describe(task: &Task) -> String {
 }
 
 /// The best schedulable node with room for one replica of `task` on `free`, if any.
-pub(crate) fn best_node(
-    chooser: &dyn Chooser,
-    ctx: &Placing<'_>,
+pub(crate) fn best_node<C: Chooser, N: NodeInfo>(
+    chooser: &C,
+    ctx: &Placing<'_, N>,
     free: &Overlay,
     task: &Task,
 ) -> Option<usize> {
@@ -91,7 +159,7 @@ pub(crate) fn best_node(
         if !node.schedulable() || !left.fits(&task.requests) {
             continue;
         }
-        if let Some(score) = chooser.score(ctx, i, left, task)
+        if let Some(score) = chooser.score(ctx, i, &left, task)
             && best.is_none_or(|(b, _)| score < b)
         {
             best = Some((score, i));
@@ -101,11 +169,27 @@ pub(crate) fn best_node(
 }
 
 /// Places every replica of `job` on `free` (updated in place on success only).
-pub(crate) fn place(
-    chooser: &dyn Chooser,
+pub(crate) fn place<C: Chooser, N: NodeInfo>(
+    chooser: &C,
     job: &Job,
-    nodes: &[Node],
+    nodes: &[N],
     free: &mut Overlay,
+) -> Result<Vec<u32>, PolicyError> {
+    let mut taken = Vec::new();
+    let placed = place_taking(chooser, job, nodes, free, &mut taken);
+    if placed.is_err() {
+        free.give_back(&taken);
+    }
+    placed
+}
+
+/// [`place`], recording in `taken` what it took from `free`, also when it fails.
+fn place_taking<'j, C: Chooser, N: NodeInfo>(
+    chooser: &C,
+    job: &'j Job,
+    nodes: &[N],
+    free: &mut Overlay,
+    taken: &mut Vec<(usize, &'j Resources)>,
 ) -> Result<Vec<u32>, PolicyError> {
     if job.total_replicas() == 0 {
         return Err(PolicyError::InvalidInput(format!(
@@ -129,7 +213,6 @@ pub(crate) fn place(
         );
         kb.cmp(&ka).then(ia.cmp(ib))
     });
-    let mut work = free.clone();
     let mut result = vec![u32::MAX; order.len()];
     let mut placed: Vec<u32> = Vec::with_capacity(order.len());
     // Replicas that already run (`current`, e.g. a job being scaled) stay where they are while
@@ -139,8 +222,9 @@ pub(crate) fn place(
             continue;
         };
         let i = *at as usize;
-        if nodes.get(i).is_some_and(Node::schedulable) && work.get(nodes, i).fits(&task.requests) {
-            work.take(nodes, i, &task.requests);
+        if nodes.get(i).is_some_and(N::schedulable) && free.get(nodes, i).fits(&task.requests) {
+            free.take(nodes, i, &task.requests);
+            taken.push((i, &task.requests));
             result[rank] = *at;
             placed.push(*at);
         }
@@ -151,27 +235,27 @@ pub(crate) fn place(
             nodes,
             placed: &placed,
         };
-        let Some(i) = best_node(chooser, &ctx, &work, task) else {
+        let Some(i) = best_node(chooser, &ctx, free, task) else {
             return Err(PolicyError::NoFit(format!(
                 "job {}: {} and no ready, untainted node has room",
                 job.key,
                 describe(task)
             )));
         };
-        work.take(nodes, i, &task.requests);
+        free.take(nodes, i, &task.requests);
+        taken.push((i, &task.requests));
         // ok: node counts come from a Vec indexed by u32 in the WIT contract.
         let index = u32::try_from(i).map_err(|_| PolicyError::Internal("too many nodes".into()))?;
         result[rank] = index;
         placed.push(index);
     }
-    *free = work;
     Ok(result)
 }
 
 /// The current placement of `job` if it is complete and still valid on `free`.
-fn keep_current(
+fn keep_current<N: NodeInfo>(
     job: &Job,
-    nodes: &[Node],
+    nodes: &[N],
     free: &mut Overlay,
     hint: Option<&[u32]>,
 ) -> Option<Vec<u32>> {
@@ -183,16 +267,16 @@ fn keep_current(
     if current.len() != job.total_replicas() || current.is_empty() {
         return None;
     }
-    let mut work = free.clone();
+    let mut taken = Vec::with_capacity(current.len());
     for (&n, task) in current.iter().zip(job.replicas()) {
         let i = n as usize;
-        let node = nodes.get(i)?;
-        if !node.schedulable() || !work.get(nodes, i).fits(&task.requests) {
+        if !nodes.get(i).is_some_and(N::schedulable) || !free.get(nodes, i).fits(&task.requests) {
+            free.give_back(&taken);
             return None;
         }
-        work.take(nodes, i, &task.requests);
+        free.take(nodes, i, &task.requests);
+        taken.push((i, &task.requests));
     }
-    *free = work;
     Some(current)
 }
 
@@ -212,10 +296,10 @@ pub(crate) fn by_priority(jobs: &[Job]) -> Vec<usize> {
 /// Global re-plan on `free` (left holding what the plan uses, for callers that place more after
 /// it): jobs in [`by_priority`] order; a job keeps a still-valid placement (no needless
 /// restarts), else is placed afresh; a job that fits nowhere is left out of the plan.
-pub(crate) fn optimize(
-    chooser: &dyn Chooser,
+pub(crate) fn optimize<C: Chooser, N: NodeInfo>(
+    chooser: &C,
     jobs: &[Job],
-    nodes: &[Node],
+    nodes: &[N],
     previous: &[JobAllocation],
     free: &mut Overlay,
 ) -> Result<Vec<JobAllocation>, PolicyError> {

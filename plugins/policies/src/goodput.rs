@@ -31,7 +31,7 @@ use serde_json::Value;
 use crate::Policy;
 use crate::binpack::BinPack;
 use crate::engine::{self, Overlay, Placing};
-use crate::model::{Job, JobAllocation, Node, PolicyError, Task};
+use crate::model::{Job, JobAllocation, NodeInfo, PolicyError, Task};
 
 /// The task type goodput resizes.
 pub const COLLECTOR: &str = "collector";
@@ -195,7 +195,13 @@ impl Resize {
 
     /// Adds collectors to `alloc` one at a time at the end of the collector block, each on the
     /// node bin-pack ranks best among what `free` has left; stops at `to` or when nothing fits.
-    fn grow(&self, alloc: &mut Vec<u32>, task: &Task, nodes: &[Node], free: &mut Overlay) {
+    fn grow<N: NodeInfo>(
+        &self,
+        alloc: &mut Vec<u32>,
+        task: &Task,
+        nodes: &[N],
+        free: &mut Overlay,
+    ) {
         let first_new = self.start + self.from as usize;
         for at in first_new..first_new + self.to.saturating_sub(self.from) as usize {
             let ctx = Placing {
@@ -216,14 +222,14 @@ impl Resize {
 }
 
 impl Policy for Goodput {
-    fn allocate(&self, job: &Job, nodes: &[Node]) -> Result<Vec<u32>, PolicyError> {
+    fn allocate<N: NodeInfo>(&self, job: &Job, nodes: &[N]) -> Result<Vec<u32>, PolicyError> {
         BinPack.allocate(job, nodes)
     }
 
-    fn optimize(
+    fn optimize<N: NodeInfo>(
         &self,
         jobs: &[Job],
-        nodes: &[Node],
+        nodes: &[N],
         previous: &[JobAllocation],
     ) -> Result<Vec<JobAllocation>, PolicyError> {
         let resizes: Vec<Option<Resize>> = jobs.iter().map(Resize::of).collect();
@@ -277,7 +283,7 @@ impl Policy for Goodput {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::Resources;
+    use crate::model::{Node, Resources};
     use crate::testutil::*;
 
     /// `{"collectors": {"<n>": {"throughput": <t>}, ...}}` from (count, throughput) pairs.

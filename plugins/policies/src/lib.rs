@@ -11,18 +11,22 @@ pub mod goodput;
 pub mod model;
 pub mod spread;
 
-pub use model::{Job, JobAllocation, Node, PolicyError, Resources, Taint, TaintEffect, Task};
+pub use model::{
+    Amounts, Job, JobAllocation, Node, NodeInfo, PolicyError, Resources, Taint, TaintEffect, Task,
+};
 
 /// A scheduling policy on the plain model: what the Wasm world `scheduling-policy` exports.
+/// Nodes are anything [`NodeInfo`]: owned [`Node`]s natively, borrowed views of the WIT records
+/// in a plugin.
 pub trait Policy {
     /// One node index per replica, in rank order.
-    fn allocate(&self, job: &Job, nodes: &[Node]) -> Result<Vec<u32>, PolicyError>;
+    fn allocate<N: NodeInfo>(&self, job: &Job, nodes: &[N]) -> Result<Vec<u32>, PolicyError>;
 
     /// A whole new plan for `jobs` (see the WIT doc of `optimize`).
-    fn optimize(
+    fn optimize<N: NodeInfo>(
         &self,
         jobs: &[Job],
-        nodes: &[Node],
+        nodes: &[N],
         previous: &[JobAllocation],
     ) -> Result<Vec<JobAllocation>, PolicyError>;
 }

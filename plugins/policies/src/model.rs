@@ -63,6 +63,120 @@ impl Resources {
     }
 }
 
+/// Read access to an amount of resources, whatever holds it: an owned [`Resources`], or a
+/// plugin's view of the WIT records, which reads them where they were lowered instead of copying
+/// them into owned strings and lists first (that copy used to cost more than the policy itself).
+pub trait Amounts {
+    fn cpu_millis(&self) -> u64;
+    fn memory_bytes(&self) -> u64;
+    fn gpus(&self) -> u32;
+    /// The quantity of extended resource `name`; 0 when absent.
+    fn extended(&self, name: &str) -> u64;
+    /// An owned copy, extended resources in their order.
+    fn to_resources(&self) -> Resources;
+
+    /// True when `request` fits in `self`.
+    fn fits(&self, request: &Resources) -> bool {
+        self.cpu_millis() >= request.cpu_millis
+            && self.memory_bytes() >= request.memory_bytes
+            && self.gpus() >= request.gpus
+            && request
+                .extended
+                .iter()
+                .all(|(name, q)| self.extended(name) >= *q)
+    }
+}
+
+impl Amounts for Resources {
+    fn cpu_millis(&self) -> u64 {
+        self.cpu_millis
+    }
+    fn memory_bytes(&self) -> u64 {
+        self.memory_bytes
+    }
+    fn gpus(&self) -> u32 {
+        self.gpus
+    }
+    fn extended(&self, name: &str) -> u64 {
+        self.extended_amount(name)
+    }
+    fn to_resources(&self) -> Resources {
+        self.clone()
+    }
+}
+
+impl<T: Amounts + ?Sized> Amounts for &T {
+    fn cpu_millis(&self) -> u64 {
+        (**self).cpu_millis()
+    }
+    fn memory_bytes(&self) -> u64 {
+        (**self).memory_bytes()
+    }
+    fn gpus(&self) -> u32 {
+        (**self).gpus()
+    }
+    fn extended(&self, name: &str) -> u64 {
+        (**self).extended(name)
+    }
+    fn to_resources(&self) -> Resources {
+        (**self).to_resources()
+    }
+}
+
+/// Read access to a node, whatever holds it: the owned [`Node`] (the operator's built-in
+/// policies) or a plugin's borrowed view of the WIT records (`diorch_plugin_sdk::NodeView`).
+/// The policies are written against this trait, so both run the very same code.
+pub trait NodeInfo {
+    /// How this node's resource amounts are read.
+    type Amounts<'a>: Amounts
+    where
+        Self: 'a;
+
+    fn name(&self) -> &str;
+    fn ready(&self) -> bool;
+    /// True when the node has a taint with this effect.
+    fn has_taint(&self, effect: TaintEffect) -> bool;
+    fn label(&self, key: &str) -> Option<&str>;
+    fn allocatable(&self) -> Self::Amounts<'_>;
+    /// Allocatable minus what pods outside the job(s) being placed request.
+    fn free(&self) -> Self::Amounts<'_>;
+
+    /// Ready and without a NoSchedule/NoExecute taint (tasks carry no tolerations in the model,
+    /// so such taints exclude the node).
+    fn schedulable(&self) -> bool {
+        self.ready()
+            && !self.has_taint(TaintEffect::NoSchedule)
+            && !self.has_taint(TaintEffect::NoExecute)
+    }
+
+    fn prefers_no_schedule(&self) -> bool {
+        self.has_taint(TaintEffect::PreferNoSchedule)
+    }
+}
+
+impl NodeInfo for Node {
+    type Amounts<'a> = &'a Resources;
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn ready(&self) -> bool {
+        self.ready
+    }
+    fn has_taint(&self, effect: TaintEffect) -> bool {
+        self.taints.iter().any(|t| t.effect == effect)
+    }
+    fn label(&self, key: &str) -> Option<&str> {
+        Node::label(self, key)
+    }
+    fn allocatable(&self) -> &Resources {
+        &self.allocatable
+    }
+    fn free(&self) -> &Resources {
+        &self.free
+    }
+}
+
 /// Serialized with the Kubernetes spelling (`NoSchedule`, ...).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -106,20 +220,13 @@ pub struct Node {
 }
 
 impl Node {
-    /// Ready and without a NoSchedule/NoExecute taint (tasks carry no tolerations in the model,
-    /// so such taints exclude the node).
+    /// See [`NodeInfo::schedulable`].
     pub fn schedulable(&self) -> bool {
-        self.ready
-            && !self
-                .taints
-                .iter()
-                .any(|t| matches!(t.effect, TaintEffect::NoSchedule | TaintEffect::NoExecute))
+        NodeInfo::schedulable(self)
     }
 
     pub fn prefers_no_schedule(&self) -> bool {
-        self.taints
-            .iter()
-            .any(|t| t.effect == TaintEffect::PreferNoSchedule)
+        NodeInfo::prefers_no_schedule(self)
     }
 
     pub fn label(&self, key: &str) -> Option<&str> {

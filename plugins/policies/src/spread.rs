@@ -2,7 +2,7 @@
 //! then the least-allocated node, so one node or zone failure takes out as few as possible.
 
 use crate::engine::{Chooser, Placing, Score};
-use crate::model::{Resources, Task};
+use crate::model::{Amounts, NodeInfo, Task};
 
 /// The node label whose values count as failure domains.
 pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
@@ -11,11 +11,11 @@ pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
 pub struct Spread;
 
 impl Chooser for Spread {
-    fn score(
+    fn score<N: NodeInfo>(
         &self,
-        ctx: &Placing<'_>,
+        ctx: &Placing<'_, N>,
         node: usize,
-        left: &Resources,
+        left: &impl Amounts,
         task: &Task,
     ) -> Option<Score> {
         let n = &ctx.nodes[node];
@@ -29,9 +29,9 @@ impl Chooser for Spread {
             None => same_node,
         };
         // Least allocated: most CPU left after placement, as a fraction of allocatable (‰).
-        let cpu_left = left.cpu_millis - task.requests.cpu_millis;
+        let cpu_left = left.cpu_millis() - task.requests.cpu_millis;
         let used_permille =
-            1000 - (cpu_left.saturating_mul(1000) / n.allocatable.cpu_millis.max(1)).min(1000);
+            1000 - (cpu_left.saturating_mul(1000) / n.allocatable().cpu_millis().max(1)).min(1000);
         Some([
             u64::from(n.prefers_no_schedule()),
             same_zone,

@@ -1,8 +1,8 @@
 //! Guest SDK for diorch plugins (wasm32-wasip2 components built against `wit/plugins.wit`).
 //!
-//! Owns: the wit-bindgen bindings of both worlds, conversions to the plain model of
-//! `diorch-policies`, the `export_policy!` / `export_mutator!` macros, typed pod helpers and
-//! logging. Must not touch: policy logic (that lives in `diorch-policies` or the plugin).
+//! Owns: the wit-bindgen bindings of both worlds, borrowed views of a policy call's input for
+//! the plain model of `diorch-policies` (and the model-to-WIT encoding for native tests), the
+//! `export_policy!` / `export_mutator!` macros, typed pod helpers and logging. Must not touch: policy logic (that lives in `diorch-policies` or the plugin).
 //!
 //! A policy:
 //! ```ignore
@@ -21,12 +21,14 @@
 
 pub mod log;
 pub mod pod;
+pub mod view;
 
 pub use diorch_policies::{
-    Job, JobAllocation, Node, Policy as PolicyLogic, PolicyError as PluginError, Resources, Taint,
-    TaintEffect, Task,
+    Amounts, Job, JobAllocation, Node, NodeInfo, Policy as PolicyLogic, PolicyError as PluginError,
+    Resources, Taint, TaintEffect, Task,
 };
 pub use pod::Pod;
+pub use view::{NodeView, ResourcesView};
 
 /// Bindings of the `scheduling-policy` world (also the home of the shared types and log import).
 #[allow(clippy::too_many_arguments)] // generated code
@@ -48,8 +50,8 @@ pub mod mutator_bindings {
         pub_export_macro: true,
         export_macro_name: "export_world",
         with: {
-            "diorch:plugins/types@0.1.0": crate::policy_bindings::diorch::plugins::types,
-            "diorch:plugins/log@0.1.0": crate::policy_bindings::diorch::plugins::log,
+            "diorch:plugins/types@0.2.0": crate::policy_bindings::diorch::plugins::types,
+            "diorch:plugins/log@0.2.0": crate::policy_bindings::diorch::plugins::log,
         },
     });
 }
@@ -59,15 +61,17 @@ pub use policy_bindings::diorch::plugins::types as wit;
 /// What a mutator is told about its pod.
 pub use wit::TaskContext;
 
-/// A scheduling policy: implement this and call [`export_policy!`].
+/// A scheduling policy: implement this and call [`export_policy!`]. Nodes are borrowed views of
+/// the call's input ([`NodeView`]: [`NodeInfo`] for the `diorch-policies` code, plus labels,
+/// taints and an owned copy on demand).
 pub trait Policy {
     /// One node index per replica, in rank order.
-    fn allocate(job: &Job, nodes: &[Node]) -> Result<Vec<u32>, PluginError>;
+    fn allocate(job: &Job, nodes: &[NodeView<'_>]) -> Result<Vec<u32>, PluginError>;
 
     /// The whole new plan; the default keeps every job's current complete placement.
     fn optimize(
         jobs: &[Job],
-        nodes: &[Node],
+        nodes: &[NodeView<'_>],
         previous: &[JobAllocation],
     ) -> Result<Vec<JobAllocation>, PluginError> {
         let _ = (nodes, previous);
@@ -92,61 +96,6 @@ pub trait Mutator {
 pub mod __private {
     use super::*;
 
-    fn resources(r: wit::Resources) -> Resources {
-        Resources {
-            cpu_millis: r.cpu_millis,
-            memory_bytes: r.memory_bytes,
-            gpus: r.gpus,
-            extended: r.extended,
-        }
-    }
-
-    pub fn node(n: wit::Node) -> Node {
-        Node {
-            name: n.name,
-            labels: n.labels,
-            taints: n
-                .taints
-                .into_iter()
-                .map(|t| Taint {
-                    key: t.key,
-                    value: t.value,
-                    effect: match t.effect {
-                        wit::TaintEffect::NoSchedule => TaintEffect::NoSchedule,
-                        wit::TaintEffect::PreferNoSchedule => TaintEffect::PreferNoSchedule,
-                        wit::TaintEffect::NoExecute => TaintEffect::NoExecute,
-                    },
-                })
-                .collect(),
-            allocatable: resources(n.allocatable),
-            free: resources(n.free),
-            ready: n.ready,
-        }
-    }
-
-    pub fn job(j: wit::Job) -> Job {
-        Job {
-            key: j.key,
-            priority: j.priority,
-            preemptible: j.preemptible,
-            tasks: j
-                .tasks
-                .into_iter()
-                .map(|t| Task {
-                    name: t.name,
-                    task_type: t.task_type,
-                    replicas: t.replicas,
-                    min_replicas: t.min_replicas,
-                    max_replicas: t.max_replicas,
-                    requests: resources(t.requests),
-                })
-                .collect(),
-            current: j.current,
-            profilings: j.profilings,
-            age_seconds: j.age_seconds,
-        }
-    }
-
     pub fn error(e: PluginError) -> wit::Error {
         match e {
             PluginError::NoFit(m) => wit::Error::NoFit(m),
@@ -155,21 +104,26 @@ pub mod __private {
         }
     }
 
-    pub fn allocate<P: Policy>(
-        job: wit::Job,
-        nodes: Vec<wit::Node>,
-    ) -> Result<Vec<u32>, wit::Error> {
-        let nodes: Vec<Node> = nodes.into_iter().map(node).collect();
-        P::allocate(&self::job(job), &nodes).map_err(error)
+    pub fn allocate<P: Policy>(cluster: wit::Cluster) -> Result<Vec<u32>, wit::Error> {
+        let [job] = cluster.jobs.as_slice() else {
+            return Err(wit::Error::InvalidInput(format!(
+                "allocate takes exactly one job, got {}",
+                cluster.jobs.len()
+            )));
+        };
+        let job = view::job(&cluster, job);
+        P::allocate(&job, &NodeView::all(&cluster)).map_err(error)
     }
 
     pub fn optimize<P: Policy>(
-        jobs: Vec<wit::Job>,
-        nodes: Vec<wit::Node>,
+        cluster: wit::Cluster,
         previous: Vec<wit::JobAllocation>,
     ) -> Result<Vec<wit::JobAllocation>, wit::Error> {
-        let jobs: Vec<Job> = jobs.into_iter().map(job).collect();
-        let nodes: Vec<Node> = nodes.into_iter().map(node).collect();
+        let jobs: Vec<Job> = cluster
+            .jobs
+            .iter()
+            .map(|j| view::job(&cluster, j))
+            .collect();
         let previous: Vec<JobAllocation> = previous
             .into_iter()
             .map(|p| JobAllocation {
@@ -177,7 +131,7 @@ pub mod __private {
                 nodes: p.nodes,
             })
             .collect();
-        P::optimize(&jobs, &nodes, &previous)
+        P::optimize(&jobs, &NodeView::all(&cluster), &previous)
             .map(|plan| {
                 plan.into_iter()
                     .map(|p| wit::JobAllocation {
@@ -204,18 +158,16 @@ macro_rules! export_policy {
         pub struct __DiorchPolicyExport;
         impl $crate::policy_bindings::Guest for __DiorchPolicyExport {
             fn allocate(
-                job: $crate::wit::Job,
-                nodes: ::std::vec::Vec<$crate::wit::Node>,
+                cluster: $crate::wit::Cluster,
             ) -> ::std::result::Result<::std::vec::Vec<u32>, $crate::wit::Error> {
-                $crate::__private::allocate::<$ty>(job, nodes)
+                $crate::__private::allocate::<$ty>(cluster)
             }
             fn optimize(
-                jobs: ::std::vec::Vec<$crate::wit::Job>,
-                nodes: ::std::vec::Vec<$crate::wit::Node>,
+                cluster: $crate::wit::Cluster,
                 previous: ::std::vec::Vec<$crate::wit::JobAllocation>,
             ) -> ::std::result::Result<::std::vec::Vec<$crate::wit::JobAllocation>, $crate::wit::Error>
             {
-                $crate::__private::optimize::<$ty>(jobs, nodes, previous)
+                $crate::__private::optimize::<$ty>(cluster, previous)
             }
         }
         $crate::policy_bindings::export_world!(__DiorchPolicyExport with_types_in $crate::policy_bindings);

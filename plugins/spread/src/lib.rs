@@ -1,18 +1,18 @@
 //! Spreading (anti-affinity) policy plugin: a thin wrapper over `diorch_policies::spread`.
 
-use diorch_plugin_sdk::{Job, JobAllocation, Node, PluginError, Policy, PolicyLogic};
+use diorch_plugin_sdk::{Job, JobAllocation, NodeView, PluginError, Policy, PolicyLogic};
 use diorch_policies::spread::Spread;
 
 pub struct SpreadPolicy;
 
 impl Policy for SpreadPolicy {
-    fn allocate(job: &Job, nodes: &[Node]) -> Result<Vec<u32>, PluginError> {
+    fn allocate(job: &Job, nodes: &[NodeView<'_>]) -> Result<Vec<u32>, PluginError> {
         Spread.allocate(job, nodes)
     }
 
     fn optimize(
         jobs: &[Job],
-        nodes: &[Node],
+        nodes: &[NodeView<'_>],
         previous: &[JobAllocation],
     ) -> Result<Vec<JobAllocation>, PluginError> {
         Spread.optimize(jobs, nodes, previous)
@@ -24,34 +24,21 @@ diorch_plugin_sdk::export_policy!(SpreadPolicy);
 #[cfg(test)]
 mod tests {
     use diorch_plugin_sdk::__private::{allocate, optimize};
-    use diorch_plugin_sdk::wit;
+    use diorch_plugin_sdk::view::encode;
+    use diorch_plugin_sdk::{Job, Node, Resources, Task};
 
-    fn res(gpus: u32) -> wit::Resources {
-        wit::Resources {
-            cpu_millis: 16_000,
-            memory_bytes: 1 << 36,
-            gpus,
-            extended: vec![],
-        }
-    }
-
-    fn job(key: &str, replicas: u32) -> wit::Job {
-        wit::Job {
+    fn job(key: &str, replicas: u32) -> Job {
+        Job {
             key: key.into(),
             priority: 0,
             preemptible: true,
-            tasks: vec![wit::Task {
+            tasks: vec![Task {
                 name: "collector".into(),
                 task_type: "collector".into(),
                 replicas,
                 min_replicas: 1,
                 max_replicas: replicas,
-                requests: wit::Resources {
-                    cpu_millis: 1_000,
-                    memory_bytes: 1 << 30,
-                    gpus: 0,
-                    extended: vec![],
-                },
+                requests: Resources::new(1_000, 1 << 30, 0),
             }],
             current: vec![],
             profilings: String::new(),
@@ -59,14 +46,15 @@ mod tests {
         }
     }
 
-    fn nodes(n: usize) -> Vec<wit::Node> {
+    /// `n` nodes, two per zone.
+    fn nodes(n: usize) -> Vec<Node> {
         (0..n)
-            .map(|i| wit::Node {
+            .map(|i| Node {
                 name: format!("n{i}"),
-                labels: vec![],
+                labels: vec![("topology.kubernetes.io/zone".into(), format!("z{}", i / 2))],
                 taints: vec![],
-                allocatable: res(0),
-                free: res(0),
+                allocatable: Resources::new(16_000, 1 << 36, 0),
+                free: Resources::new(16_000, 1 << 36, 0),
                 ready: true,
             })
             .collect()
@@ -74,16 +62,22 @@ mod tests {
 
     #[test]
     fn spreads_through_the_wit_types() {
-        let mut alloc = allocate::<super::SpreadPolicy>(job("ns/a", 3), nodes(3)).unwrap();
+        let mut alloc =
+            allocate::<super::SpreadPolicy>(encode(&[job("ns/a", 3)], &nodes(3))).unwrap();
         alloc.sort();
         assert_eq!(alloc, vec![0, 1, 2]);
+        // Zones read through the views: two replicas on four nodes in two zones.
+        let alloc = allocate::<super::SpreadPolicy>(encode(&[job("ns/a", 2)], &nodes(4))).unwrap();
+        assert_ne!(alloc[0] / 2, alloc[1] / 2, "{alloc:?}");
     }
 
     #[test]
     fn optimize_covers_every_job_that_fits() {
-        let plan =
-            optimize::<super::SpreadPolicy>(vec![job("ns/a", 2), job("ns/b", 2)], nodes(2), vec![])
-                .unwrap();
+        let plan = optimize::<super::SpreadPolicy>(
+            encode(&[job("ns/a", 2), job("ns/b", 2)], &nodes(2)),
+            vec![],
+        )
+        .unwrap();
         assert_eq!(plan.len(), 2);
         assert!(
             plan.iter()

@@ -2,13 +2,19 @@
 //! replica to the next node (by index) that fits, so each re-plan differs from the last. The
 //! operator's per-job reschedule rate limit must keep such a policy from thrashing jobs.
 
-use diorch_plugin_sdk::{Job, JobAllocation, Node, PluginError, Policy, PolicyLogic};
+use diorch_plugin_sdk::{
+    Amounts, Job, JobAllocation, NodeInfo, NodeView, PluginError, Policy, PolicyLogic,
+};
 use diorch_policies::binpack::BinPack;
 
 pub struct Flapping;
 
 /// `job` moved one node along (wrapping), replica by replica, onto nodes with room in `free`.
-fn shifted(job: &Job, nodes: &[Node], free: &mut [diorch_policies::Resources]) -> Option<Vec<u32>> {
+fn shifted<N: NodeInfo>(
+    job: &Job,
+    nodes: &[N],
+    free: &mut [diorch_policies::Resources],
+) -> Option<Vec<u32>> {
     let mut out = Vec::with_capacity(job.current.len());
     for (task, at) in job.replicas().zip(&job.current) {
         let start = at.map_or(0, |i| i as usize + 1);
@@ -22,16 +28,16 @@ fn shifted(job: &Job, nodes: &[Node], free: &mut [diorch_policies::Resources]) -
 }
 
 impl Policy for Flapping {
-    fn allocate(job: &Job, nodes: &[Node]) -> Result<Vec<u32>, PluginError> {
+    fn allocate(job: &Job, nodes: &[NodeView<'_>]) -> Result<Vec<u32>, PluginError> {
         BinPack.allocate(job, nodes)
     }
 
     fn optimize(
         jobs: &[Job],
-        nodes: &[Node],
+        nodes: &[NodeView<'_>],
         _previous: &[JobAllocation],
     ) -> Result<Vec<JobAllocation>, PluginError> {
-        let mut free: Vec<_> = nodes.iter().map(|n| n.free.clone()).collect();
+        let mut free: Vec<_> = nodes.iter().map(|n| n.free().to_resources()).collect();
         Ok(jobs
             .iter()
             .enumerate()
@@ -51,7 +57,8 @@ diorch_plugin_sdk::export_policy!(Flapping);
 #[cfg(test)]
 mod tests {
     use super::*;
-    use diorch_policies::{Resources, Task};
+    use diorch_plugin_sdk::view::encode;
+    use diorch_policies::{Node, Resources, Task};
 
     fn node(name: &str) -> Node {
         let r = Resources::new(8_000, 8 << 30, 8);
@@ -84,7 +91,9 @@ mod tests {
             profilings: String::new(),
             age_seconds: 1,
         };
-        let plan = Flapping::optimize(&[job], &nodes, &[]).expect("plan");
+        let cluster = encode(&[job], &nodes);
+        let jobs = [diorch_plugin_sdk::view::job(&cluster, &cluster.jobs[0])];
+        let plan = Flapping::optimize(&jobs, &NodeView::all(&cluster), &[]).expect("plan");
         assert_eq!(plan[0].nodes, vec![1, 0]);
     }
 }

@@ -4,7 +4,7 @@
 
 use std::hint::black_box;
 
-use diorch_plugin_sdk::{Job, JobAllocation, Node, PluginError, Policy, PolicyLogic};
+use diorch_plugin_sdk::{Job, JobAllocation, NodeInfo, NodeView, PluginError, Policy, PolicyLogic};
 use diorch_policies::binpack::BinPack;
 
 pub struct Hostile;
@@ -17,7 +17,7 @@ fn recurse(n: u64) -> u64 {
 }
 
 impl Policy for Hostile {
-    fn allocate(job: &Job, nodes: &[Node]) -> Result<Vec<u32>, PluginError> {
+    fn allocate(job: &Job, nodes: &[NodeView<'_>]) -> Result<Vec<u32>, PluginError> {
         let name = job.key.rsplit('/').next().unwrap_or_default();
         match name {
             "loop" => {
@@ -35,7 +35,7 @@ impl Policy for Hostile {
             "unknown-node" => Ok(vec![nodes.len() as u32 + 7; job.total_replicas()]),
             "wrong-count" => Ok(vec![0; job.total_replicas() + 1]),
             "not-ready" => {
-                let i = nodes.iter().position(|n| !n.ready).unwrap_or(0);
+                let i = nodes.iter().position(|n| !n.ready()).unwrap_or(0);
                 Ok(vec![i as u32; job.total_replicas()])
             }
             _ => BinPack.allocate(job, nodes),
@@ -44,7 +44,7 @@ impl Policy for Hostile {
 
     fn optimize(
         jobs: &[Job],
-        nodes: &[Node],
+        nodes: &[NodeView<'_>],
         previous: &[JobAllocation],
     ) -> Result<Vec<JobAllocation>, PluginError> {
         BinPack.optimize(jobs, nodes, previous)
