@@ -262,6 +262,15 @@ fn the_example_plugins_pack_into_configmaps_by_script() {
             "{name}"
         );
         assert_eq!(cm["data"]["kind"], kind);
+        if kind == "mutator" {
+            // An empty config fails the watcher's load-time smoke call: the script packs an
+            // inert one.
+            assert!(
+                cm["data"]["config"].as_str().is_some_and(|c| !c.is_empty()),
+                "{name}: {}",
+                cm["data"]
+            );
+        }
         let packed = base64::engine::general_purpose::STANDARD
             .decode(
                 cm["binaryData"]["plugin.wasm"]
