@@ -716,3 +716,31 @@ async fn registry_metrics_and_status_follow_calls_loads_and_versions() {
         "{text}"
     );
 }
+
+/// The example policies answer `allocate` inline (they use no WASI), so an admission with them
+/// costs no hop to the blocking pool.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn example_policies_answer_allocate_inline() {
+    let host = PluginHost::new(HostConfig {
+        // A long tick, so a call is rarely cut short by chance.
+        epoch_tick: Duration::from_millis(200),
+        ..HostConfig::default()
+    })
+    .unwrap();
+    let nodes: Arc<[Node]> = sample::nodes(100).into();
+    for name in ["binpack", "spread", "goodput"] {
+        let p = host
+            .load_policy(name, wasm(name).into(), None)
+            .await
+            .unwrap();
+        let mut inline = 0;
+        for i in 0..20 {
+            let job = sample::job(&format!("default/j{i}"), 4);
+            let replicas = job.tasks.iter().map(|t| t.replicas as usize).sum::<usize>();
+            let (out, ready, _) = first_poll(p.allocate(Arc::new(job), nodes.clone())).await;
+            assert_eq!(out.unwrap().len(), replicas, "{name}");
+            inline += usize::from(ready);
+        }
+        assert!(inline >= 18, "{name}: only {inline} of 20 calls ran inline");
+    }
+}
