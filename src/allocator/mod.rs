@@ -12,6 +12,7 @@
 //! Must not touch: DIJob status or pods (the controller writes them), Wasm (the plugin
 //! registry runs policies).
 
+mod book;
 pub mod optimize;
 pub mod snapshot;
 pub mod view;
@@ -32,6 +33,7 @@ use crate::metrics::{AllocationLabels, Metrics};
 use crate::plugin::registry::PluginRegistry;
 use crate::plugin::{self, NativePolicy, PluginError, PolicyError, SchedulingPolicy};
 use crate::resources::Resources;
+use book::{Book, Held};
 
 pub use crate::controller::planner::Admission;
 
@@ -68,19 +70,6 @@ impl Default for Settings {
     }
 }
 
-/// An allocation the allocator counts as taken.
-#[derive(Clone, Debug)]
-struct Held {
-    uid: String,
-    /// Node per slot (slot order), for returning the same answer again.
-    slots: Vec<String>,
-    /// What each placed replica takes on its node.
-    usage: Vec<(String, Resources)>,
-    /// Seen in the job's status (else it is a reservation this process made).
-    confirmed: bool,
-    since: Instant,
-}
-
 /// A re-plan for one job: nodes in slot order at `replicas` (per task, if resized), by `by`.
 #[derive(Clone, Debug)]
 struct Proposal {
@@ -92,7 +81,8 @@ struct Proposal {
 #[derive(Default)]
 struct Ledger {
     seeded: bool,
-    held: HashMap<String, Held>,
+    /// Held allocations and per-node usage.
+    book: Book,
     /// Jobs told to wait, reconciled again when capacity frees.
     waiting: HashSet<ObjectRef<CachedJob>>,
     /// Re-planned allocations not yet in the jobs' status.
@@ -269,9 +259,15 @@ impl Allocator {
                     },
                     event = pods.next() => match event {
                         None => break,
-                        Some(Ok(watcher::Event::Delete(_))) => true,
-                        Some(Ok(watcher::Event::Apply(pod))) => pod.terminal,
-                        Some(_) => false,
+                        Some(Ok(event)) => {
+                            wake.pod_event(&event).await;
+                            match event {
+                                watcher::Event::Delete(_) => true,
+                                watcher::Event::Apply(pod) => pod.terminal,
+                                _ => false,
+                            }
+                        }
+                        Some(Err(_)) => false,
                     },
                 };
                 if frees {
@@ -290,6 +286,25 @@ impl Allocator {
     pub async fn wait_until_ready(&self) -> Result<(), reflector::store::WriterDropped> {
         self.nodes.wait_until_ready().await?;
         self.pods.wait_until_ready().await
+    }
+
+    /// Keeps the book's pod index in step with the pod cache: [`Allocator::start`]'s watch
+    /// feeds it every event after the cache has applied it.
+    pub async fn pod_event(&self, event: &watcher::Event<view::UsagePod>) {
+        match event {
+            watcher::Event::Apply(pod) => self.ledger.lock().await.book.apply_pod(pod),
+            watcher::Event::Delete(pod) => self.ledger.lock().await.book.delete_pod(pod),
+            // A re-list is in the cache once it is done: start over from it.
+            watcher::Event::InitDone => {
+                let pods = self.pods.state();
+                self.ledger
+                    .lock()
+                    .await
+                    .book
+                    .reset_pods(pods.iter().map(AsRef::as_ref));
+            }
+            watcher::Event::Init | watcher::Event::InitApply(_) => {}
+        }
     }
 
     /// Sends every waiting job to the controller again.
@@ -313,7 +328,7 @@ impl Allocator {
                 .and_then(|s| s.phase)
                 .is_some_and(crate::api::Phase::is_terminal);
         if !active {
-            let freed = ledger.held.remove(&key).is_some();
+            let freed = ledger.book.release(&key).is_some();
             ledger.proposals.remove(&key);
             drop(ledger);
             if freed {
@@ -339,7 +354,7 @@ impl Allocator {
             confirmed: true,
             since: Instant::now(),
         };
-        ledger.held.insert(key, held);
+        ledger.book.hold(key, held);
     }
 
     /// Forgets a deleted job.
@@ -349,7 +364,7 @@ impl Allocator {
             let mut ledger = self.ledger.lock().await;
             ledger.proposals.remove(&key);
             ledger.last_moved.remove(&key);
-            ledger.held.remove(&key).is_some()
+            ledger.book.release(&key).is_some()
         };
         if freed {
             self.wake_waiting().await;
@@ -414,7 +429,7 @@ impl Allocator {
         for cached in self.jobs.state() {
             let Ok(job) = cached.decode() else { continue };
             let key = job_key(&job);
-            let placed = ledger.held.get(&key).is_some_and(|h| h.confirmed);
+            let placed = ledger.book.get(&key).is_some_and(|h| h.confirmed);
             if !job.spec.preemptible
                 || needs_allocation(&job)
                 || !placed
@@ -547,7 +562,7 @@ impl Allocator {
                                 }
                                 None => (*dijob).clone(),
                             };
-                            ledger.held.insert(
+                            ledger.book.hold(
                                 key.clone(),
                                 Held {
                                     uid: dijob.metadata.uid.clone().unwrap_or_default(),
@@ -633,9 +648,9 @@ impl Allocator {
         }
         let now = Instant::now();
         ledger
-            .held
-            .retain(|_, h| h.confirmed || now.duration_since(h.since) < UNCONFIRMED_TTL);
-        if let Some(h) = ledger.held.get(&key)
+            .book
+            .retain(|h| h.confirmed || now.duration_since(h.since) < UNCONFIRMED_TTL);
+        if let Some(h) = ledger.book.get(&key)
             && h.uid == uid
             && !h.confirmed
             && h.slots.len() == want
@@ -713,7 +728,7 @@ impl Allocator {
                     confirmed: false,
                     since: now,
                 };
-                ledger.held.insert(key.clone(), held);
+                ledger.book.hold(key.clone(), held);
                 ledger.waiting.remove(&job_ref(job));
                 Admission::Placed {
                     nodes: slots,
@@ -768,7 +783,7 @@ impl Allocator {
             if slots.iter().all(String::is_empty) {
                 continue;
             }
-            ledger.held.insert(
+            ledger.book.hold(
                 job_key(&job),
                 Held {
                     uid: job.metadata.uid.clone().unwrap_or_default(),
@@ -791,23 +806,15 @@ impl Allocator {
 
     /// [`Allocator::model_nodes`] as seen by placing all of `keys` at once.
     fn model_nodes_without(&self, ledger: &Ledger, keys: &HashSet<String>) -> Vec<plugin::Node> {
-        let pods = self.pods.state();
-        let mut usage = view::node_usage(pods.iter().map(AsRef::as_ref), |job| {
-            keys.contains(job) || ledger.held.contains_key(job)
-        });
-        for (job, held) in &ledger.held {
-            if keys.contains(job) {
-                continue;
-            }
-            for (node, requests) in &held.usage {
-                usage.entry(node.clone()).or_default().add(requests);
-            }
-        }
+        let used = ledger.book.used_without(keys);
         let mut nodes: Vec<plugin::Node> = self
             .nodes
             .state()
             .iter()
-            .map(|n| view::model_node(n, usage.get(n.metadata.name.as_deref().unwrap_or_default())))
+            .map(|n| {
+                let name = n.metadata.name.as_deref().unwrap_or_default();
+                view::model_node(n, used.on(name).as_deref())
+            })
             .collect();
         // A stable order: the same cluster gives a policy the same input.
         nodes.sort_by(|a, b| a.name.cmp(&b.name));
@@ -901,6 +908,14 @@ mod tests {
         pods: reflector::store::Writer<view::UsagePod>,
         jobs: reflector::store::Writer<CachedJob>,
         metrics: Arc<Metrics>,
+    }
+
+    impl Harness {
+        /// A pod event, to the cache and then the allocator, as the watch delivers it.
+        async fn pod_event(&mut self, event: WatchEvent<view::UsagePod>) {
+            self.pods.apply_watcher_event(&event);
+            self.allocator.pod_event(&event).await;
+        }
     }
 
     /// `n` ready nodes of 8 GPUs and 32 CPUs; `named` policies loaded.
@@ -1062,14 +1077,13 @@ mod tests {
             }))
             .expect("pod")
         };
-        h.pods
-            .apply_watcher_event(&WatchEvent::Apply(pod("busy", "Running")));
+        h.pod_event(WatchEvent::Apply(pod("busy", "Running"))).await;
         assert!(matches!(
             h.allocator.admit(&job("a", 1, 4, None)).await,
             Admission::Waiting { .. }
         ));
-        h.pods
-            .apply_watcher_event(&WatchEvent::Apply(pod("busy", "Succeeded")));
+        h.pod_event(WatchEvent::Apply(pod("busy", "Succeeded")))
+            .await;
         assert_eq!(
             placed_nodes(&h.allocator.admit(&job("a", 1, 4, None)).await),
             ["n0"]
