@@ -104,6 +104,13 @@ async fn run(n: usize, nodes: usize, wasm: bool, concurrency: usize) -> anyhow::
             .await?;
         extra.extend(["--default-policy", "binpack"]);
     }
+    // PLACEMENT_METRICS=1: serve the operator's metrics and print the allocator's and
+    // reconciler's totals after the run, to see where a difference comes from.
+    let metrics_port = std::env::var_os("PLACEMENT_METRICS").map(|_| free_port());
+    let metrics_addr = metrics_port.map(|p| format!("127.0.0.1:{p}"));
+    if let Some(addr) = &metrics_addr {
+        extra.extend(["--metric-addr", addr.as_str()]);
+    }
     let operator = Operator::start(&sandbox.kubeconfig, &extra)?;
     // Warm up: caches synced, the plugin loaded, once a first job is placed.
     let jobs: Api<DIJob> = Api::namespaced(sandbox.client.clone(), "default");
@@ -111,6 +118,10 @@ async fn run(n: usize, nodes: usize, wasm: bool, concurrency: usize) -> anyhow::
     jobs.create(&PostParams::default(), &job("warmup")).await?;
     tokio::time::timeout(Duration::from_secs(60), warm).await??;
 
+    let cpu_before = (
+        cpu_seconds(operator.0.id()),
+        cpu_seconds(sandbox.child.id()),
+    );
     let done = tokio::spawn(pods_bound(sandbox.client.clone(), 4 * n));
     tokio::time::sleep(Duration::from_millis(100)).await;
     let start = Instant::now();
@@ -126,8 +137,73 @@ async fn run(n: usize, nodes: usize, wasm: bool, concurrency: usize) -> anyhow::
         .try_collect::<Vec<_>>()
         .await?;
     let end = tokio::time::timeout(Duration::from_secs(600), done).await???;
+    if let Some(addr) = &metrics_addr {
+        print_totals(addr, if wasm { "Wasm" } else { "native" }).await?;
+        println!(
+            "      CPU seconds while placing (user + system): operator {:.2}, sandbox {:.2}",
+            cpu_seconds(operator.0.id()) - cpu_before.0,
+            cpu_seconds(sandbox.child.id()) - cpu_before.1
+        );
+    }
     drop(operator);
     Ok(end - start)
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_or(0, |a| a.port())
+}
+
+/// Prints the policy-call histogram, the reconcile duration's sum and count and the reconcile
+/// totals.
+async fn print_totals(addr: &str, variant: &str) -> anyhow::Result<()> {
+    let text = reqwest_text(&format!("http://{addr}/metrics")).await?;
+    println!("    {variant}:");
+    for line in text.lines().filter(|l| {
+        l.starts_with("diorch_allocator_policy_call_duration_seconds_")
+            || ((l.starts_with("diorch_reconcile_duration_seconds_")
+                || l.starts_with("diorch_reconciles_total"))
+                && !l.contains("_bucket"))
+    }) {
+        println!("      {line}");
+    }
+    Ok(())
+}
+
+/// User plus system CPU seconds of a process so far (Linux `/proc`; 0 elsewhere).
+fn cpu_seconds(pid: u32) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0.0;
+    };
+    // The fields after the command name, which is in parentheses and may hold spaces.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or(vec![], |(_, rest)| rest.split_whitespace().collect());
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // utime and stime are fields 14 and 15 of proc(5), in clock ticks of 1/100 s.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+/// A plain HTTP/1.0 GET, so the bench needs no HTTP client crate.
+async fn reqwest_text(url: &str) -> anyhow::Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let rest = url.trim_start_matches("http://");
+    let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let mut stream = tokio::net::TcpStream::connect(host).await?;
+    stream
+        .write_all(format!("GET /{path} HTTP/1.0\r\nHost: {host}\r\n\r\n").as_bytes())
+        .await?;
+    let mut body = String::new();
+    stream.read_to_string(&mut body).await?;
+    Ok(body
+        .split_once("\r\n\r\n")
+        .map_or(body.clone(), |(_, b)| b.to_string()))
 }
 
 #[tokio::main]
