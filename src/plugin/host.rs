@@ -271,14 +271,22 @@ fn host_err(plugin: &str, e: impl fmt::Display) -> PluginError {
     }
 }
 
+/// Written bytes of a memory or table reset by copying instead of unmapping (with PAGEMAP_SCAN).
+const KEEP_RESIDENT: usize = 2 << 20;
+
 /// Component instances the pool holds at once (calls, load-time smoke calls and checks).
 const POOLED_INSTANCES: u32 = 64;
 
 /// Instance slots reused from call to call: a fresh Store per call then costs no mmap/munmap
 /// of a 4 GiB reservation and few page faults (the memory's image stays mapped in its slot), which
 /// in a busy multi-threaded operator made an `allocate` take ~4× what it takes in isolation.
-fn pooling() -> PoolingAllocationConfig {
+fn pooling(pagemap_scan: bool) -> PoolingAllocationConfig {
     let mut pool = PoolingAllocationConfig::new();
+    if pagemap_scan {
+        pool.pagemap_scan(wasmtime::Enabled::Yes)
+            .linear_memory_keep_resident(KEEP_RESIDENT)
+            .table_keep_resident(KEEP_RESIDENT);
+    }
     pool.total_component_instances(POOLED_INSTANCES)
         // A Rust component: its module plus wit-component's shims; leave room.
         .total_core_instances(POOLED_INSTANCES * 8)
@@ -297,8 +305,16 @@ impl PluginHost {
         wasm.epoch_interruption(true);
         // NaN bit patterns are the one non-deterministic corner of Wasm.
         wasm.cranelift_nan_canonicalization(true);
-        wasm.allocation_strategy(InstanceAllocationStrategy::Pooling(pooling()));
-        let engine = Engine::new(&wasm).map_err(|e| host_err("-", e))?;
+        // Where the kernel can say which pages a call wrote (PAGEMAP_SCAN, Linux 6.7+), those
+        // are copied back from the image and stay mapped; elsewhere a slot is reset by madvise.
+        wasm.allocation_strategy(InstanceAllocationStrategy::Pooling(pooling(true)));
+        let engine = match Engine::new(&wasm) {
+            Ok(engine) => engine,
+            Err(_) => {
+                wasm.allocation_strategy(InstanceAllocationStrategy::Pooling(pooling(false)));
+                Engine::new(&wasm).map_err(|e| host_err("-", e))?
+            }
+        };
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(|e| host_err("-", e))?;
         wit_log::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)
