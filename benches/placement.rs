@@ -1,10 +1,11 @@
 //! Placement bench: time from creating N preemptible DIJobs (4 replicas each) to all their
-//! pods bound to nodes in the sandbox (`--nodes 100 --node-gpus 16`, room for 1 600 jobs), with the real `diorch run`, once with
-//! the built-in bin-pack policy and once with the same policy as a Wasm plugin
-//! (`target/plugins/binpack.wasm`, uploaded as a ConfigMap and named by `--default-policy`);
-//! each twice, in the order native, Wasm, Wasm, native, and the means compared.
+//! pods bound to nodes in the sandbox (`--nodes 100 --node-gpus 16`, room for 1 600 jobs), with
+//! the real `diorch run`, once with the built-in bin-pack policy and once with the same policy
+//! as a Wasm plugin (`target/plugins/binpack.wasm`, uploaded as a ConfigMap and named by
+//! `--default-policy`), in rounds of native, Wasm, Wasm, native, and the means compared.
 //!
-//! `cargo bench --bench placement` (env: SIZES=100,1000, NODES=100, CONCURRENCY=32). Needs
+//! `cargo bench --bench placement` (env: SIZES=100,1000, NODES=100, CONCURRENCY=32, ROUNDS=3;
+//! PLACEMENT_METRICS=1 prints each run's policy-call histogram and CPU seconds). Needs
 //! `scripts/build-plugins.sh` first for the Wasm run.
 
 mod common;
@@ -218,17 +219,37 @@ async fn main() -> anyhow::Result<()> {
     println!(
         "placement bench: preemptible DIJobs of 4 replicas (1 GPU learner + 3 collectors), {nodes} nodes of 16 GPUs, time to all pods bound"
     );
+    let rounds = env_usize("ROUNDS", 3).max(1);
     for n in sizes {
-        // Native, Wasm, Wasm, native: on a shared machine the load drifts between runs; the mean
-        // of each variant's two runs cancels a drift that is linear in time.
-        let native_a = run(n, nodes, false, concurrency).await?;
-        let wasm_a = run(n, nodes, true, concurrency).await?;
-        let wasm_b = run(n, nodes, true, concurrency).await?;
-        let native_b = run(n, nodes, false, concurrency).await?;
-        let native = (native_a + native_b) / 2;
-        let wasm = (wasm_a + wasm_b) / 2;
+        let mut native_total = Duration::ZERO;
+        let mut wasm_total = Duration::ZERO;
+        let mut ratios = Vec::new();
+        for round in 1..=rounds {
+            // Native, Wasm, Wasm, native: on a shared machine the load drifts between runs; the
+            // mean of each variant's two runs cancels a drift that is linear in time.
+            let native_a = run(n, nodes, false, concurrency).await?;
+            let wasm_a = run(n, nodes, true, concurrency).await?;
+            let wasm_b = run(n, nodes, true, concurrency).await?;
+            let native_b = run(n, nodes, false, concurrency).await?;
+            let native = (native_a + native_b) / 2;
+            let wasm = (wasm_a + wasm_b) / 2;
+            let ratio = wasm.as_secs_f64() / native.as_secs_f64();
+            println!(
+                "  N = {n:>5}, round {round}: built-in {:>7.1} ms, Wasm {:>7.1} ms, Wasm/native {ratio:.3}",
+                native.as_secs_f64() * 1e3,
+                wasm.as_secs_f64() * 1e3,
+            );
+            native_total += native;
+            wasm_total += wasm;
+            ratios.push(ratio);
+        }
+        let runs = u32::try_from(rounds).unwrap_or(1);
+        let native = native_total / runs;
+        let wasm = wasm_total / runs;
+        let lowest = ratios.iter().copied().fold(f64::INFINITY, f64::min);
+        let highest = ratios.iter().copied().fold(0.0, f64::max);
         println!(
-            "  N = {n:>5}: built-in bin-pack {:>8.1} ms ({:.0} jobs/s), Wasm bin-pack {:>8.1} ms ({:.0} jobs/s), Wasm/native {:.3}",
+            "  N = {n:>5}: built-in bin-pack {:>8.1} ms ({:.0} jobs/s), Wasm bin-pack {:>8.1} ms ({:.0} jobs/s), Wasm/native {:.3} (rounds {lowest:.3}..{highest:.3})",
             native.as_secs_f64() * 1e3,
             n as f64 / native.as_secs_f64(),
             wasm.as_secs_f64() * 1e3,
