@@ -342,3 +342,42 @@ fn bad_inputs_fail_with_clear_errors() {
 fn example_text() -> String {
     std::fs::read_to_string(repo("examples/snapshot.json")).unwrap()
 }
+
+/// Under an address-space limit too small for the Wasm instance pool, the host says so and
+/// maps each call's memory instead: the same placements come out.
+#[test]
+fn without_room_for_the_instance_pool_calls_map_their_own_memory() {
+    let args = [
+        "plugin".to_string(),
+        "run".to_string(),
+        plugin("binpack").display().to_string(),
+        "--input".to_string(),
+        repo("examples/snapshot.json").display().to_string(),
+    ];
+    let unlimited = diorch(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    // 32 GiB: room for one instance's 4 GiB reservation, not for the pool's ~0.5 TiB.
+    let limited = Command::new("sh")
+        .arg("-c")
+        .arg("ulimit -v 33554432 && exec \"$0\" \"$@\"")
+        .arg(env!("CARGO_BIN_EXE_diorch"))
+        .args(&args)
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap();
+    let stderr = text(&limited.stderr);
+    assert!(limited.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("cannot reserve the Wasm instance pool; every call maps its own memory"),
+        "{stderr}"
+    );
+    // Same placements; only the timings differ.
+    let placements = |out: &Output| -> Vec<String> {
+        text(&out.stdout)
+            .lines()
+            .filter(|l| !l.contains(" ms") && !l.contains(" µs"))
+            .map(String::from)
+            .collect()
+    };
+    assert_eq!(placements(&limited), placements(&unlimited));
+    assert!(text(&limited.stdout).contains("job research/ppo-football"));
+}

@@ -307,14 +307,36 @@ impl PluginHost {
         wasm.cranelift_nan_canonicalization(true);
         // Where the kernel can say which pages a call wrote (PAGEMAP_SCAN, Linux 6.7+), those
         // are copied back from the image and stay mapped; elsewhere a slot is reset by madvise.
-        wasm.allocation_strategy(InstanceAllocationStrategy::Pooling(pooling(true)));
-        let engine = match Engine::new(&wasm) {
-            Ok(engine) => engine,
-            Err(_) => {
-                wasm.allocation_strategy(InstanceAllocationStrategy::Pooling(pooling(false)));
-                Engine::new(&wasm).map_err(|e| host_err("-", e))?
+        // Where the pool's address space cannot be reserved (an RLIMIT_AS), each call maps its
+        // own memory: slower, but the host still serves.
+        let strategies = [
+            ("pooled, pages reset by PAGEMAP_SCAN", Some(pooling(true))),
+            ("pooled", Some(pooling(false))),
+            ("on demand", None),
+        ];
+        let mut failures = Vec::new();
+        let mut engine = None;
+        for (strategy, pool) in strategies {
+            let pooled = pool.is_some();
+            wasm.allocation_strategy(match pool {
+                Some(pool) => InstanceAllocationStrategy::Pooling(pool),
+                None => InstanceAllocationStrategy::OnDemand,
+            });
+            match Engine::new(&wasm) {
+                Ok(e) => {
+                    if !pooled {
+                        tracing::warn!(failures = %failures.join("; "),
+                            "cannot reserve the Wasm instance pool; every call maps its own memory");
+                    } else {
+                        tracing::debug!(strategy, "Wasm instance pool ready");
+                    }
+                    engine = Some(e);
+                    break;
+                }
+                Err(e) => failures.push(format!("{strategy}: {}", one_line(&e))),
             }
-        };
+        }
+        let engine = engine.ok_or_else(|| host_err("-", failures.join("; ")))?;
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(|e| host_err("-", e))?;
         wit_log::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)
