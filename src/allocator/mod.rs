@@ -122,6 +122,8 @@ pub struct Allocator {
     retry: futures::channel::mpsc::UnboundedSender<ObjectRef<CachedJob>>,
     /// Asks for an optimize pass before the period is up.
     replan: tokio::sync::Notify,
+    /// Whether the book has taken in the pod cache's first full list.
+    book_synced: tokio::sync::watch::Sender<bool>,
 }
 
 fn job_key(job: &DIJob) -> String {
@@ -211,6 +213,7 @@ impl Allocator {
             metrics,
             retry,
             replan: tokio::sync::Notify::new(),
+            book_synced: tokio::sync::watch::Sender::new(false),
         });
         (allocator, retries)
     }
@@ -282,10 +285,18 @@ impl Allocator {
         (allocator, retries)
     }
 
-    /// Resolves once the node and pod caches have synced.
+    /// Resolves once the node and pod caches have synced and the book has taken in the pods
+    /// (the cache is ready a moment before the watch hands the book its `InitDone`).
     pub async fn wait_until_ready(&self) -> Result<(), reflector::store::WriterDropped> {
         self.nodes.wait_until_ready().await?;
-        self.pods.wait_until_ready().await
+        self.pods.wait_until_ready().await?;
+        // The sender lives in `self`, so this cannot see it closed.
+        let _ = self
+            .book_synced
+            .subscribe()
+            .wait_for(|synced| *synced)
+            .await;
+        Ok(())
     }
 
     /// Keeps the book's pod index in step with the pod cache: [`Allocator::start`]'s watch
@@ -302,6 +313,7 @@ impl Allocator {
                     .await
                     .book
                     .reset_pods(pods.iter().map(AsRef::as_ref));
+                self.book_synced.send_replace(true);
             }
             watcher::Event::Init | watcher::Event::InitApply(_) => {}
         }
@@ -907,6 +919,7 @@ mod tests {
         retries: futures::channel::mpsc::UnboundedReceiver<ObjectRef<CachedJob>>,
         pods: reflector::store::Writer<view::UsagePod>,
         jobs: reflector::store::Writer<CachedJob>,
+        nodes: reflector::store::Writer<Node>,
         metrics: Arc<Metrics>,
     }
 
@@ -957,6 +970,7 @@ mod tests {
             retries,
             pods: pod_writer,
             jobs: job_writer,
+            nodes: node_writer,
             metrics,
         }
     }
@@ -1088,6 +1102,40 @@ mod tests {
             placed_nodes(&h.allocator.admit(&job("a", 1, 4, None)).await),
             ["n0"]
         );
+    }
+
+    #[tokio::test]
+    async fn ready_once_the_book_has_taken_in_the_first_pod_list() {
+        let mut h = harness(1, vec![], None);
+        let busy: view::UsagePod = serde_json::from_value(json!({
+            "metadata": {"name": "busy", "namespace": "other"},
+            "spec": {"nodeName": "n0", "containers": [{"name": "c", "image": "i",
+                "resources": {"requests": {"nvidia.com/gpu": "6"}}}]},
+            "status": {"phase": "Running"}
+        }))
+        .expect("pod");
+        h.nodes.apply_watcher_event(&WatchEvent::InitDone);
+        // The cache has the list; the book not yet.
+        for event in [
+            WatchEvent::Init,
+            WatchEvent::InitApply(busy),
+            WatchEvent::InitDone,
+        ] {
+            h.pods.apply_watcher_event(&event);
+        }
+        let ready = h.allocator.wait_until_ready();
+        let mut ready = std::pin::pin!(ready);
+        assert!(futures::poll!(ready.as_mut()).is_pending());
+        h.allocator.pod_event(&WatchEvent::InitDone).await;
+        tokio::time::timeout(Duration::from_secs(5), ready)
+            .await
+            .expect("ready")
+            .expect("writers live");
+        // The listed pod takes room.
+        assert!(matches!(
+            h.allocator.admit(&job("a", 1, 4, None)).await,
+            Admission::Waiting { .. }
+        ));
     }
 
     #[tokio::test]
