@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use diorch::plugin::registry::PluginRegistry;
 use diorch::plugin::spec::{FailurePolicy, PluginKind, PluginSpec};
 use diorch::plugin::{
-    HostConfig, Limits, NativePolicy, Node, PluginError, PluginHost, PodMutator, PolicyError,
-    SchedulingPolicy, World, sample,
+    CallPaths, HostConfig, Limits, NativePolicy, Node, PluginError, PluginHost, PodMutator,
+    PolicyError, SchedulingPolicy, World, sample,
 };
 
 fn wasm(name: &str) -> Vec<u8> {
@@ -171,18 +171,22 @@ async fn allocate_runs_inline_within_one_tick_else_on_the_pool_with_its_full_dea
         .unwrap();
     let nodes: Arc<[Node]> = sample::nodes(20).into();
     let call = |name: &str| p.allocate(Arc::new(hostile_job(name)), nodes.clone());
-    // A fast call answers on its first poll: it ran inline (one of three, in case a tick cut
-    // one short).
-    let mut inline = false;
+    // What a step changed: (answered inline, run on the pool).
+    let paths = |before: CallPaths| {
+        let now = p.call_paths();
+        (now.inline - before.inline, now.pooled - before.pooled)
+    };
+    // Fast calls are answered inline (at least two of three, in case a tick cut one short).
+    let before = p.call_paths();
     for _ in 0..3 {
-        let (out, ready, _) = first_poll(call("fine")).await;
-        assert_eq!(out.unwrap().len(), 7);
-        inline |= ready;
+        assert_eq!(call("fine").await.unwrap().len(), 7);
     }
-    assert!(inline, "no fast call ran inline");
+    let (inline, _) = paths(before);
+    assert!(inline >= 2, "only {inline} of 3 fast calls ran inline");
 
     // A looping call gives the thread back after one tick, not its deadline, and then runs
     // out its full deadline on the pool.
+    let before = p.call_paths();
     let started = Instant::now();
     let (out, ready, held) = first_poll(call("loop")).await;
     assert!(!ready);
@@ -196,27 +200,28 @@ async fn allocate_runs_inline_within_one_tick_else_on_the_pool_with_its_full_dea
         "{err}"
     );
     assert!(started.elapsed() >= Duration::from_secs(1));
+    assert_eq!(paths(before), (0, 1));
 
     // The next call goes to the pool; once one is fast there, calls run inline again.
-    let (out, ready, _) = first_poll(call("fine")).await;
-    assert_eq!(out.unwrap().len(), 7);
-    assert!(
-        !ready,
+    let before = p.call_paths();
+    assert_eq!(call("fine").await.unwrap().len(), 7);
+    assert_eq!(
+        paths(before),
+        (0, 1),
         "a call right after an over-budget one runs on the pool"
     );
-    let mut inline = false;
+    let before = p.call_paths();
     for _ in 0..3 {
-        let (out, ready, _) = first_poll(call("fine")).await;
-        assert_eq!(out.unwrap().len(), 7);
-        inline |= ready;
+        assert_eq!(call("fine").await.unwrap().len(), 7);
     }
-    assert!(inline, "calls did not run inline again");
+    let (inline, _) = paths(before);
+    assert!(inline >= 2, "calls did not run inline again: {inline} of 3");
 
     // A call that writes to stderr (WASI) is served by the pool, stderr and all.
-    let (out, ready, _) = first_poll(call("trap")).await;
-    assert!(!ready);
-    let err = out.unwrap_err();
+    let before = p.call_paths();
+    let err = call("trap").await.unwrap_err();
     assert!(err.to_string().contains("traps on purpose"), "{err}");
+    assert_eq!(paths(before), (0, 1));
 }
 
 #[test]
@@ -733,14 +738,15 @@ async fn example_policies_answer_allocate_inline() {
             .load_policy(name, wasm(name).into(), None)
             .await
             .unwrap();
-        let mut inline = 0;
         for i in 0..20 {
             let job = sample::job(&format!("default/j{i}"), 4);
             let replicas = job.tasks.iter().map(|t| t.replicas as usize).sum::<usize>();
-            let (out, ready, _) = first_poll(p.allocate(Arc::new(job), nodes.clone())).await;
+            let out = p.allocate(Arc::new(job), nodes.clone()).await;
             assert_eq!(out.unwrap().len(), replicas, "{name}");
-            inline += usize::from(ready);
         }
-        assert!(inline >= 18, "{name}: only {inline} of 20 calls ran inline");
+        let paths = p.call_paths();
+        assert_eq!(paths.inline + paths.pooled, 20, "{name}");
+        // A tick may cut an attempt short; that call then runs on the pool.
+        assert!(paths.inline >= 18, "{name}: {paths:?}");
     }
 }

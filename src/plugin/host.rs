@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -478,6 +478,8 @@ impl PluginHost {
                 pre,
                 inline_ok: AtomicBool::new(inline_pre.is_some()),
                 inline_pre,
+                inline_answers: AtomicU64::new(0),
+                pooled_runs: AtomicU64::new(0),
             }),
         })
     }
@@ -674,6 +676,9 @@ struct LoadedPolicy {
     /// Whether `allocate` is tried inline first (see its doc); cleared by an attempt that ran
     /// out of budget, set again by a fast call on the blocking pool.
     inline_ok: AtomicBool,
+    /// `allocate` calls answered inline, and calls run on the blocking pool ([`CallPaths`]).
+    inline_answers: AtomicU64,
+    pooled_runs: AtomicU64,
 }
 
 /// An inline attempt did not answer (out of budget, WASI, a trap): the call must run again on
@@ -948,6 +953,25 @@ impl WasmPolicy {
     }
 }
 
+/// How a policy's `allocate` calls were served so far (see [`WasmPolicy`]'s `allocate`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CallPaths {
+    /// Answered by the inline attempt on the calling thread.
+    pub inline: u64,
+    /// Run on the blocking pool (no inline attempt, or one that did not answer).
+    pub pooled: u64,
+}
+
+impl WasmPolicy {
+    /// How `allocate` calls were served so far.
+    pub fn call_paths(&self) -> CallPaths {
+        CallPaths {
+            inline: self.inner.inline_answers.load(Ordering::Relaxed),
+            pooled: self.inner.pooled_runs.load(Ordering::Relaxed),
+        }
+    }
+}
+
 impl SchedulingPolicy for WasmPolicy {
     fn describe(&self) -> String {
         self.inner.core.describe()
@@ -979,11 +1003,13 @@ impl SchedulingPolicy for WasmPolicy {
                 let input = cluster(&core.name, &[&job], &nodes)?;
                 match this.allocate_call(&input, true) {
                     Ok(answer) => {
+                        this.inner.inline_answers.fetch_add(1, Ordering::Relaxed);
                         return checks::allocation(&core.name, &job, &nodes, &answer?);
                     }
                     Err(OverBudget) => this.inner.inline_ok.store(false, Ordering::Relaxed),
                 }
             }
+            this.inner.pooled_runs.fetch_add(1, Ordering::Relaxed);
             let pooled = this.clone();
             tokio::task::spawn_blocking(move || {
                 let started = std::time::Instant::now();

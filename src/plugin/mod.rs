@@ -25,7 +25,9 @@ use k8s_openapi::api::core::v1::Pod;
 pub use diorch_policies::{
     Job, JobAllocation, Node, PolicyError, Resources, Taint, TaintEffect, Task,
 };
-pub use host::{ComponentInfo, HostConfig, Limits, PluginHost, WasmMutator, WasmPolicy, World};
+pub use host::{
+    CallPaths, ComponentInfo, HostConfig, Limits, PluginHost, WasmMutator, WasmPolicy, World,
+};
 pub use native::NativePolicy;
 
 /// A job's placement in a plan: node names in rank order (tasks in spec order, then local
