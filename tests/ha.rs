@@ -9,7 +9,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::controller::{self as scenario, OperatorProcess};
-use common::{Kubectl, SandboxProcess, foundation};
+use common::{Kubectl, SandboxProcess, allocation, foundation};
 
 const LEASE: &str = "4s";
 const LEASE_DURATION: Duration = Duration::from_secs(4);
@@ -135,6 +135,79 @@ fn one_leader_reconciles_a_standby_takes_over_and_sigterm_releases_the_lease() {
         "{lines:#?}"
     );
     assert_eq!(holder(&k), "", "the lease is free for the next replica");
+}
+
+/// A plugin uploaded while no replica leads is loaded by the standby, which may not write its
+/// status then; once it leads it writes it, without waiting for the ConfigMap's next change.
+#[test]
+fn a_standby_that_takes_over_writes_the_plugin_status_it_could_not_write() {
+    let sandbox = SandboxProcess::start(&["--nodes", "2"]);
+    let k = sandbox.kubectl().in_namespace("default");
+    foundation::install_crd(&k);
+    // A longer lease than the other tests': the upload must load before the standby leads.
+    let elect = || {
+        OperatorProcess::start_with(
+            &sandbox.kubeconfig,
+            &[
+                "--leader-elect",
+                "--leader-election-namespace",
+                "default",
+                "--leader-elect-lease-duration",
+                "10s",
+                "--leader-elect-renew-grace",
+                "2s",
+            ],
+        )
+    };
+    let (first, second) = (elect(), elect());
+    wait_until("a leader", scenario::T, || leads(&first) || leads(&second));
+    let (leader, standby) = if leads(&first) {
+        (first, second)
+    } else {
+        (second, first)
+    };
+    leader.kill();
+    allocation::upload(
+        &k,
+        &allocation::plugin_file("binpack"),
+        "packer",
+        "policy",
+        &[],
+    );
+    let loaded = |o: &OperatorProcess| {
+        o.lines()
+            .iter()
+            .position(|l| l.contains("plugin loaded") && l.contains("plugin=packer"))
+    };
+    wait_until("the standby to load the upload", scenario::T, || {
+        loaded(&standby).is_some()
+    });
+    let state = || {
+        k.ok(&[
+            "get",
+            "configmap",
+            "plugin-packer",
+            "-o",
+            "jsonpath={.metadata.labels.diorch\\.io/plugin-state}",
+        ])
+    };
+    let led_at = || {
+        standby
+            .lines()
+            .iter()
+            .position(|l| l.contains("became the leader"))
+    };
+    assert!(
+        led_at().is_none(),
+        "the standby led before the upload loaded; this test needs a longer lease"
+    );
+    assert_eq!(state(), "", "a standby wrote the status");
+    wait_until("the standby to lead", Duration::from_secs(30), || {
+        led_at().is_some()
+    });
+    wait_until("the status on the ConfigMap", scenario::T, || {
+        state() == "Loaded"
+    });
 }
 
 #[test]

@@ -27,6 +27,7 @@ use std::sync::Arc;
 
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::WatchStreamExt as _;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
@@ -70,6 +71,9 @@ struct Tracked {
     /// The last invalid spec: a digest of its input and why it is invalid. Cleared by a valid
     /// spec; while set it is the ConfigMap's outcome.
     invalid: Option<([u8; 32], String)>,
+    /// The ConfigMap's labels and annotations as last seen, to tell whether it shows its status
+    /// (a standby that becomes leader writes what it could not write before).
+    seen: ConfigMap,
 }
 
 impl Tracked {
@@ -200,9 +204,18 @@ pub async fn run(
     let mut shutdown = std::pin::pin!(shutdown);
     let mut tracked: BTreeMap<String, Tracked> = BTreeMap::new();
     let mut relisted: BTreeSet<String> = BTreeSet::new();
+    let mut published_as_leader = false;
     loop {
         let event = tokio::select! {
             () = &mut shutdown => return,
+            () = leader.acquired(), if !published_as_leader => {
+                // Statuses reached while standing by were not written: write them now.
+                published_as_leader = true;
+                for (name, entry) in &tracked {
+                    publish_status(&ctx, entry, name).await;
+                }
+                continue;
+            }
             event = stream.next() => event,
         };
         match event {
@@ -255,9 +268,49 @@ async fn forget(registry: &PluginRegistry, tracked: &mut BTreeMap<String, Tracke
     }
 }
 
+/// Writes the ConfigMap's status keys if it does not show them yet (leader only).
+async fn publish_status(ctx: &Ctx<'_>, entry: &Tracked, cm_name: &str) {
+    if !ctx.leader.is_leader() {
+        return;
+    }
+    let Some(outcome) = entry.outcome() else {
+        return;
+    };
+    let serving = entry
+        .plugin()
+        .and_then(|p| ctx.registry.status_of(p))
+        .and_then(|s| s.sha256);
+    let status = StatusMeta::new(&outcome, serving.as_deref());
+    if status.shown_by(&entry.seen) {
+        return;
+    }
+    let patched = ctx
+        .api
+        .patch(
+            cm_name,
+            &PatchParams::default(),
+            &Patch::Merge(&status.patch()),
+        )
+        .await;
+    match patched {
+        Ok(_) => tracing::debug!(configmap = %cm_name, state = status.state,
+            version = ?status.version, "plugin ConfigMap status written"),
+        Err(error) => tracing::warn!(%error, configmap = %cm_name, state = status.state,
+            "cannot write the plugin status onto its ConfigMap; retried on its next update"),
+    }
+}
+
 async fn apply(ctx: &Ctx<'_>, tracked: &mut BTreeMap<String, Tracked>, cm: &ConfigMap) {
     let cm_name = cm.name_any();
     let entry = tracked.entry(cm_name.clone()).or_default();
+    entry.seen = ConfigMap {
+        metadata: ObjectMeta {
+            labels: cm.metadata.labels.clone(),
+            annotations: cm.metadata.annotations.clone(),
+            ..ObjectMeta::default()
+        },
+        ..ConfigMap::default()
+    };
     let attempt = match spec::from_configmap(cm) {
         Err(e) => {
             let digest = input_digest(cm);
@@ -300,35 +353,11 @@ async fn apply(ctx: &Ctx<'_>, tracked: &mut BTreeMap<String, Tracked>, cm: &Conf
             }
         }
     };
-    // Status first: it is what `kubectl get` shows, the Event only explains it.
-    let status = entry.outcome().map(|outcome| {
-        let serving = entry
-            .plugin()
-            .and_then(|p| ctx.registry.status_of(p))
-            .and_then(|s| s.sha256);
-        StatusMeta::new(&outcome, serving.as_deref())
-    });
     if !ctx.leader.is_leader() {
         return;
     }
-    if let Some(status) = status
-        && !status.shown_by(cm)
-    {
-        let patched = ctx
-            .api
-            .patch(
-                &cm_name,
-                &PatchParams::default(),
-                &Patch::Merge(&status.patch()),
-            )
-            .await;
-        match patched {
-            Ok(_) => tracing::debug!(configmap = %cm_name, state = status.state,
-                version = ?status.version, "plugin ConfigMap status written"),
-            Err(error) => tracing::warn!(%error, configmap = %cm_name, state = status.state,
-                "cannot write the plugin status onto its ConfigMap; retried on its next update"),
-        }
-    }
+    // Status first: it is what `kubectl get` shows, the Event only explains it.
+    publish_status(ctx, entry, &cm_name).await;
     let Some(outcome) = attempt else {
         return;
     };
