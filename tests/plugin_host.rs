@@ -750,3 +750,25 @@ async fn example_policies_answer_allocate_inline() {
         assert!(paths.inline >= 18, "{name}: {paths:?}");
     }
 }
+
+/// `GET /plugins` (the registry's status) shows how a serving policy's `allocate` calls were
+/// served: inline or on the blocking pool.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_serving_policy_shows_how_its_allocate_calls_were_served() {
+    let registry = PluginRegistry::new(host(), NativePolicy::BinPack);
+    let spec = PluginSpec::new("packer", PluginKind::Policy);
+    registry.apply(spec, wasm("binpack").into()).await.unwrap();
+    let (job, nodes) = sample::allocate_input(20, 2);
+    let policy = registry.policy(Some("packer"));
+    for _ in 0..3 {
+        policy
+            .allocate(Arc::new(job.clone()), nodes.clone().into())
+            .await
+            .unwrap();
+    }
+    let status = serde_json::to_value(registry.status()).unwrap();
+    let calls = &status[0]["allocateCalls"];
+    let count = |path: &str| calls[path].as_u64().unwrap_or_else(|| panic!("{status}"));
+    // The smoke call at load and the three calls.
+    assert_eq!(count("inline") + count("pooled"), 4, "{status}");
+}

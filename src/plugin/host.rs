@@ -954,7 +954,7 @@ impl WasmPolicy {
 }
 
 /// How a policy's `allocate` calls were served so far (see [`WasmPolicy`]'s `allocate`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct CallPaths {
     /// Answered by the inline attempt on the calling thread.
     pub inline: u64,

@@ -72,6 +72,10 @@ pub struct PluginStatus {
     pub deadline_ms: u64,
     #[serde(rename = "memoryMiB")]
     pub memory_mib: u64,
+    /// Policies: how the serving version's `allocate` calls were served so far. Calls that keep
+    /// landing on the blocking pool mean the plugin is slow or touches WASI (see `WasmPolicy`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub allocate_calls: Option<super::CallPaths>,
 }
 
 impl PluginStatus {
@@ -90,6 +94,7 @@ impl PluginStatus {
             failure_policy: FailurePolicy::default(),
             deadline_ms: 0,
             memory_mib: 0,
+            allocate_calls: None,
         };
         status.describe(spec, defaults);
         status
@@ -310,12 +315,19 @@ impl PluginRegistry {
 
     /// Every plugin ever applied and not removed, by name.
     pub fn status(&self) -> Vec<PluginStatus> {
-        self.lock_status().values().cloned().collect()
+        let list: Vec<PluginStatus> = self.lock_status().values().cloned().collect();
+        list.into_iter().map(|s| self.with_calls(s)).collect()
     }
 
     /// The status of one plugin, if it was ever applied and not removed.
     pub fn status_of(&self, name: &str) -> Option<PluginStatus> {
-        self.lock_status().get(name).cloned()
+        let status = self.lock_status().get(name).cloned();
+        status.map(|s| self.with_calls(s))
+    }
+
+    fn with_calls(&self, mut status: PluginStatus) -> PluginStatus {
+        status.allocate_calls = self.wasm_policy(&status.name).map(|p| p.call_paths());
+        status
     }
 }
 

@@ -101,5 +101,7 @@ mod tests {
         assert_eq!(m["failurePolicy"], "Ignore");
         assert_eq!(m["deadlineMs"], 20);
         assert_eq!(m["memoryMiB"], 64);
+        // Nothing serves: no call counts.
+        assert_eq!(list[0].get("allocateCalls"), None);
     }
 }
