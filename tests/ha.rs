@@ -58,6 +58,23 @@ fn pods(k: &Kubectl, job: &str) -> Vec<String> {
         .collect()
 }
 
+/// A sandbox started with `args`, the DIJob CRD installed, and kubectl in `default`.
+fn sandbox_with_crd(args: &[&str]) -> (SandboxProcess, Kubectl) {
+    let sandbox = SandboxProcess::start(args);
+    let k = sandbox.kubectl().in_namespace("default");
+    foundation::install_crd(&k);
+    (sandbox, k)
+}
+
+/// `127.0.0.1:<a port free now>`, for an operator's metrics endpoint.
+fn free_local_addr() -> String {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("port");
+    format!("127.0.0.1:{port}")
+}
+
 fn wait_until(what: &str, within: Duration, mut done: impl FnMut() -> bool) -> Duration {
     let started = Instant::now();
     while !done() {
@@ -69,9 +86,7 @@ fn wait_until(what: &str, within: Duration, mut done: impl FnMut() -> bool) -> D
 
 #[test]
 fn one_leader_reconciles_a_standby_takes_over_and_sigterm_releases_the_lease() {
-    let sandbox = SandboxProcess::start(&["--nodes", "4", "--pod-start-delay", "100ms"]);
-    let k = sandbox.kubectl().in_namespace("default");
-    foundation::install_crd(&k);
+    let (sandbox, k) = sandbox_with_crd(&["--nodes", "4", "--pod-start-delay", "100ms"]);
     let first = elected(&sandbox);
     let second = elected(&sandbox);
     wait_until("a leader", scenario::T, || leads(&first) || leads(&second));
@@ -141,9 +156,7 @@ fn one_leader_reconciles_a_standby_takes_over_and_sigterm_releases_the_lease() {
 /// status then; once it leads it writes it, without waiting for the ConfigMap's next change.
 #[test]
 fn a_standby_that_takes_over_writes_the_plugin_status_it_could_not_write() {
-    let sandbox = SandboxProcess::start(&["--nodes", "2"]);
-    let k = sandbox.kubectl().in_namespace("default");
-    foundation::install_crd(&k);
+    let (sandbox, k) = sandbox_with_crd(&["--nodes", "2"]);
     // A longer lease than the other tests': the upload must load before the standby leads.
     let elect = || {
         OperatorProcess::start_with(
@@ -212,9 +225,7 @@ fn a_standby_that_takes_over_writes_the_plugin_status_it_could_not_write() {
 
 #[test]
 fn a_leader_that_loses_its_lease_stops_at_once() {
-    let sandbox = SandboxProcess::start(&["--nodes", "1"]);
-    let k = sandbox.kubectl().in_namespace("default");
-    foundation::install_crd(&k);
+    let (sandbox, k) = sandbox_with_crd(&["--nodes", "1"]);
     let mut leader = elected(&sandbox);
     wait_until("a leader", scenario::T, || leads(&leader));
     // Another holder takes the lease (as a replica with a skewed clock, or an admin, could).
@@ -269,14 +280,8 @@ fn scrape(addr: &str) -> String {
 
 #[test]
 fn json_logs_carry_the_reconcile_span_and_metrics_show_leadership_and_phases() {
-    let sandbox = SandboxProcess::start(&["--nodes", "4", "--pod-start-delay", "100ms"]);
-    let k = sandbox.kubectl().in_namespace("default");
-    foundation::install_crd(&k);
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("port");
-    let addr = format!("127.0.0.1:{port}");
+    let (sandbox, k) = sandbox_with_crd(&["--nodes", "4", "--pod-start-delay", "100ms"]);
+    let addr = free_local_addr();
     let operator = OperatorProcess::start_with(
         &sandbox.kubeconfig,
         &[
@@ -373,9 +378,7 @@ impl Partition {
 
 #[test]
 fn a_leader_cut_off_from_the_api_server_stops_before_a_standby_takes_over() {
-    let sandbox = SandboxProcess::start(&["--nodes", "1"]);
-    let k = sandbox.kubectl().in_namespace("default");
-    foundation::install_crd(&k);
+    let (sandbox, _) = sandbox_with_crd(&["--nodes", "1"]);
     let server = sandbox
         .server_url
         .trim_start_matches("http://")
@@ -456,7 +459,6 @@ fn api_calls(metrics: &str) -> std::collections::BTreeSet<(String, String, Strin
 /// `deploy/base/rbac.yaml`).
 #[test]
 fn every_api_call_the_operator_makes_is_granted_by_the_rbac_manifest() {
-    use common::allocation;
     let sandbox = SandboxProcess::start(&[
         "--nodes",
         "4",
@@ -467,11 +469,7 @@ fn every_api_call_the_operator_makes_is_granted_by_the_rbac_manifest() {
     ]);
     let k = sandbox.kubectl();
     foundation::install_crd(&k);
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("port");
-    let addr = format!("127.0.0.1:{port}");
+    let addr = free_local_addr();
     let operator = OperatorProcess::start_with(
         &sandbox.kubeconfig,
         &[
@@ -555,14 +553,8 @@ fn every_api_call_the_operator_makes_is_granted_by_the_rbac_manifest() {
 /// once all run, nothing waits (no trigger is counted and never taken out).
 #[test]
 fn the_reconcile_queue_fills_while_jobs_wait_for_a_worker_and_drains() {
-    let sandbox = SandboxProcess::start(&["--nodes", "4", "--pod-start-delay", "100ms"]);
-    let k = sandbox.kubectl().in_namespace("default");
-    foundation::install_crd(&k);
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("port");
-    let addr = format!("127.0.0.1:{port}");
+    let (sandbox, k) = sandbox_with_crd(&["--nodes", "4", "--pod-start-delay", "100ms"]);
+    let addr = free_local_addr();
     let _operator = OperatorProcess::start_with(
         &sandbox.kubeconfig,
         &["--metric-addr", &addr, "--concurrency", "1"],
