@@ -11,15 +11,7 @@ use common::controller::OperatorProcess;
 use common::{SandboxProcess, foundation};
 
 fn cluster() -> (SandboxProcess, OperatorProcess) {
-    let sandbox = SandboxProcess::start(&[
-        "--nodes",
-        "4",
-        "--node-gpus",
-        "8",
-        "--pod-start-delay",
-        "100ms",
-    ]);
-    foundation::install_crd(&sandbox.kubectl());
+    let sandbox = scenario::gpu_sandbox();
     let operator = OperatorProcess::start(&sandbox.kubeconfig);
     (sandbox, operator)
 }

@@ -459,16 +459,8 @@ fn api_calls(metrics: &str) -> std::collections::BTreeSet<(String, String, Strin
 /// `deploy/base/rbac.yaml`).
 #[test]
 fn every_api_call_the_operator_makes_is_granted_by_the_rbac_manifest() {
-    let sandbox = SandboxProcess::start(&[
-        "--nodes",
-        "4",
-        "--node-gpus",
-        "8",
-        "--pod-start-delay",
-        "100ms",
-    ]);
+    let sandbox = allocation::gpu_sandbox();
     let k = sandbox.kubectl();
-    foundation::install_crd(&k);
     let addr = free_local_addr();
     let operator = OperatorProcess::start_with(
         &sandbox.kubeconfig,

@@ -12,6 +12,21 @@ use serde_json::Value;
 use super::Kubectl;
 use super::controller::{self as scenario, T};
 
+/// The sandbox the allocation scenarios need (4 nodes of 8 GPUs, pods start after 100 ms), with
+/// the DIJob CRD installed.
+pub fn gpu_sandbox() -> super::SandboxProcess {
+    let sandbox = super::SandboxProcess::start(&[
+        "--nodes",
+        "4",
+        "--node-gpus",
+        "8",
+        "--pod-start-delay",
+        "100ms",
+    ]);
+    super::foundation::install_crd(&sandbox.kubectl());
+    sandbox
+}
+
 /// A built example plugin (`scripts/build-plugins.sh` puts them in target/plugins).
 pub fn plugin_file(name: &str) -> String {
     let path = super::repo_root()
