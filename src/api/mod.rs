@@ -53,6 +53,18 @@ pub mod labels {
     pub const ANNOTATION_NODE: &str = "diengine/node";
 }
 
+/// Documented maximums of the numbers in a DIJob that size the operator's memory and work. The
+/// CRD schema, the admission webhook, the controller and the replica API all enforce them, so a
+/// job past them is refused with the field named, wherever it comes in.
+pub mod limits {
+    /// Most tasks in one job (`spec.tasks`); also bounds the API server's CEL cost estimate.
+    pub const MAX_TASKS: usize = 64;
+    /// Most replicas one task may declare: `replicas`, `minReplicas` and `maxReplicas`.
+    pub const MAX_TASK_REPLICAS: i32 = 1000;
+    /// Most replicas one job may run across its tasks, each counted at its maxReplicas.
+    pub const MAX_JOB_REPLICAS: i32 = 4000;
+}
+
 /// Name of the container the operator treats as the DI-engine worker.
 pub const DEFAULT_CONTAINER_NAME: &str = "di-container";
 /// Name of the port DI-engine workers listen on.
