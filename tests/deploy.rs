@@ -528,8 +528,12 @@ fn admits(docs: &[Value], labels: &[(String, String)], port: u16, peer: &Peer) -
     })
 }
 
-/// The operator pod's labels and the port of each of its listeners, from the Deployment.
-fn operator_pod(docs: &[Value]) -> (Vec<(String, String)>, Vec<(String, u16)>) {
+/// Labels as (key, value) pairs.
+type Labels = Vec<(String, String)>;
+
+/// The operator pod's labels and the port of each of its listeners (by container port name),
+/// from the Deployment.
+fn operator_pod(docs: &[Value]) -> (Labels, Vec<(String, u16)>) {
     let deployment = find(docs, "Deployment", "diorch").expect("Deployment");
     let template = &deployment["spec"]["template"];
     let labels = template["metadata"]["labels"]
