@@ -4,8 +4,9 @@
 //! for a resource listed here, and that every listed resource is used.
 //!
 //! Owns only these tables. The installer-side tools (`plugin snapshot`) run with the installer's
-//! rights; `diorch webhook-cert`, run by the certificate Job, has a table of its own with the
-//! objects it may touch by name.
+//! rights; `diorch webhook-cert`, run by the certificate Job and CronJob, has a table of its own
+//! with the objects it may touch by name; the ClusterRoles the install ships unbound for the
+//! operator's callers (replica-API clients, Prometheus) have a third.
 
 /// Where a permission is granted: cluster-wide (ClusterRole) or in the operator's namespace
 /// (Role).
@@ -160,6 +161,50 @@ pub const CERT_JOB_PERMISSIONS: &[NamedPermission] = &[
     },
 ];
 
+/// What a caller's permission applies to.
+#[derive(Clone, Copy, Debug)]
+pub enum Target {
+    /// A resource (or `resource/subresource`) of an API group.
+    Resource {
+        group: &'static str,
+        resource: &'static str,
+    },
+    /// A non-resource URL, such as `/metrics`.
+    Url(&'static str),
+}
+
+/// A permission of a ClusterRole that `deploy/base/rbac.yaml` ships for the operator's callers
+/// and binds to no one: the operator asks the API server (SubjectAccessReview) whether a caller
+/// holds it, and an administrator binds the role to whom they trust.
+#[derive(Clone, Copy, Debug)]
+pub struct CallerPermission {
+    pub role: &'static str,
+    pub target: Target,
+    pub verbs: &'static [&'static str],
+    /// What the operator serves with it.
+    pub checked_by: &'static str,
+}
+
+/// The callers' ClusterRoles, exactly as `deploy/base/rbac.yaml` has them (a test compares the
+/// two both ways, and checks that nothing in `deploy/` binds them).
+pub const CALLER_ROLES: &[CallerPermission] = &[
+    CallerPermission {
+        role: "diorch-replica-client",
+        target: Target::Resource {
+            group: "diengine.opendilab.org",
+            resource: "dijobs/replicas",
+        },
+        verbs: &["get", "update"],
+        checked_by: "replica API (--server-auth kubernetes): get reads replicas; update scales, removes replicas, posts profilings",
+    },
+    CallerPermission {
+        role: "diorch-metrics-reader",
+        target: Target::Url("/metrics"),
+        verbs: &["get"],
+        checked_by: "GET /metrics",
+    },
+];
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeSet;
@@ -294,12 +339,130 @@ mod tests {
             .iter()
             .find(|d| d["kind"] == "Job")
             .expect("the certificate Job");
-        let args = job["spec"]["template"]["spec"]["containers"][0]["args"].to_string();
+        let job_pod = &job["spec"]["template"]["spec"];
+        let args = job_pod["containers"][0]["args"].to_string();
         for flag in [
             "--secret=diorch-webhook-cert",
             "--webhook-configuration=diorch",
         ] {
             assert!(args.contains(flag), "{flag} missing from {args}");
+        }
+        // The renewing CronJob runs the same command with the same (and only these) rights.
+        let cron = docs
+            .iter()
+            .find(|d| d["kind"] == "CronJob")
+            .expect("the certificate CronJob");
+        let cron_pod = &cron["spec"]["jobTemplate"]["spec"]["template"]["spec"];
+        assert_eq!(
+            cron_pod["containers"][0]["args"],
+            job_pod["containers"][0]["args"]
+        );
+        assert_eq!(cron_pod["serviceAccountName"], "diorch-webhook-cert");
+        assert_eq!(job_pod["serviceAccountName"], "diorch-webhook-cert");
+    }
+
+    /// (role, target, verb): a resource as `group/resource`, a URL as itself.
+    type CallerGrant = (String, String, String);
+
+    fn caller_table() -> BTreeSet<CallerGrant> {
+        CALLER_ROLES
+            .iter()
+            .flat_map(|p| {
+                let target = match p.target {
+                    Target::Resource { group, resource } => format!("{group}/{resource}"),
+                    Target::Url(url) => url.to_string(),
+                };
+                p.verbs
+                    .iter()
+                    .map(move |v| (p.role.to_string(), target.clone(), v.to_string()))
+            })
+            .collect()
+    }
+
+    /// Every ClusterRole in rbac.yaml but the operator's own, as grants; panics on a wildcard
+    /// or a named object, which no caller needs.
+    fn caller_manifest(docs: &[Value]) -> BTreeSet<CallerGrant> {
+        let mut out = BTreeSet::new();
+        for doc in docs {
+            let (Some("ClusterRole"), Some(role)) =
+                (doc["kind"].as_str(), doc["metadata"]["name"].as_str())
+            else {
+                continue;
+            };
+            if role == "diorch" {
+                continue;
+            }
+            for rule in doc["rules"].as_array().into_iter().flatten() {
+                let strings = |k: &str| -> Vec<String> {
+                    rule[k]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|v| v.as_str().map(str::to_string))
+                        .collect()
+                };
+                assert!(rule.get("resourceNames").is_none(), "{role}: {rule}");
+                let mut targets = strings("nonResourceURLs");
+                for group in strings("apiGroups") {
+                    for resource in strings("resources") {
+                        targets.push(format!("{group}/{resource}"));
+                    }
+                }
+                for target in targets {
+                    for verb in strings("verbs") {
+                        assert!(
+                            !target.contains('*') && verb != "*",
+                            "{role}: no wildcards: {rule}"
+                        );
+                        out.insert((role.to_string(), target.clone(), verb));
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn the_callers_roles_are_exactly_the_table_and_bound_to_no_one() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy");
+        let text = std::fs::read_to_string(root.join("base/rbac.yaml")).expect("rbac.yaml");
+        let docs: Vec<Value> = serde_saphyr::from_multiple(&text).expect("rbac.yaml is YAML");
+        let (code, granted) = (caller_table(), caller_manifest(&docs));
+        let missing: Vec<&CallerGrant> = code.difference(&granted).collect();
+        let extra: Vec<&CallerGrant> = granted.difference(&code).collect();
+        assert!(
+            missing.is_empty() && extra.is_empty(),
+            "deploy/base/rbac.yaml's caller roles differ from rbac::CALLER_ROLES:\n  in the table only: {missing:?}\n  in the manifest only: {extra:?}"
+        );
+        // Unbound: no binding anywhere under deploy/ names them (an administrator chooses whom).
+        let roles: BTreeSet<&str> = CALLER_ROLES.iter().map(|p| p.role).collect();
+        let mut dirs = vec![root];
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(&dir).expect("deploy/").flatten() {
+                let path = entry.path();
+                if path.is_dir() {
+                    dirs.push(path);
+                    continue;
+                }
+                if path.extension().is_none_or(|e| e != "yaml") {
+                    continue;
+                }
+                let text = std::fs::read_to_string(&path).expect("read");
+                let Ok(docs) = serde_saphyr::from_multiple::<Value>(&text) else {
+                    continue;
+                };
+                for doc in docs {
+                    let kind = doc["kind"].as_str().unwrap_or_default();
+                    if kind.ends_with("Binding") {
+                        let name = doc["roleRef"]["name"].as_str().unwrap_or_default();
+                        assert!(
+                            !roles.contains(name),
+                            "{} binds {name}: the callers' roles ship unbound",
+                            path.display()
+                        );
+                    }
+                }
+            }
         }
     }
 

@@ -141,32 +141,53 @@ fn a_rotated_certificate_is_served_without_a_restart() {
     let again = webhook_cert(&cluster.sandbox.kubeconfig, cluster.certs.path(), &[]);
     assert!(again.contains("kept"), "{again}");
     assert!(again.contains("caBundle already current"), "{again}");
-    // Force a new CA and certificate: the sandbox trusts only the new CA from now on, so the
-    // webhook answers again only once the running operator serves the new certificate.
+    // Force a new CA and certificate. The running operator serves the old certificate until it
+    // re-reads the files (every 2 s; in a cluster, until the kubelet projects the Secret), so
+    // the caBundle trusts both CAs until the next run: no admission call fails meanwhile.
     let renewed = webhook_cert(
         &cluster.sandbox.kubeconfig,
         cluster.certs.path(),
         &["--renew-before-days", "400"],
     );
     assert!(renewed.contains("new certificate"), "{renewed}");
+    assert!(
+        renewed.contains("caBundle: the new CA and, until the next run, the replaced one"),
+        "{renewed}"
+    );
+    let loads = || {
+        operator
+            .lines()
+            .iter()
+            .filter(|l| l.contains("webhook serving certificate loaded"))
+            .count()
+    };
     let deadline = Instant::now() + Duration::from_secs(20);
+    let mut calls = 0;
     loop {
+        let served_new = loads() == 2;
         let err = k.fails_stdin(&["create", "-f", "-"], &manifest);
-        if err.contains(&message) {
+        calls += 1;
+        assert!(
+            err.contains(&message),
+            "call {calls} during the rotation failed: {err}"
+        );
+        if served_new {
             break;
         }
         assert!(
             Instant::now() < deadline,
-            "never served the new certificate: {err}"
+            "never served the new certificate: {:#?}",
+            operator.lines()
         );
         std::thread::sleep(Duration::from_millis(200));
     }
-    let loads = operator
-        .lines()
-        .iter()
-        .filter(|l| l.contains("webhook serving certificate loaded"))
-        .count();
-    assert_eq!(loads, 2, "{:#?}", operator.lines());
+    // The next run keeps the new certificate and drops the old CA; calls still succeed.
+    let next = webhook_cert(&cluster.sandbox.kubeconfig, cluster.certs.path(), &[]);
+    assert!(next.contains("kept"), "{next}");
+    assert!(next.contains("caBundle patched"), "{next}");
+    let err = k.fails_stdin(&["create", "-f", "-"], &manifest);
+    assert!(err.contains(&message), "{err}");
+    assert_eq!(loads(), 2, "{:#?}", operator.lines());
 }
 
 #[test]

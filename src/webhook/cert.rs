@@ -3,9 +3,10 @@
 //! cluster), with the CA patched into `caBundle` of the webhook configurations.
 //!
 //! Idempotent: a certificate that covers the names and stays valid beyond the renewal margin is
-//! kept, so running it again (a Job on every install or upgrade) changes nothing but a stale
-//! caBundle. Owns only that Secret (or directory) and the caBundle fields; it is an install
-//! step run with the installer's rights, not part of the operator's RBAC.
+//! kept, so running it again (the install's Job, the daily CronJob) changes nothing but a stale
+//! caBundle; inside the margin it is replaced, and the caBundle trusts the replaced CA too until
+//! the next run (`ca_bundle`). Owns only that Secret (or directory) and the caBundle fields; it
+//! is an install step run with its own rights, not part of the operator's RBAC.
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -254,9 +255,12 @@ pub async fn run(client: Client, args: &CertArgs) -> Result<Report, CertError> {
     let names = args.names();
     let now = jiff::Timestamp::now().as_second();
     let mut report = Vec::new();
+    // The bundle this run replaces, if it does: its CA stays trusted a while (`ca_bundle`).
+    let mut replaced = None;
     let bundle = match &args.out_dir {
         Some(dir) => {
             let existing = read_dir_bundle(dir);
+            replaced.clone_from(&existing);
             keep_or_make(
                 existing,
                 &names,
@@ -268,6 +272,8 @@ pub async fn run(client: Client, args: &CertArgs) -> Result<Report, CertError> {
             .and_then(|(bundle, changed)| {
                 if changed {
                     write_dir_bundle(dir, &bundle)?;
+                } else {
+                    replaced = None;
                 }
                 Ok(bundle)
             })?
@@ -284,6 +290,7 @@ pub async fn run(client: Client, args: &CertArgs) -> Result<Report, CertError> {
                         source,
                     })?;
             let existing = current.as_ref().and_then(secret_bundle);
+            replaced.clone_from(&existing);
             let (bundle, changed) = keep_or_make(existing, &names, now, args, &mut report, &what)?;
             if changed {
                 write_secret(&secrets, current, &args.secret, &bundle)
@@ -292,11 +299,17 @@ pub async fn run(client: Client, args: &CertArgs) -> Result<Report, CertError> {
                         what: format!("cannot write {what}"),
                         source,
                     })?;
+            } else {
+                replaced = None;
             }
             bundle
         }
     };
-    let ca = base64::engine::general_purpose::STANDARD.encode(bundle.ca.as_bytes());
+    let trusted = ca_bundle(&bundle, replaced.as_ref(), now);
+    if trusted != bundle.ca {
+        report.push("caBundle: the new CA and, until the next run, the replaced one".into());
+    }
+    let ca = base64::engine::general_purpose::STANDARD.encode(trusted.as_bytes());
     let mut found = 0;
     for (kind, plural) in [
         (
@@ -325,6 +338,31 @@ pub async fn run(client: Client, args: &CertArgs) -> Result<Report, CertError> {
         ));
     }
     Ok(report)
+}
+
+/// The CAs to publish in `caBundle`: the bundle's own, followed by the replaced bundle's while
+/// that is still valid. A renewal writes the Secret and the caBundle at once, but the webhook
+/// pods serve the old certificate until the kubelet projects the new Secret into them (up to
+/// a minute or two); trusting both CAs meanwhile keeps every admission call working through the
+/// rotation (with `failurePolicy: Fail` a gap would refuse every DIJob write). The next run
+/// keeps the new certificate and so publishes its CA alone.
+pub fn ca_bundle(bundle: &Bundle, replaced: Option<&Bundle>, now_unix: i64) -> String {
+    let still_valid = |pem: &str| {
+        x509_parser::pem::parse_x509_pem(pem.as_bytes())
+            .ok()
+            .and_then(|(_, pem)| {
+                pem.parse_x509()
+                    .ok()
+                    .map(|c| c.validity().not_after.timestamp() > now_unix)
+            })
+            .unwrap_or(false)
+    };
+    match replaced {
+        Some(old) if old.ca.trim() != bundle.ca.trim() && still_valid(&old.ca) => {
+            format!("{}\n{}\n", bundle.ca.trim_end(), old.ca.trim_end())
+        }
+        _ => bundle.ca.clone(),
+    }
 }
 
 fn keep_or_make(
@@ -584,6 +622,57 @@ mod tests {
                 )
                 .is_err()
         );
+    }
+
+    /// Whether `bundle`'s serving certificate verifies for the Service name against `ca_pem`
+    /// (every certificate in it a root), as the API server checks a webhook.
+    fn trusted_by(ca_pem: &str, bundle: &Bundle) -> bool {
+        use rustls::client::danger::ServerCertVerifier;
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+            roots.add(cert.expect("PEM")).expect("root");
+        }
+        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+        let verifier =
+            rustls::client::WebPkiServerVerifier::builder_with_provider(roots.into(), provider)
+                .build()
+                .expect("verifier");
+        let cert = CertificateDer::from_pem_slice(bundle.cert.as_bytes()).expect("cert");
+        verifier
+            .verify_server_cert(
+                &cert,
+                &[],
+                &ServerName::try_from("diorch-webhook.diorch-system.svc").expect("name"),
+                &[],
+                UnixTime::now(),
+            )
+            .is_ok()
+    }
+
+    #[test]
+    fn a_renewal_publishes_both_cas_until_the_next_run_so_no_admission_call_fails() {
+        let now = jiff::Timestamp::now().as_second();
+        let old = generate(&names(), 10).expect("generate");
+        let new = generate(&names(), 10).expect("generate");
+        // Right after the renewal the pods may still serve the old certificate, or already the
+        // new one: the caBundle must trust both.
+        let during = ca_bundle(&new, Some(&old), now);
+        assert!(trusted_by(&during, &old), "the old certificate is refused");
+        assert!(trusted_by(&during, &new), "the new certificate is refused");
+        // The next run keeps the new bundle: its CA alone, the old one no longer trusted.
+        let after = ca_bundle(&new, None, now);
+        assert!(trusted_by(&after, &new) && !trusted_by(&after, &old));
+        // A kept bundle, or an expired or unreadable replaced CA, adds nothing.
+        assert_eq!(ca_bundle(&new, Some(&new), now), new.ca);
+        let far_future = now + 20 * 86_400;
+        assert_eq!(ca_bundle(&new, Some(&old), far_future), new.ca);
+        let garbage = Bundle {
+            ca: "not a certificate".into(),
+            ..old
+        };
+        assert_eq!(ca_bundle(&new, Some(&garbage), now), new.ca);
     }
 
     #[test]
