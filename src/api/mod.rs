@@ -56,6 +56,14 @@ pub mod labels {
 /// Documented maximums of the numbers in a DIJob that size the operator's memory and work. The
 /// CRD schema, the admission webhook, the controller and the replica API all enforce them, so a
 /// job past them is refused with the field named, wherever it comes in.
+///
+/// Why these numbers: every pod of a job carries `DI_NODES`, one FQDN (up to ~210 bytes) per
+/// replica of the whole job, so a pod's size and the controller's work grow with the job's
+/// replicas, and a job's pods with its replicas squared. At 4000 replicas with typical names
+/// (~50-byte FQDNs) a pod's env is ~200 KB, well under the API server's 1.5 MB object limit;
+/// the controller builds at most [`MAX_CREATES_PER_PASS`](crate::controller::planner) pods at a
+/// time, so its memory follows one batch, not the job. DI-engine jobs run tens to hundreds of
+/// collectors; 64 tasks is far beyond its three roles plus free-form ones.
 pub mod limits {
     /// Most tasks in one job (`spec.tasks`); also bounds the API server's CEL cost estimate.
     pub const MAX_TASKS: usize = 64;
@@ -136,8 +144,10 @@ pub struct DIJobSpec {
 
     /// The job's components, one entry per task.
     // The bound keeps the API server's cost estimate of the per-task CEL rules small (it
-    // multiplies by the list's largest possible size); a job has a handful of tasks.
-    #[schemars(length(max = 64))]
+    // multiplies by the list's largest possible size); a job has a handful of tasks. The sum
+    // of replicas over tasks (`limits::MAX_JOB_REPLICAS`) is left to the webhook and the
+    // controller: Kubernetes 1.24's CEL has no `sum()` and no fold.
+    #[schemars(length(max = limits::MAX_TASKS))]
     pub tasks: Vec<Task>,
 
     /// Legacy field carried by DI-orchestrator's samples (`group: diengine`). Accepted and
@@ -196,9 +206,12 @@ pub enum CleanPodPolicy {
     }
 ]))]
 pub struct Task {
-    /// Number of pods of this task.
+    /// Number of pods of this task (at most 1000).
     #[serde(default = "default_replicas")]
-    #[schemars(range(min = 1), default = "default_replicas")]
+    #[schemars(
+        range(min = 1, max = limits::MAX_TASK_REPLICAS),
+        default = "default_replicas"
+    )]
     pub replicas: i32,
 
     /// Role of the task in DI-engine.
@@ -214,15 +227,16 @@ pub struct Task {
     pub template: PodTemplateSpec,
 
     /// diorch extension: fewest replicas the allocator may shrink this task to when the job is
-    /// preemptible. Absent means `replicas`.
+    /// preemptible. Absent means `replicas`. At most 1000.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1))]
+    #[schemars(range(min = 1, max = limits::MAX_TASK_REPLICAS))]
     pub min_replicas: Option<i32>,
 
     /// diorch extension: most replicas the allocator may grow this task to when the job is
-    /// preemptible. Absent means `replicas`.
+    /// preemptible. Absent means `replicas`. At most 1000; a job's tasks together at most 4000
+    /// (each counted at its maxReplicas).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1))]
+    #[schemars(range(min = 1, max = limits::MAX_TASK_REPLICAS))]
     pub max_replicas: Option<i32>,
 }
 
