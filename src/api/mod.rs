@@ -57,12 +57,13 @@ pub mod labels {
 /// CRD schema, the admission webhook, the controller and the replica API all enforce them, so a
 /// job past them is refused with the field named, wherever it comes in.
 ///
-/// Why these numbers: every pod of a job carries `DI_NODES`, one FQDN (up to ~210 bytes) per
-/// replica of the whole job, so a pod's size and the controller's work grow with the job's
-/// replicas, and a job's pods with its replicas squared. At 4000 replicas with typical names
-/// (~50-byte FQDNs) a pod's env is ~200 KB, well under the API server's 1.5 MB object limit;
-/// the controller builds at most [`MAX_CREATES_PER_PASS`](crate::controller::planner) pods at a
-/// time, so its memory follows one batch, not the job. DI-engine jobs run tens to hundreds of
+/// Why these numbers: every pod of a job carries `DI_NODES`, one FQDN (up to ~200 bytes) per
+/// replica of the whole job, plus its task's FQDNs, so a pod's size grows with the job's replicas
+/// and a job's pods with its replicas squared. At 4000 replicas a pod is ~250 KB with typical
+/// names and under 1.1 MB with the longest names validation allows, within the 1.5 MiB an object
+/// may have in etcd (a test builds that pod). The controller builds at most
+/// [`MAX_CREATES_PER_PASS`](crate::controller::planner::MAX_CREATES_PER_PASS) pods at a time, so
+/// its memory follows one batch, not the job. DI-engine jobs run tens to hundreds of
 /// collectors; 64 tasks is far beyond its three roles plus free-form ones.
 pub mod limits {
     /// Most tasks in one job (`spec.tasks`); also bounds the API server's CEL cost estimate.

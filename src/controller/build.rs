@@ -790,4 +790,39 @@ mod tests {
             (20_000..20_008).collect::<Vec<i32>>()
         );
     }
+
+    #[test]
+    fn a_pod_of_a_job_at_the_maximums_with_the_longest_names_fits_in_etcd() {
+        // The longest names validation lets through: a 53-character job name (pod names
+        // `<job>-tN-999` of 61, service `di-<job>`), a 63-character namespace; 4 tasks of 1000.
+        let tasks: Vec<serde_json::Value> = (0..4)
+            .map(|i| {
+                json!({"name": format!("t{i}"), "type": "none", "replicas": 1000,
+                "template": {"spec": {"containers": [{"name": "di-container", "image": "i"}]}}})
+            })
+            .collect();
+        let job: DIJob = serde_json::from_value(json!({
+            "apiVersion": "diengine.opendilab.org/v2alpha1",
+            "kind": "DIJob",
+            "metadata": {"name": "j".repeat(53), "namespace": "n".repeat(63), "uid": "u"},
+            "spec": {"tasks": tasks}
+        }))
+        .expect("job");
+        assert_eq!(crate::controller::validate::validate(&job), Ok(()));
+        let slots = desired_slots(&job);
+        assert_eq!(slots.len(), MAX_JOB_REPLICAS as usize);
+        let names: Vec<String> = slots.iter().map(|(p, _, _)| p.clone()).collect();
+        let ranks = RankTable::default().plan(&names);
+        let world = super::world(&job, &ranks, &BuildContext::default());
+        let last = ReplicaSlot {
+            task_index: 3,
+            local_rank: 999,
+            global_rank: MAX_JOB_REPLICAS - 1,
+        };
+        let pod = build_pod(&job, &last, &world, &BuildContext::default(), None).expect("pod");
+        let bytes = serde_json::to_vec(&pod).expect("json").len();
+        // etcd's default request limit is 1.5 MiB; leave room for what mutators add.
+        assert!(bytes < 1_200_000, "{bytes} bytes");
+        println!("a pod of a 4000-replica job with the longest names: {bytes} bytes");
+    }
 }

@@ -62,7 +62,7 @@ pub const MAX_MESSAGE_BYTES: usize = 1024;
 /// Most pods one reconcile creates. Every pod carries `DI_NODES` (one FQDN per replica of the
 /// job), so a plan holding all of a large job's pods would cost memory in the square of its
 /// replicas; the rest are created by the next passes, which the creations themselves trigger.
-pub const MAX_CREATES_PER_PASS: usize = 100;
+pub const MAX_CREATES_PER_PASS: usize = 32;
 
 /// Reason of the Warning Event saying a pod's rank annotation was ignored.
 pub const RANK_IGNORED_REASON: &str = "RankIgnored";
