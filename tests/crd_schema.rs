@@ -176,6 +176,43 @@ fn invalid_variants_are_refused_naming_the_field() {
 }
 
 #[test]
+fn numbers_that_size_the_operator_have_schema_maximums() {
+    // api::limits: 1000 replicas per task (replicas, minReplicas, maxReplicas), 64 tasks.
+    for field in ["replicas", "minReplicas", "maxReplicas"] {
+        let err = rejection(|d| d["spec"]["tasks"][0][field] = json!(2_000_000_000));
+        assert!(
+            err.contains(&format!(
+                "spec.tasks[0].{field}: Invalid value: 2000000000: spec.tasks[0].{field} in body should be less than or equal to 1000"
+            )),
+            "{err}"
+        );
+    }
+    let schema = schema();
+    let at_limit = first_sample_with(|d| {
+        d["spec"]["tasks"][0]["replicas"] = json!(1000);
+        d["spec"]["tasks"][0]["maxReplicas"] = json!(1000);
+    });
+    assert!(admit(&schema, at_limit).is_ok());
+    let err = rejection(|d| {
+        let task = d["spec"]["tasks"][0].clone();
+        d["spec"]["tasks"] = Value::Array(
+            (0..65)
+                .map(|i| {
+                    let mut t = task.clone();
+                    t["type"] = json!("none");
+                    t["name"] = json!(format!("t{i}"));
+                    t
+                })
+                .collect(),
+        );
+    });
+    assert!(
+        err.contains("spec.tasks: Too many: 65: must have at most 64 items"),
+        "{err}"
+    );
+}
+
+#[test]
 fn unknown_fields_are_reported_with_their_path() {
     let schema = schema();
     let mut doc = first_sample_with(|d| d["spec"]["tasks"][0]["colour"] = json!("blue"));

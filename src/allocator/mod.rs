@@ -29,6 +29,8 @@ use kube::{Api, Client};
 
 use crate::api::DIJob;
 use crate::controller::cache::CachedJob;
+use crate::controller::planner::{MAX_MESSAGE_BYTES, clip};
+use crate::controller::validate;
 use crate::metrics::{AllocationLabels, Metrics};
 use crate::plugin::registry::PluginRegistry;
 use crate::plugin::{self, NativePolicy, PluginError, PolicyError, SchedulingPolicy};
@@ -387,6 +389,11 @@ impl Allocator {
     /// What the controller should do about `job`'s placement in this reconcile: a first
     /// allocation, a re-planned one, or nothing (`None`; the ledger follows the status).
     pub async fn consult(&self, job: &DIJob) -> Option<Admission> {
+        // An invalid job is failed by the controller without pods: nothing to place, and its
+        // numbers may be anything (slots are counted from them).
+        if validate::validate(job).is_err() {
+            return None;
+        }
         if needs_allocation(job) {
             return Some(self.admit(job).await);
         }
@@ -440,6 +447,9 @@ impl Allocator {
         let mut groups: HashMap<Option<String>, Vec<DIJob>> = HashMap::new();
         for cached in self.jobs.state() {
             let Ok(job) = cached.decode() else { continue };
+            if validate::validate(&job).is_err() {
+                continue;
+            }
             let key = job_key(&job);
             let placed = ledger.book.get(&key).is_some_and(|h| h.confirmed);
             if !job.spec.preemptible
@@ -524,7 +534,8 @@ impl Allocator {
                 Ok(plan) => (by, plan),
                 Err(e) => {
                     self.count_fallback(&by, &e);
-                    tracing::warn!(policy = %by, reason = e.reason(), error = %e,
+                    let error = clip(&e.to_string(), MAX_MESSAGE_BYTES);
+                    tracing::warn!(policy = %by, reason = e.reason(), %error,
                         "optimize failed; the built-in policy re-plans instead");
                     let fallback = builtin
                         .optimize_now(&job_models, &nodes, &previous)
@@ -717,9 +728,10 @@ impl Allocator {
             Err(e) if plugin_failed => {
                 // A failing plugin must not stall admission: the built-in policy answers.
                 self.count_fallback(&by, &e);
-                tracing::warn!(job = %key, policy = %by, reason = e.reason(), error = %e,
+                let error = clip(&e.to_string(), MAX_MESSAGE_BYTES);
+                tracing::warn!(job = %key, policy = %by, reason = e.reason(), %error,
                     "policy failed; the built-in policy places this job");
-                fallback = Some(e.to_string());
+                fallback = Some(error);
                 let mut answer = builtin.allocate_now(&model, &nodes);
                 if let Ok(slots) = &answer
                     && let Err(e) =
@@ -751,12 +763,13 @@ impl Allocator {
                 }
             }
             Err(e) => {
+                // The policy's own words: bounded here, and again where they are written.
                 let why = match &e {
                     PluginError::Refused {
                         error: PolicyError::NoFit(m),
                         ..
-                    } => m.clone(),
-                    other => other.to_string(),
+                    } => clip(m, MAX_MESSAGE_BYTES),
+                    other => clip(&other.to_string(), MAX_MESSAGE_BYTES),
                 };
                 ledger.waiting.insert(job_ref(job));
                 Admission::Waiting {
@@ -783,6 +796,7 @@ impl Allocator {
         for cached in self.jobs.state() {
             let Ok(job) = cached.decode() else { continue };
             if !job.spec.preemptible
+                || validate::validate(&job).is_err()
                 || job
                     .status
                     .as_ref()

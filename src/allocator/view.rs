@@ -369,9 +369,55 @@ pub fn model_job(job: &DIJob, node_index: &HashMap<&str, u32>, age_seconds: u64)
             .status
             .as_ref()
             .and_then(|s| s.profilings.as_ref())
-            .map(|p| p.to_string())
+            .map(|p| profilings_text(p, &job_key_of(job)))
             .unwrap_or_default(),
         age_seconds,
+    }
+}
+
+/// Largest `status.profilings`, as JSON text, handed to a policy. The replica API caps what it
+/// merges in, but status has other writers; a policy copies the text into its own memory once
+/// per job per call, and optimize passes every job of a policy in one call. 64 KiB is the
+/// replica API's whole request body, and some two thousand collector-count entries.
+pub const MAX_PROFILINGS_BYTES: usize = 64 * 1024;
+
+fn job_key_of(job: &DIJob) -> String {
+    format!(
+        "{}/{}",
+        job.metadata.namespace.as_deref().unwrap_or_default(),
+        job.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+/// `profilings` as the JSON text a policy reads, or `""` (no profilings, which every policy
+/// tolerates) when it is over [`MAX_PROFILINGS_BYTES`]. Serialising stops at the limit, so an
+/// oversized value costs no more than the limit to find out.
+pub fn profilings_text(profilings: &serde_json::Value, job: &str) -> String {
+    struct Capped(Vec<u8>);
+    impl std::io::Write for Capped {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            if self.0.len() + buf.len() > MAX_PROFILINGS_BYTES {
+                return Err(std::io::Error::other("over the limit"));
+            }
+            self.0.extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut out = Capped(Vec::new());
+    match serde_json::to_writer(&mut out, profilings) {
+        // serde_json writes UTF-8 only.
+        Ok(()) => String::from_utf8(out.0).unwrap_or_default(),
+        Err(_) => {
+            tracing::warn!(
+                job,
+                limit = MAX_PROFILINGS_BYTES,
+                "status.profilings is over the limit; policies see the job without profilings"
+            );
+            String::new()
+        }
     }
 }
 
@@ -604,5 +650,23 @@ mod tests {
             describe_free(&nodes),
             "free: 12 GPUs (at most 8 on one node), 64 CPUs on 2 ready of 3 nodes"
         );
+    }
+
+    #[test]
+    fn oversized_profilings_reach_a_policy_as_none() {
+        // Just under the limit: passed whole.
+        let fits = "x".repeat(MAX_PROFILINGS_BYTES - 20);
+        let m = model_job(&job(json!({"profilings": {"k": fits}})), &HashMap::new(), 0);
+        assert_eq!(m.profilings.len(), MAX_PROFILINGS_BYTES - 12);
+        // Over it (as any status writer may make it): no profilings, as for unreadable ones.
+        let entries: serde_json::Map<String, serde_json::Value> = (0..100_000)
+            .map(|i| (i.to_string(), json!({"throughput": 1.0})))
+            .collect();
+        let m = model_job(
+            &job(json!({"profilings": {"collectors": entries}})),
+            &HashMap::new(),
+            0,
+        );
+        assert_eq!(m.profilings, "");
     }
 }

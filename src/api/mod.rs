@@ -56,6 +56,15 @@ pub mod labels {
 /// Documented maximums of the numbers in a DIJob that size the operator's memory and work. The
 /// CRD schema, the admission webhook, the controller and the replica API all enforce them, so a
 /// job past them is refused with the field named, wherever it comes in.
+///
+/// Why these numbers: every pod of a job carries `DI_NODES`, one FQDN (up to ~200 bytes) per
+/// replica of the whole job, plus its task's FQDNs, so a pod's size grows with the job's replicas
+/// and a job's pods with its replicas squared. At 4000 replicas a pod is ~250 KB with typical
+/// names and under 1.1 MB with the longest names validation allows, within the 1.5 MiB an object
+/// may have in etcd (a test builds that pod). The controller builds at most
+/// [`MAX_CREATES_PER_PASS`](crate::controller::planner::MAX_CREATES_PER_PASS) pods at a time, so
+/// its memory follows one batch, not the job. DI-engine jobs run tens to hundreds of
+/// collectors; 64 tasks is far beyond its three roles plus free-form ones.
 pub mod limits {
     /// Most tasks in one job (`spec.tasks`); also bounds the API server's CEL cost estimate.
     pub const MAX_TASKS: usize = 64;
@@ -136,8 +145,10 @@ pub struct DIJobSpec {
 
     /// The job's components, one entry per task.
     // The bound keeps the API server's cost estimate of the per-task CEL rules small (it
-    // multiplies by the list's largest possible size); a job has a handful of tasks.
-    #[schemars(length(max = 64))]
+    // multiplies by the list's largest possible size); a job has a handful of tasks. The sum
+    // of replicas over tasks (`limits::MAX_JOB_REPLICAS`) is left to the webhook and the
+    // controller: Kubernetes 1.24's CEL has no `sum()` and no fold.
+    #[schemars(length(max = limits::MAX_TASKS))]
     pub tasks: Vec<Task>,
 
     /// Legacy field carried by DI-orchestrator's samples (`group: diengine`). Accepted and
@@ -196,9 +207,12 @@ pub enum CleanPodPolicy {
     }
 ]))]
 pub struct Task {
-    /// Number of pods of this task.
+    /// Number of pods of this task (at most 1000).
     #[serde(default = "default_replicas")]
-    #[schemars(range(min = 1), default = "default_replicas")]
+    #[schemars(
+        range(min = 1, max = limits::MAX_TASK_REPLICAS),
+        default = "default_replicas"
+    )]
     pub replicas: i32,
 
     /// Role of the task in DI-engine.
@@ -214,15 +228,16 @@ pub struct Task {
     pub template: PodTemplateSpec,
 
     /// diorch extension: fewest replicas the allocator may shrink this task to when the job is
-    /// preemptible. Absent means `replicas`.
+    /// preemptible. Absent means `replicas`. At most 1000.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1))]
+    #[schemars(range(min = 1, max = limits::MAX_TASK_REPLICAS))]
     pub min_replicas: Option<i32>,
 
     /// diorch extension: most replicas the allocator may grow this task to when the job is
-    /// preemptible. Absent means `replicas`.
+    /// preemptible. Absent means `replicas`. At most 1000; a job's tasks together at most 4000
+    /// (each counted at its maxReplicas).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1))]
+    #[schemars(range(min = 1, max = limits::MAX_TASK_REPLICAS))]
     pub max_replicas: Option<i32>,
 }
 

@@ -4,7 +4,7 @@
 //!
 //! Pure functions from the job and a replica's place in it to Kubernetes objects; no I/O.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::{
     EnvVar, NodeSelectorRequirement, NodeSelectorTerm, Pod, PodSpec, Service, ServicePort,
@@ -14,6 +14,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 
 use super::naming;
 use super::ranks::RankTable;
+use crate::api::limits::{MAX_JOB_REPLICAS, MAX_TASK_REPLICAS, MAX_TASKS};
 use crate::api::{self, DIJob, labels};
 
 /// Operator settings that go into every pod (spec section 12 flags).
@@ -144,7 +145,9 @@ pub fn task_name(task: &api::Task) -> String {
 }
 
 /// Replicas task `index` runs: the spec's, or for a preemptible job the allocator's resize
-/// from `status.taskReplicas`, kept within the task's minReplicas..maxReplicas.
+/// from `status.taskReplicas`, kept within the task's minReplicas..maxReplicas. Never more than
+/// `limits::MAX_TASK_REPLICAS`, whatever the job says: callers size memory from it, and may
+/// run before the job is validated (the replica API, the allocator's cache scans).
 pub fn task_replicas(job: &DIJob, index: usize) -> i32 {
     let Some(task) = job.spec.tasks.get(index) else {
         return 0;
@@ -161,10 +164,12 @@ pub fn task_replicas(job: &DIJob, index: usize) -> i32 {
                 .copied()
         })
         .flatten();
-    match resized {
-        Some(n) => n.clamp(task.min_replicas().max(1), task.max_replicas().max(1)),
+    let n = match resized {
+        // Not `clamp`: it panics when min > max, which an unvalidated job can say.
+        Some(n) => n.min(task.max_replicas()).max(task.min_replicas()).max(1),
         None => task.replicas,
-    }
+    };
+    n.clamp(0, MAX_TASK_REPLICAS)
 }
 
 /// `job` as it runs with `counts` replicas per task (spec order) recorded as the allocator's
@@ -190,7 +195,9 @@ pub fn with_task_replicas(job: &DIJob, counts: &[u32]) -> DIJob {
 /// shrinking drops the highest, so survivors keep their names.
 pub fn task_local_ranks(job: &DIJob, index: usize) -> Vec<i32> {
     let count = usize::try_from(task_replicas(job, index).max(0)).unwrap_or(0);
-    let removed: Vec<i32> = job
+    // A set: `status.removedRanks` is as long as its writer made it, and a list lookup per
+    // rank would make this quadratic in it.
+    let removed: BTreeSet<i32> = job
         .spec
         .tasks
         .get(index)
@@ -201,18 +208,25 @@ pub fn task_local_ranks(job: &DIJob, index: usize) -> Vec<i32> {
                 .removed_ranks
                 .as_ref()?
                 .get(&task_name(task))
-                .cloned()
+                .map(|ranks| ranks.iter().copied().filter(|r| *r >= 0).collect())
         })
         .unwrap_or_default();
-    (0..).filter(|r| !removed.contains(r)).take(count).collect()
+    // Ends: `removed` is finite and `count` at most MAX_TASK_REPLICAS.
+    (0..=i32::MAX)
+        .filter(|r| !removed.contains(r))
+        .take(count)
+        .collect()
 }
 
-/// Every replica slot the job runs, in spec order: (pod name, task index, local rank).
+/// Every replica slot the job runs, in spec order: (pod name, task index, local rank). At most
+/// `limits::MAX_JOB_REPLICAS` slots of at most `limits::MAX_TASKS` tasks, even for a job that
+/// validation would refuse.
 pub fn desired_slots(job: &DIJob) -> Vec<(String, usize, i32)> {
     let job_name = job.metadata.name.clone().unwrap_or_default();
     job.spec
         .tasks
         .iter()
+        .take(MAX_TASKS)
         .enumerate()
         .flat_map(|(index, task)| {
             let name = task_name(task);
@@ -221,6 +235,7 @@ pub fn desired_slots(job: &DIJob) -> Vec<(String, usize, i32)> {
                 .into_iter()
                 .map(move |local| (naming::pod_name(&job_name, &name, local), index, local))
         })
+        .take(MAX_JOB_REPLICAS as usize)
         .collect()
 }
 
@@ -714,5 +729,100 @@ mod tests {
         assert_eq!(spec.selector, Some(job_labels("job-with-tasks")));
         let port = &spec.ports.expect("ports")[0];
         assert_eq!((port.name.as_deref(), port.port), (Some("di-port"), 22270));
+    }
+
+    fn typed(spec: serde_json::Value, status: serde_json::Value) -> DIJob {
+        serde_json::from_value(json!({
+            "apiVersion": "diengine.opendilab.org/v2alpha1",
+            "kind": "DIJob",
+            "metadata": {"name": "j", "namespace": "default", "uid": "u"},
+            "spec": spec,
+            "status": status
+        }))
+        .expect("job")
+    }
+
+    #[test]
+    fn slots_stay_within_the_documented_maximums_for_an_unvalidated_job() {
+        // What the replica API or the allocator may see in the cache before the controller has
+        // failed the job: two billion replicas, and more tasks than a job may have.
+        let huge = typed(
+            json!({"tasks": [
+                {"name": "a", "replicas": 2_000_000_000},
+                {"name": "b", "replicas": 7, "maxReplicas": 2_000_000_000}
+            ]}),
+            json!({}),
+        );
+        assert_eq!(task_replicas(&huge, 0), MAX_TASK_REPLICAS);
+        assert_eq!(task_local_ranks(&huge, 0).len(), MAX_TASK_REPLICAS as usize);
+        assert_eq!(desired_slots(&huge).len(), MAX_TASK_REPLICAS as usize + 7);
+        let tasks: Vec<serde_json::Value> = (0..200)
+            .map(|i| json!({"name": format!("t{i}"), "replicas": 1000}))
+            .collect();
+        let wide = typed(json!({ "tasks": tasks }), json!({}));
+        let slots = desired_slots(&wide);
+        assert_eq!(slots.len(), MAX_JOB_REPLICAS as usize);
+        assert!(slots.iter().all(|(_, task, _)| *task < MAX_TASKS));
+    }
+
+    #[test]
+    fn status_numbers_cannot_panic_or_grow_a_task() {
+        // minReplicas > maxReplicas (refused by validation, but the cache holds it until then)
+        // with an allocator resize in status: `clamp` would panic here.
+        let job = typed(
+            json!({"preemptible": true, "tasks": [
+                {"name": "a", "replicas": 3, "minReplicas": 5, "maxReplicas": 2}
+            ]}),
+            json!({"taskReplicas": {"a": 2_000_000_000}, "removedRanks": {"a": [-5, 1, 1, 0]}}),
+        );
+        assert_eq!(task_replicas(&job, 0), 5);
+        assert_eq!(task_local_ranks(&job, 0), [2, 3, 4, 5, 6]);
+        // A resize in status stays within the task's bounds and the maximum.
+        let job = typed(
+            json!({"preemptible": true, "tasks": [
+                {"name": "a", "replicas": 3, "minReplicas": 1, "maxReplicas": 8}
+            ]}),
+            json!({"taskReplicas": {"a": i32::MAX}, "removedRanks": {"a": (0..20_000).collect::<Vec<i32>>()}}),
+        );
+        assert_eq!(task_replicas(&job, 0), 8);
+        assert_eq!(
+            task_local_ranks(&job, 0),
+            (20_000..20_008).collect::<Vec<i32>>()
+        );
+    }
+
+    #[test]
+    fn a_pod_of_a_job_at_the_maximums_with_the_longest_names_fits_in_etcd() {
+        // The longest names validation lets through: a 53-character job name (pod names
+        // `<job>-tN-999` of 61, service `di-<job>`), a 63-character namespace; 4 tasks of 1000.
+        let tasks: Vec<serde_json::Value> = (0..4)
+            .map(|i| {
+                json!({"name": format!("t{i}"), "type": "none", "replicas": 1000,
+                "template": {"spec": {"containers": [{"name": "di-container", "image": "i"}]}}})
+            })
+            .collect();
+        let job: DIJob = serde_json::from_value(json!({
+            "apiVersion": "diengine.opendilab.org/v2alpha1",
+            "kind": "DIJob",
+            "metadata": {"name": "j".repeat(53), "namespace": "n".repeat(63), "uid": "u"},
+            "spec": {"tasks": tasks}
+        }))
+        .expect("job");
+        assert_eq!(crate::controller::validate::validate(&job), Ok(()));
+        let slots = desired_slots(&job);
+        assert_eq!(slots.len(), MAX_JOB_REPLICAS as usize);
+        let names: Vec<String> = slots.iter().map(|(p, _, _)| p.clone()).collect();
+        let ranks = RankTable::default().plan(&names);
+        let world = super::world(&job, &ranks, &BuildContext::default());
+        let last = ReplicaSlot {
+            task_index: 3,
+            local_rank: 999,
+            global_rank: MAX_JOB_REPLICAS - 1,
+        };
+        let pod = build_pod(&job, &last, &world, &BuildContext::default(), None).expect("pod");
+        let bytes = serde_json::to_vec(&pod).expect("json").len();
+        // etcd's default request limit is 1.5 MiB; leave room for what mutators add.
+        assert!(bytes < 1_200_000, "{bytes} bytes");
+        println!("a pod of a 4000-replica job with the longest names: {bytes} bytes");
     }
 }

@@ -6,7 +6,7 @@
 //! expectations that keep a lagging cache from causing duplicates, and the per-job error
 //! backoff. Decides nothing itself: what to write comes from `planner::plan`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -127,6 +127,8 @@ pub struct Context {
     settings: Settings,
     metrics: Arc<Metrics>,
     failures: std::sync::Mutex<HashMap<String, u32>>,
+    /// Notes of the plans' `once` Events already recorded, per job (forgotten with the job).
+    reported: std::sync::Mutex<HashMap<String, HashSet<String>>>,
     allocator: Arc<Allocator>,
     plugins: Arc<PluginRegistry>,
     /// Jobs triggered and waiting for a worker (the queue depth metric).
@@ -252,6 +254,7 @@ pub fn start(
         settings: settings.clone(),
         metrics,
         failures: std::sync::Mutex::new(HashMap::new()),
+        reported: std::sync::Mutex::new(HashMap::new()),
         allocator: allocator.clone(),
         queue,
         plugins,
@@ -270,6 +273,7 @@ pub fn start(
             let key = job_key(job);
             forget.expectations.remove(&key);
             forget.failures().remove(&key);
+            forget.reported().remove(&key);
             forget.queue.done(&key);
             let allocator = forget.allocator.clone();
             let (namespace, name) = (
@@ -427,6 +431,11 @@ impl Context {
         self.failures.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    fn reported(&self) -> std::sync::MutexGuard<'_, HashMap<String, HashSet<String>>> {
+        // As for `failures`: a poisoned set only risks one repeated Event.
+        self.reported.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     fn count(&self, result: &'static str) {
         self.metrics
             .controller
@@ -537,6 +546,7 @@ async fn reconcile_inner(job: &DIJob, ctx: &Context) -> Result<Requeue, Error> {
         return Ok(Requeue::requeue(Duration::from_millis(200)));
     }
     publish(ctx, job, &plan.events);
+    publish_once(ctx, job, &key, &plan.once);
     if let Some(t) = &plan.transition {
         ctx.metrics
             .controller
@@ -941,6 +951,36 @@ fn publish(ctx: &Context, job: &DIJob, events: &[planner::JobEvent]) {
     publish_related(ctx, job, events.iter().map(|e| (e.clone(), None)).collect());
 }
 
+/// Most distinct `once` notes remembered per job; past it they are logged at debug level only,
+/// so pods with ever-new bad annotations cannot grow the set or flood the events API.
+const MAX_ONCE_PER_JOB: usize = 64;
+
+/// Records each of `events` on the job (and logs it) the first time this process sees it.
+fn publish_once(ctx: &Context, job: &DIJob, key: &str, events: &[planner::JobEvent]) {
+    if events.is_empty() {
+        return;
+    }
+    let fresh: Vec<planner::JobEvent> = {
+        let mut reported = ctx.reported();
+        let seen = reported.entry(key.to_string()).or_default();
+        events
+            .iter()
+            .filter(|e| {
+                if seen.len() >= MAX_ONCE_PER_JOB && !seen.contains(&e.message) {
+                    tracing::debug!(job = %key, reason = e.reason, "not recorded: too many distinct notices for this job");
+                    return false;
+                }
+                seen.insert(e.message.clone())
+            })
+            .cloned()
+            .collect()
+    };
+    for e in &fresh {
+        tracing::warn!(job = %key, reason = e.reason, message = %e.message, "notice");
+    }
+    publish(ctx, job, &fresh);
+}
+
 /// Events queued beyond this are dropped (and counted): under a burst, pods come first.
 const EVENT_QUEUE: usize = 4096;
 
@@ -976,7 +1016,9 @@ fn publish_related(
             },
             reason: e.reason.to_string(),
             action: crate::events::action("Reconcile", &e.message),
-            note: Some(e.message),
+            // The API server refuses a longer note; the planner bounds its own, this is the last
+            // word for every Event (messages of the API server and of mutators included).
+            note: Some(planner::clip(&e.message, planner::MAX_MESSAGE_BYTES)),
             secondary: related,
         };
         if ctx.events.try_send((event, reference.clone())).is_err() {

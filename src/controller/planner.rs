@@ -54,6 +54,32 @@ pub enum Admission {
     Waiting { message: String, by: String },
 }
 
+/// Longest condition message or Event note the planner writes. Events over 1 KiB are refused
+/// by the API server (events.k8s.io/v1 `note`), and a policy's `no-fit` text, a plugin's error or
+/// a name in an invalid job are as long as their author made them.
+pub const MAX_MESSAGE_BYTES: usize = 1024;
+
+/// Most pods one reconcile creates. Every pod carries `DI_NODES` (one FQDN per replica of the
+/// job), so a plan holding all of a large job's pods would cost memory in the square of its
+/// replicas; the rest are created by the next passes, which the creations themselves trigger.
+pub const MAX_CREATES_PER_PASS: usize = 32;
+
+/// Reason of the Warning Event saying a pod's rank annotation was ignored.
+pub const RANK_IGNORED_REASON: &str = "RankIgnored";
+
+/// `text` cut to at most `max` bytes on a character boundary, ending in `…` when cut.
+pub fn clip(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_string();
+    }
+    const ELLIPSIS: &str = "…";
+    let mut cut = max.saturating_sub(ELLIPSIS.len());
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}{ELLIPSIS}", &text[..cut])
+}
+
 /// Condition (not a phase) saying whether a preemptible job holds an allocation, and from
 /// which policy. Kept first in `status.conditions`, so the current phase stays last.
 pub const ALLOCATED_CONDITION: &str = "Allocated";
@@ -115,6 +141,10 @@ pub struct Plan {
     pub transition: Option<Transition>,
     pub actions: Vec<Action>,
     pub events: Vec<JobEvent>,
+    /// Events about what this pass saw but will see again on every pass while it lasts (a pod
+    /// whose rank annotation is ignored): the executor records each once per job, not once per
+    /// reconcile.
+    pub once: Vec<JobEvent>,
     /// The status carries a new allocation: it is written before pods are placed on it.
     pub allocated: bool,
 }
@@ -305,7 +335,7 @@ pub fn plan(job: &DIJob, observed: &Observed<'_>, ctx: &BuildContext, now: &Time
     } else if let Err(invalid) = validate::validate(job) {
         // Judged on the effective names, before any defaulting patch: a patch of an invalid job
         // could be refused by the validating webhook and would then never let it fail.
-        out.transition(Phase::Failed, "JobFailed", invalid.message);
+        out.transition(Phase::Failed, "JobFailed", invalid.condition_message());
     } else if let Some(patch) = validate::task_name_defaults(job) {
         out.plan.spec_patch = Some(patch);
     } else {
@@ -377,10 +407,15 @@ impl Planner<'_> {
         if from == Some(to) {
             return;
         }
+        // Messages name tasks and quote policies before anything bounded their length.
+        let message = clip(&message, MAX_MESSAGE_BYTES);
         self.status.phase = Some(to);
         match to {
-            Phase::Restarting => self.status.restarts += 1,
-            Phase::Rescheduling => self.status.reschedules += 1,
+            // Saturating: the counters are in status, which others can write too.
+            Phase::Restarting => self.status.restarts = self.status.restarts.saturating_add(1),
+            Phase::Rescheduling => {
+                self.status.reschedules = self.status.reschedules.saturating_add(1)
+            }
             Phase::Succeeded | Phase::Failed => {
                 self.status.completion_timestamp = Some(self.now.clone());
                 self.status.ready_replicas = 0;
@@ -460,10 +495,14 @@ impl Planner<'_> {
         self.status.allocation = Some(allocation);
         self.plan.allocated = true;
         if let Some(why) = fallback {
+            // The plugin's error text: bounded before it reaches the Event.
             self.plan.events.push(JobEvent {
                 type_: EventType::Warning,
                 reason: "PolicyFallback",
-                message: format!("{why}; the built-in policy {by} placed the job instead"),
+                message: clip(
+                    &format!("{why}; the built-in policy {by} placed the job instead"),
+                    MAX_MESSAGE_BYTES,
+                ),
             });
         }
         self.plan.events.push(JobEvent {
@@ -504,7 +543,14 @@ impl Planner<'_> {
 
     /// Keeps a job that does not fit waiting, saying why (the Event only when the reason changes).
     fn waiting(&mut self, message: &str, by: &str) {
-        let message = format!("{message} (policy {by})");
+        // A policy's no-fit text is as long as the policy made it; the policy's name stays
+        // readable at the end however long that is.
+        let by = clip(by, MAX_MESSAGE_BYTES / 4);
+        let suffix = format!(" (policy {by})");
+        let message = format!(
+            "{}{suffix}",
+            clip(message, MAX_MESSAGE_BYTES.saturating_sub(suffix.len()))
+        );
         let same = self
             .status
             .conditions
@@ -522,6 +568,7 @@ impl Planner<'_> {
     }
 
     fn set_allocated_condition(&mut self, status: &str, reason: &str, message: String) {
+        let message = clip(&message, MAX_MESSAGE_BYTES);
         let conditions = self.status.conditions.get_or_insert_with(Vec::new);
         let old = conditions
             .iter()
@@ -597,7 +644,7 @@ impl Planner<'_> {
             .filter(|p| is_terminating(p) || !owned_by(&p.metadata, uid))
             .filter_map(|p| p.metadata.name.as_deref())
             .collect();
-        let table = self.rank_table(&live);
+        let table = self.rank_table(&live, desired_names.len());
         let ranks = table.plan(&desired_names);
         self.status.ranks = Some(ranks.entries().to_vec());
         let slots: Vec<Slot<'_>> = desired
@@ -772,7 +819,8 @@ impl Planner<'_> {
                 }
             }
             let world = build::world(job, &ranks, self.ctx);
-            for slot in missing.iter().filter(|s| !s.blocked) {
+            let creatable = missing.iter().filter(|s| !s.blocked);
+            for slot in creatable.take(MAX_CREATES_PER_PASS) {
                 let Some(rank) = ranks.rank_of(&slot.pod_name) else {
                     continue;
                 };
@@ -881,14 +929,39 @@ impl Planner<'_> {
     }
 
     /// The persisted rank table, plus the ranks of live pods it does not know (created just
-    /// before a lost status write, or by DI-orchestrator before a migration).
-    fn rank_table(&self, live: &BTreeMap<&str, &CachedPod>) -> RankTable {
+    /// before a lost status write, or by DI-orchestrator before a migration). Their annotations
+    /// are taken only within the job's size: the ranks the table holds, the job's slots now, or
+    /// its tasks at their largest, whichever is most (bounded by validation). Others are
+    /// reported once and left to `plan`.
+    fn rank_table(&mut self, live: &BTreeMap<&str, &CachedPod>, slots: usize) -> RankTable {
         let persisted = RankTable::from_status(self.status.ranks.as_deref());
+        let largest: usize = self
+            .job
+            .spec
+            .tasks
+            .iter()
+            .map(|t| usize::try_from(t.replicas.max(t.max_replicas())).unwrap_or(0))
+            .fold(0, usize::saturating_add);
+        let size = persisted.len().max(slots).max(largest);
         let unknown = live
             .iter()
             .filter(|(name, _)| persisted.rank_of(name).is_none())
             .map(|(name, pod)| (*name, annotation(pod, labels::ANNOTATION_RANK)));
-        persisted.adopt(unknown)
+        let (table, ignored) = persisted.adopt(unknown, size);
+        let last = size.min(super::ranks::MAX_RANKS).saturating_sub(1);
+        for i in ignored {
+            self.plan.once.push(JobEvent {
+                type_: EventType::Warning,
+                reason: RANK_IGNORED_REASON,
+                message: format!(
+                    "pod {}: annotation {}=\"{}\" is not a rank of this job (0 to {last}); ignored",
+                    i.pod,
+                    labels::ANNOTATION_RANK,
+                    i.value
+                ),
+            });
+        }
+        table
     }
 }
 
@@ -2627,5 +2700,209 @@ mod tests {
             );
         }
         assert!(plan.actions.is_empty());
+    }
+
+    #[test]
+    fn oversized_jobs_fail_naming_the_field_before_any_slot_is_built() {
+        // What the CRD schema and the webhook refuse, reaching the controller anyway (an older
+        // CRD, the webhook down with failurePolicy Ignore): two billion replicas would be two
+        // billion pod names, ranks and pods.
+        let cases = [
+            (
+                json!([{"name": "c", "type": "collector", "replicas": 2_000_000_000, "template": {}}]),
+                "spec.tasks[0].replicas: task c has replicas 2000000000, more than the 1000",
+            ),
+            (
+                json!([{"name": "c", "type": "collector", "replicas": 1, "maxReplicas": 2_000_000_000, "template": {}}]),
+                "spec.tasks[0].maxReplicas: task c has maxReplicas 2000000000",
+            ),
+            (
+                Value::Array(
+                    (0..65)
+                        .map(|i| json!({"name": format!("t{i}"), "type": "none", "replicas": 1000, "template": {}}))
+                        .collect(),
+                ),
+                "spec.tasks: job has 65 tasks",
+            ),
+            (
+                Value::Array(
+                    (0..5)
+                        .map(|i| json!({"name": format!("t{i}"), "type": "none", "replicas": 1000, "template": {}}))
+                        .collect(),
+                ),
+                "spec.tasks: job has 5000 replicas over its tasks",
+            ),
+        ];
+        for (tasks, want) in cases {
+            for preemptible in [false, true] {
+                let job = job_with(json!({"tasks": tasks.clone(), "preemptible": preemptible}));
+                // Even with an allocator answer and a status full of ranks (neither is used).
+                let mut job = job;
+                job.status = Some(DIJobStatus {
+                    phase: Some(Phase::Running),
+                    ranks: Some(vec!["j-c-0".into(); 10]),
+                    ..Default::default()
+                });
+                let admission = Admission::Placed {
+                    nodes: vec!["n0".into()],
+                    by: "p".into(),
+                    fallback: None,
+                    replan: false,
+                    replicas: Some(vec![u32::MAX; 70]),
+                };
+                let observed = Observed {
+                    admission: Some(&admission),
+                    ..Observed::default()
+                };
+                let plan = plan(&job, &observed, &BuildContext::default(), &t(0));
+                let tr = plan.transition.expect("fails");
+                assert_eq!((tr.to, tr.reason), (Phase::Failed, "JobFailed"));
+                assert!(tr.message.starts_with(want), "{}", tr.message);
+                assert!(plan.actions.is_empty(), "nothing created");
+                assert_eq!(plan.events[0].message, tr.message, "the Event says why");
+            }
+        }
+    }
+
+    #[test]
+    fn a_foreign_rank_annotation_is_ignored_reported_and_never_allocated() {
+        let mut sim = Sim::running(job());
+        let huge = "7".repeat(100_000);
+        for (pod, value) in [
+            ("j-collector-1", "2000000000"),
+            ("j-collector-0", "-3"),
+            ("j-evaluator-0", "rank-one"),
+            ("j-learner-0", huge.as_str()),
+        ] {
+            sim.pod_mut(pod)
+                .metadata
+                .annotations
+                .get_or_insert_with(BTreeMap::new)
+                .insert(labels::ANNOTATION_RANK.into(), value.into());
+        }
+        // Known pods: their annotations are not read at all.
+        let plan = sim.step();
+        assert!(plan.once.is_empty(), "{:?}", plan.once);
+        assert_eq!(plan.status, None);
+        // The rank table is lost (status is writable by others): every pod is unknown, and
+        // its annotation is all there is.
+        let mut status = sim.status();
+        status.ranks = None;
+        sim.job.status = Some(status);
+        let plan = sim.step();
+        let ranks = plan
+            .status
+            .as_ref()
+            .and_then(|s| s.ranks.clone())
+            .expect("ranks");
+        assert_eq!(ranks.len(), 4, "{ranks:?}");
+        let mut reported: Vec<String> = plan
+            .once
+            .iter()
+            .map(|e| {
+                assert_eq!(
+                    (e.type_, e.reason),
+                    (EventType::Warning, RANK_IGNORED_REASON)
+                );
+                assert!(e.message.len() < 200, "{}", e.message);
+                e.message.split(':').next().unwrap_or_default().to_string()
+            })
+            .collect();
+        reported.sort();
+        assert_eq!(
+            reported,
+            [
+                "pod j-collector-0",
+                "pod j-collector-1",
+                "pod j-evaluator-0",
+                "pod j-learner-0"
+            ]
+        );
+        assert!(
+            plan.once.iter().any(|e| e.message.contains(
+                "annotation diengine/rank=\"2000000000\" is not a rank of this job (0 to 3); ignored"
+            )),
+            "{:?}",
+            plan.once
+        );
+        // The job keeps running on a table of its own size.
+        assert_eq!(sim.phase(), Some(Phase::Running));
+        assert!(plan.actions.is_empty(), "{:?}", plan.summary());
+    }
+
+    #[test]
+    fn a_large_job_is_created_in_bounded_batches() {
+        let tasks = json!([{"name": "c", "type": "collector", "replicas": 250,
+            "template": {"spec": {"containers": [{"name": "di-container", "image": "i"}]}}}]);
+        let mut sim = Sim::new(job_with(json!({ "tasks": tasks })));
+        let plan = sim.step();
+        let created = |p: &Plan| {
+            p.actions
+                .iter()
+                .filter(|a| matches!(a, Action::CreatePod(_)))
+                .count()
+        };
+        assert_eq!(created(&plan), MAX_CREATES_PER_PASS);
+        assert_eq!(sim.phase(), Some(Phase::Pending));
+        sim.settle();
+        assert_eq!(sim.pods.len(), 250);
+        assert_eq!(sim.phase(), Some(Phase::Starting));
+        assert_rank_consistency(&sim);
+    }
+
+    #[test]
+    fn policy_text_is_bounded_before_status_and_events() {
+        let mut sim = Sim::new(job_with(json!({"preemptible": true})));
+        let essay = format!("no fit: {}", "é".repeat(200_000));
+        sim.admission = Some(waiting(&essay));
+        sim.settle();
+        let c = allocated_condition(&sim);
+        let message = c.message.unwrap_or_default();
+        assert!(message.len() <= MAX_MESSAGE_BYTES, "{}", message.len());
+        assert!(message.ends_with("… (policy binpack@abc)"), "{message}");
+        let failed: Vec<&JobEvent> = sim
+            .events
+            .iter()
+            .filter(|e| e.reason == "FailedAllocation")
+            .collect();
+        assert_eq!(failed.len(), 1, "the same long text again is no news");
+        assert!(failed[0].message.len() <= MAX_MESSAGE_BYTES);
+        // A fallback's error text, too.
+        sim.admission = Some(placed(&["a", "b", "c", "c"], Some(&"x".repeat(50_000))));
+        let plan = sim.step();
+        let fallback = plan
+            .events
+            .iter()
+            .find(|e| e.reason == "PolicyFallback")
+            .expect("fallback event");
+        assert!(fallback.message.len() <= MAX_MESSAGE_BYTES);
+        assert!(fallback.message.ends_with('…'));
+        for c in sim.status().conditions.into_iter().flatten() {
+            assert!(c.message.unwrap_or_default().len() <= MAX_MESSAGE_BYTES);
+        }
+    }
+
+    #[test]
+    fn clip_cuts_on_a_character_boundary_within_the_limit() {
+        assert_eq!(clip("short", 10), "short");
+        assert_eq!(clip("abcdefghij", 10), "abcdefghij");
+        assert_eq!(clip("abcdefghijk", 10), "abcdefg…");
+        let cut = clip(&"é".repeat(10), 10); // 2-byte chars: 7 bytes left for text -> 3 chars
+        assert_eq!(cut, "ééé…");
+        assert!(cut.len() <= 10);
+    }
+
+    #[test]
+    fn counters_written_by_others_saturate() {
+        let mut job = job();
+        job.spec.backoff_limit = None;
+        let mut sim = Sim::running(job);
+        let mut status = sim.status();
+        status.restarts = i32::MAX;
+        sim.job.status = Some(status);
+        sim.set_pod("j-learner-0", "Failed", false);
+        let plan = sim.step();
+        assert_eq!(plan.transition.map(|t| t.to), Some(Phase::Restarting));
+        assert_eq!(sim.status().restarts, i32::MAX);
     }
 }

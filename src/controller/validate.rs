@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use serde_json::{Value, json};
 
 use super::{build, naming};
+use crate::api::limits::{MAX_JOB_REPLICAS, MAX_TASK_REPLICAS, MAX_TASKS};
 use crate::api::{DIJob, TaskType};
 
 /// The JSON patch that gives every typed task without a name its type as name, or `None` when
@@ -39,6 +40,9 @@ pub struct Invalid {
     pub field: String,
     pub message: String,
     pub fix: &'static str,
+    /// The Failed condition names the field and the fix too (rules DI-orchestrator never had,
+    /// whose condition message no tooling matches on).
+    pub explain_in_condition: bool,
 }
 
 impl std::fmt::Display for Invalid {
@@ -53,6 +57,24 @@ impl Invalid {
             field: field.into(),
             message: message.into(),
             fix,
+            explain_in_condition: false,
+        }
+    }
+
+    /// A violated maximum (`api::limits`): the job's Failed condition says which field.
+    fn limit(field: impl Into<String>, message: impl Into<String>, fix: &'static str) -> Invalid {
+        Invalid {
+            explain_in_condition: true,
+            ..Invalid::new(field, message, fix)
+        }
+    }
+
+    /// The message of the job's Failed condition.
+    pub fn condition_message(&self) -> String {
+        if self.explain_in_condition {
+            self.explained()
+        } else {
+            self.message.clone()
         }
     }
 
@@ -126,6 +148,8 @@ pub fn validate(job: &DIJob) -> Result<(), Invalid> {
         ));
     }
 
+    within_limits(job)?;
+
     for (i, task) in job.spec.tasks.iter().enumerate() {
         let (min, max) = (task.min_replicas(), task.max_replicas());
         if min < 1 || min > task.replicas || task.replicas > max {
@@ -168,6 +192,58 @@ pub fn validate(job: &DIJob) -> Result<(), Invalid> {
                 "shorten the job or task name",
             ));
         }
+    }
+    Ok(())
+}
+
+/// The documented maximums (`api::limits`) of the numbers that size the operator's memory and
+/// work: tasks, each task's replicas, minReplicas and maxReplicas, and the job's replicas summed
+/// over its tasks at their largest. Nothing may build per-replica state for a job before this
+/// holds; it reads each number once, so it costs the same whatever they say.
+pub fn within_limits(job: &DIJob) -> Result<(), Invalid> {
+    let tasks = &job.spec.tasks;
+    if tasks.len() > MAX_TASKS {
+        return Err(Invalid::limit(
+            "spec.tasks",
+            format!(
+                "job has {} tasks, more than the {MAX_TASKS} a job may have",
+                tasks.len()
+            ),
+            "split the job into several jobs",
+        ));
+    }
+    for (i, task) in tasks.iter().enumerate() {
+        let counts = [
+            ("replicas", Some(task.replicas)),
+            ("minReplicas", task.min_replicas),
+            ("maxReplicas", task.max_replicas),
+        ];
+        for (field, value) in counts {
+            if let Some(n) = value.filter(|n| *n > MAX_TASK_REPLICAS) {
+                return Err(Invalid::limit(
+                    format!("spec.tasks[{i}].{field}"),
+                    format!(
+                        "task {} has {field} {n}, more than the {MAX_TASK_REPLICAS} a task may have",
+                        build::task_name(task)
+                    ),
+                    "lower it, or split the task into several tasks",
+                ));
+            }
+        }
+    }
+    // Each task at its largest: what the allocator may grow it to.
+    let total: i64 = tasks
+        .iter()
+        .map(|t| i64::from(t.replicas.max(t.max_replicas())))
+        .sum();
+    if total > i64::from(MAX_JOB_REPLICAS) {
+        return Err(Invalid::limit(
+            "spec.tasks",
+            format!(
+                "job has {total} replicas over its tasks (each counted at its maxReplicas), more than the {MAX_JOB_REPLICAS} a job may have"
+            ),
+            "lower replicas or maxReplicas, or split the job into several jobs",
+        ));
     }
     Ok(())
 }
@@ -347,6 +423,66 @@ mod tests {
                 json!([{"type": "none", "name": "x", "replicas": 10}])
             )),
             Ok(())
+        );
+    }
+
+    #[test]
+    fn the_documented_maximums_hold_exactly_and_name_the_field() {
+        let at = job(
+            "j",
+            json!([{"type": "none", "name": "a", "replicas": 1000},
+                   {"type": "none", "name": "b", "replicas": 1, "maxReplicas": 1000},
+                   {"type": "none", "name": "c", "replicas": 1000, "minReplicas": 1000},
+                   {"type": "none", "name": "d", "replicas": 1000}]),
+        );
+        assert_eq!(validate(&at), Ok(()));
+        let cases = [
+            (
+                json!([{"type": "none", "name": "a", "replicas": 1001}]),
+                "spec.tasks[0].replicas",
+            ),
+            (
+                json!([{"type": "none", "name": "a", "replicas": 2, "maxReplicas": i32::MAX}]),
+                "spec.tasks[0].maxReplicas",
+            ),
+            (
+                json!([{"type": "none", "name": "a", "replicas": 1}, {"type": "none", "name": "b", "replicas": 1, "minReplicas": 2_000_000_000}]),
+                "spec.tasks[1].minReplicas",
+            ),
+            (
+                json!([{"type": "none", "name": "a", "replicas": 1000}, {"type": "none", "name": "b", "replicas": 1000},
+                       {"type": "none", "name": "c", "replicas": 1000}, {"type": "none", "name": "d", "replicas": 1000},
+                       {"type": "none", "name": "e", "replicas": 1}]),
+                "spec.tasks",
+            ),
+            (
+                Value::Array(
+                    (0..65)
+                        .map(|i| json!({"type": "none", "name": format!("t{i}")}))
+                        .collect(),
+                ),
+                "spec.tasks",
+            ),
+        ];
+        for (tasks, field) in cases {
+            let err = validate(&job("j", tasks)).expect_err("over a maximum");
+            assert_eq!(err.field, field, "{err:?}");
+            // The controller's Failed condition names the field as the webhook does.
+            assert!(
+                err.condition_message().starts_with(&format!("{field}: ")),
+                "{}",
+                err.condition_message()
+            );
+        }
+        // DI-orchestrator's own rules keep their bare messages in the condition.
+        let dup = validate(&job(
+            "j",
+            json!([{"type": "collector", "name": "a"}, {"type": "collector", "name": "b"}]),
+        ))
+        .expect_err("two collectors");
+        assert_eq!(
+            dup.condition_message(),
+            "the number of collector task is more than one"
         );
     }
 }

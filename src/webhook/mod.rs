@@ -184,20 +184,26 @@ fn defaulted(job: &DIJob) -> DIJob {
 /// A job volume whose name a task's template already uses: the pod would have two volumes of
 /// one name and the API server would refuse every pod.
 fn volume_clash(job: &DIJob) -> Option<String> {
-    let job_volumes = job.spec.volumes.as_deref().unwrap_or_default();
-    for (j, volume) in job_volumes.iter().enumerate() {
-        for task in &job.spec.tasks {
-            let template = task.template.spec.as_ref().and_then(|s| s.volumes.as_ref());
-            if template.is_some_and(|vs| vs.iter().any(|v| v.name == volume.name)) {
-                return Some(format!(
-                    "spec.volumes[{j}].name: Duplicate value: \"{}\": task {} already has a volume of that name in its template; rename one of them",
-                    volume.name,
-                    build::task_name(task)
-                ));
-            }
+    // One pass over each list (an index of template volume names, first task first), so the
+    // work stays linear in the request however many volumes both sides list.
+    let mut template_volumes: std::collections::HashMap<&str, &crate::api::Task> =
+        std::collections::HashMap::new();
+    for task in &job.spec.tasks {
+        let volumes = task.template.spec.as_ref().and_then(|s| s.volumes.as_ref());
+        for volume in volumes.into_iter().flatten() {
+            template_volumes.entry(volume.name.as_str()).or_insert(task);
         }
     }
-    None
+    let job_volumes = job.spec.volumes.as_deref().unwrap_or_default();
+    job_volumes.iter().enumerate().find_map(|(j, volume)| {
+        template_volumes.get(volume.name.as_str()).map(|task| {
+            format!(
+                "spec.volumes[{j}].name: Duplicate value: \"{}\": task {} already has a volume of that name in its template; rename one of them",
+                volume.name,
+                build::task_name(task)
+            )
+        })
+    })
 }
 
 /// A task that keeps its name must keep its type: its pods, env vars and `DI_<TASK>_NODES`

@@ -111,6 +111,77 @@ fn every_rule_is_refused_with_its_field_message_and_fix() {
 }
 
 #[test]
+fn oversized_numbers_are_refused_naming_the_field() {
+    let task = |extra: Value| {
+        let mut t = json!({"type": "collector", "template": container()});
+        if let (Some(t), Some(extra)) = (t.as_object_mut(), extra.as_object()) {
+            t.extend(extra.clone());
+        }
+        t
+    };
+    let cases = [
+        (
+            json!([task(json!({"replicas": 2_000_000_000}))]),
+            "spec.tasks[0].replicas: task collector has replicas 2000000000, more than the 1000 a task may have; lower it",
+        ),
+        (
+            json!([task(json!({"replicas": 2, "maxReplicas": 2_000_000_000}))]),
+            "spec.tasks[0].maxReplicas: task collector has maxReplicas 2000000000, more than the 1000 a task may have",
+        ),
+        (
+            json!([task(json!({"replicas": 2, "minReplicas": 1001}))]),
+            "spec.tasks[0].minReplicas: task collector has minReplicas 1001",
+        ),
+        (
+            json!((0..65)
+                .map(|i| json!({"type": "none", "name": format!("t{i}"), "template": container()}))
+                .collect::<Vec<_>>()),
+            "spec.tasks: job has 65 tasks, more than the 64 a job may have; split the job",
+        ),
+        (
+            json!((0..5)
+                .map(|i| json!({"type": "none", "name": format!("t{i}"), "replicas": 10, "maxReplicas": 1000, "template": container()}))
+                .collect::<Vec<_>>()),
+            "spec.tasks: job has 5000 replicas over its tasks (each counted at its maxReplicas), more than the 4000 a job may have",
+        ),
+    ];
+    for (tasks, message) in cases {
+        let got = refused(job(tasks), None);
+        assert!(got.starts_with(message), "got {got}\nwant {message}");
+    }
+    // At the limits exactly: admitted.
+    let at = json!((0..4)
+        .map(|i| json!({"type": "none", "name": format!("t{i}"), "replicas": 1, "maxReplicas": 1000, "template": container()}))
+        .collect::<Vec<_>>());
+    let out = response(&answer(review("CREATE", job(at), None), check));
+    assert_eq!(out["allowed"], true, "{out}");
+}
+
+#[test]
+fn volume_clash_index_finds_the_first_clash_among_many() {
+    // 20 000 job volumes against 20 000 template volumes, the clash last: a nested scan would
+    // compare 400 million names; the index compares 20 000.
+    let template_volumes: Vec<Value> = (0..20_000)
+        .map(|i| json!({"name": format!("t{i}"), "emptyDir": {}}))
+        .collect();
+    let mut job_volumes: Vec<Value> = (0..20_000)
+        .map(|i| json!({"name": format!("j{i}"), "emptyDir": {}}))
+        .collect();
+    job_volumes.push(json!({"name": "t19999", "emptyDir": {}}));
+    let mut object = job(json!([{"type": "learner", "template": {"spec": {
+        "containers": [{"name": "di-container", "image": "i"}],
+        "volumes": template_volumes}}}]));
+    object["spec"]["volumes"] = json!(job_volumes);
+    let typed: DIJob = serde_json::from_value(object).expect("job");
+    assert_eq!(
+        volume_clash(&typed).as_deref(),
+        Some(
+            "spec.volumes[20000].name: Duplicate value: \"t19999\": task learner already has a volume of that name in its template; rename one of them"
+        )
+    );
+}
+
+#[test]
 fn job_volumes_may_not_clash_with_template_volumes() {
     let mut object = job(json!([{"type": "learner", "template": {"spec": {
         "containers": [{"name": "di-container", "image": "i"}],

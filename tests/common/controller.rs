@@ -79,6 +79,22 @@ impl OperatorProcess {
         None
     }
 
+    /// The operator's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The operator's resident set size in KiB (`VmRSS` of `/proc/<pid>/status`).
+    pub fn rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()))
+            .expect("the operator's /proc status");
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("VmRSS")
+    }
+
     /// The exit status if the process has ended.
     pub fn try_exit(&mut self) -> Option<std::process::ExitStatus> {
         self.child.try_wait().ok().flatten()

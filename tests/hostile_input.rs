@@ -1,0 +1,339 @@
+//! Hostile numbers in DIJobs and on their pods, end to end: the real `diorch run` binary against
+//! the real `diorch sandbox`, driven with kubectl as a user (or an attacker with write access to
+//! DIJobs, their status or their pods) would.
+//!
+//! Each case must cost a clear error naming the field and nothing else: the operator stays up,
+//! its resident memory stays within 20 MiB of what it was, other jobs keep running and a normal
+//! job created afterwards starts.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::controller::{self as scenario, OperatorProcess};
+use common::{Kubectl, SandboxProcess, foundation};
+use serde_json::{Value, json};
+
+/// How much the operator's RSS may grow over a hostile case (the issue's bound).
+const RSS_SLACK_KIB: u64 = 20 * 1024;
+
+fn container() -> Value {
+    json!({"spec": {"containers": [{"name": "di-container", "image": "busybox",
+        "command": ["sh", "-c", "sleep 3600"]}]}})
+}
+
+/// A DIJob as JSON text, which `kubectl apply -f -` reads like YAML.
+fn job(name: &str, preemptible: bool, tasks: Vec<Value>) -> String {
+    let tasks: Vec<Value> = tasks
+        .into_iter()
+        .map(|mut t| {
+            t["template"] = container();
+            t
+        })
+        .collect();
+    json!({
+        "apiVersion": "diengine.opendilab.org/v2alpha1",
+        "kind": "DIJob",
+        "metadata": {"name": name},
+        "spec": {"preemptible": preemptible, "tasks": tasks}
+    })
+    .to_string()
+}
+
+/// The DIJob CRD without its `maximum`s, as an older diorch installed it: oversized numbers
+/// then reach the controller (no webhook runs in these tests), which must stand on its own.
+fn install_crd_without_maximums(k: &Kubectl) {
+    fn strip(v: &mut Value) {
+        match v {
+            Value::Object(map) => {
+                map.remove("maximum");
+                map.values_mut().for_each(strip);
+            }
+            Value::Array(items) => items.iter_mut().for_each(strip),
+            _ => {}
+        }
+    }
+    let mut crd = serde_json::to_value(diorch::api::crd::dijob_crd()).expect("CRD as JSON");
+    let tasks = &mut crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+        ["properties"]["tasks"]["items"]["properties"];
+    for field in ["replicas", "minReplicas", "maxReplicas"] {
+        assert!(
+            tasks[field].get("maximum").is_some(),
+            "the CRD bounds {field}"
+        );
+    }
+    strip(tasks);
+    k.ok_stdin(&["apply", "-f", "-"], &crd.to_string());
+    k.ok(&[
+        "wait",
+        "--for=condition=Established",
+        "--timeout=60s",
+        "customresourcedefinition.apiextensions.k8s.io/dijobs.diengine.opendilab.org",
+    ]);
+}
+
+/// Waits until the operator's RSS settles (two readings 1 s apart within 1 MiB), returns it.
+fn settled_rss(operator: &OperatorProcess) -> u64 {
+    let mut last = operator.rss_kib();
+    for _ in 0..10 {
+        std::thread::sleep(Duration::from_secs(1));
+        let now = operator.rss_kib();
+        if now.abs_diff(last) < 1024 {
+            return now;
+        }
+        last = now;
+    }
+    last
+}
+
+fn assert_rss_within_slack(operator: &OperatorProcess, before: u64) {
+    let after = settled_rss(operator);
+    println!("operator RSS: {before} KiB before, {after} KiB after");
+    assert!(
+        after <= before + RSS_SLACK_KIB,
+        "operator RSS grew from {before} KiB to {after} KiB"
+    );
+}
+
+#[test]
+fn oversized_jobs_are_refused_by_the_schema_naming_the_field() {
+    let sandbox = SandboxProcess::start(&["--no-cluster"]);
+    let k = sandbox.kubectl();
+    foundation::install_crd(&k);
+    let k = k.in_namespace("default");
+    for (field, task) in [
+        (
+            "replicas",
+            json!({"type": "collector", "replicas": 2_000_000_000}),
+        ),
+        (
+            "maxReplicas",
+            json!({"type": "collector", "replicas": 1, "maxReplicas": 2_000_000_000}),
+        ),
+        (
+            "minReplicas",
+            json!({"type": "collector", "replicas": 1, "minReplicas": 1001}),
+        ),
+    ] {
+        let err = k.fails_stdin(&["apply", "-f", "-"], &job("big", true, vec![task]));
+        assert!(
+            err.contains(&format!("spec.tasks[0].{field}"))
+                && err.contains("should be less than or equal to 1000"),
+            "{field}: {err}"
+        );
+    }
+    let tasks: Vec<Value> = (0..65)
+        .map(|i| json!({"type": "none", "name": format!("t{i}")}))
+        .collect();
+    let err = k.fails_stdin(&["apply", "-f", "-"], &job("wide", false, tasks));
+    assert!(
+        err.contains("spec.tasks: Too many: 65: must have at most 64 items"),
+        "{err}"
+    );
+    assert_eq!(
+        k.ok(&["get", "dijobs", "-o", "name"]).trim(),
+        "",
+        "nothing stored"
+    );
+}
+
+#[test]
+fn oversized_jobs_past_the_schema_fail_naming_the_field_and_the_operator_stays_small() {
+    let sandbox = SandboxProcess::start(&["--nodes", "4", "--pod-start-delay", "100ms"]);
+    let k = sandbox.kubectl();
+    install_crd_without_maximums(&k);
+    let mut operator = OperatorProcess::start(&sandbox.kubeconfig);
+    let k = k.in_namespace("default");
+    scenario::apply(&k, &scenario::standard_job("warm", ""));
+    scenario::wait_phase(&k, "warm", "Running");
+    let before = settled_rss(&operator);
+
+    let spread: Vec<Value> = (0..5)
+        .map(|i| json!({"type": "none", "name": format!("t{i}"), "replicas": 1000}))
+        .collect();
+    let cases = [
+        (
+            job(
+                "huge",
+                false,
+                vec![json!({"type": "collector", "replicas": 2_000_000_000})],
+            ),
+            "huge",
+            "spec.tasks[0].replicas: task collector has replicas 2000000000, more than the 1000 a task may have",
+        ),
+        (
+            job(
+                "huge-preemptible",
+                true,
+                vec![json!({"type": "collector", "replicas": 2_000_000_000})],
+            ),
+            "huge-preemptible",
+            "spec.tasks[0].replicas: task collector has replicas 2000000000",
+        ),
+        (
+            job(
+                "huge-max",
+                true,
+                vec![json!({"type": "collector", "replicas": 1, "maxReplicas": 2_000_000_000})],
+            ),
+            "huge-max",
+            "spec.tasks[0].maxReplicas: task collector has maxReplicas 2000000000",
+        ),
+        (
+            // Within every per-task maximum, over the job-wide one (which the CRD cannot check).
+            job("spread", false, spread),
+            "spread",
+            "spec.tasks: job has 5000 replicas over its tasks (each counted at its maxReplicas), more than the 4000 a job may have",
+        ),
+    ];
+    for (manifest, _, _) in &cases {
+        k.ok_stdin(&["apply", "-f", "-"], manifest);
+    }
+    for (_, name, want) in &cases {
+        scenario::wait_phase(&k, name, "Failed");
+        let message = scenario::jsonpath(
+            &k,
+            &format!("dijob/{name}"),
+            "{.status.conditions[-1].reason}|{.status.conditions[-1].message}",
+        );
+        assert!(
+            message.starts_with(&format!("JobFailed|{want}")),
+            "{name}: {message}"
+        );
+        assert!(scenario::pods(&k, name).is_empty(), "{name} created pods");
+    }
+    // A normal job created right after starts, and the first one kept running.
+    let started = Instant::now();
+    scenario::apply(&k, &scenario::standard_job("after", ""));
+    scenario::wait_phase(&k, "after", "Running");
+    println!(
+        "a normal job reached Running {:?} after creation",
+        started.elapsed()
+    );
+    assert_eq!(
+        scenario::jsonpath(&k, "dijob/warm", "{.status.phase}"),
+        "Running"
+    );
+    assert_rss_within_slack(&operator, before);
+    assert!(operator.try_exit().is_none(), "the operator is still up");
+    // A bounded reconcile never keeps SIGTERM waiting (the issue saw > 3 s).
+    let stopped = Instant::now();
+    let exit = operator.terminate(Duration::from_secs(10));
+    println!("the operator exited {:?} after SIGTERM", stopped.elapsed());
+    assert!(exit.is_some_and(|s| s.success()), "{exit:?}");
+}
+
+/// `(type, reason, note, series count)` of the Events recorded on DIJob `name`.
+fn job_events(k: &Kubectl, name: &str) -> Vec<(String, String, String, u64)> {
+    let out = k.ok(&[
+        "get",
+        "events.v1.events.k8s.io",
+        "--field-selector",
+        &format!("regarding.kind=DIJob,regarding.name={name}"),
+        "-o",
+        "json",
+    ]);
+    let list: Value = serde_json::from_str(&out).expect("event list");
+    list["items"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .map(|e| {
+            let s = |v: &Value| v.as_str().unwrap_or_default().to_string();
+            (
+                s(&e["type"]),
+                s(&e["reason"]),
+                s(&e["note"]),
+                e["series"]["count"].as_u64().unwrap_or(1),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn rank_annotations_of_two_billion_leave_the_operator_and_the_job_running() {
+    let sandbox = SandboxProcess::start(&["--nodes", "4", "--pod-start-delay", "100ms"]);
+    let k = sandbox.kubectl();
+    foundation::install_crd(&k);
+    let operator = OperatorProcess::start(&sandbox.kubeconfig);
+    let k = k.in_namespace("default");
+    scenario::apply(&k, &scenario::standard_job("ranks", ""));
+    scenario::wait_phase(&k, "ranks", "Running");
+    let before = settled_rss(&operator);
+
+    // Anyone who may edit pods in the namespace: the issue's annotation, and its siblings.
+    let huge = "9".repeat(10_000);
+    for (pod, value) in [
+        ("ranks-collector-0", "2000000000"),
+        ("ranks-collector-1", "-1"),
+        ("ranks-evaluator-0", "one"),
+        ("ranks-learner-0", huge.as_str()),
+    ] {
+        k.ok(&[
+            "annotate",
+            "pod",
+            pod,
+            &format!("diengine/rank={value}"),
+            "--overwrite",
+        ]);
+    }
+    // Anyone who may write the job's status: the rank table is gone, so the next reconciles
+    // rebuild it from those annotations. Three times, to see the reports stay one per pod.
+    for round in 0..3 {
+        k.ok(&[
+            "patch",
+            "dijob",
+            "ranks",
+            "--subresource=status",
+            "--type=json",
+            "-p",
+            r#"[{"op":"remove","path":"/status/ranks"}]"#,
+        ]);
+        let ranks = k.wait_for(
+            &["get", "dijob/ranks", "-o", "jsonpath={.status.ranks}"],
+            scenario::T,
+            |s| !s.is_empty(),
+        );
+        let ranks: Vec<String> = serde_json::from_str(&ranks).expect("ranks");
+        assert_eq!(ranks.len(), 4, "round {round}: {ranks:?}");
+    }
+    // Each ignored annotation is reported once, as a Warning naming the pod.
+    let deadline = Instant::now() + scenario::T;
+    let reports = loop {
+        let reports: Vec<_> = job_events(&k, "ranks")
+            .into_iter()
+            .filter(|e| e.1 == "RankIgnored")
+            .collect();
+        if reports.len() >= 4 || Instant::now() > deadline {
+            break reports;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    std::thread::sleep(Duration::from_secs(2));
+    let again: Vec<_> = job_events(&k, "ranks")
+        .into_iter()
+        .filter(|e| e.1 == "RankIgnored")
+        .collect();
+    assert_eq!(reports, again, "no later reports");
+    assert_eq!(reports.len(), 4, "{reports:#?}");
+    for (type_, _, note, count) in &reports {
+        assert_eq!((type_.as_str(), *count), ("Warning", 1), "{note}");
+        assert!(note.len() < 200, "{note}");
+    }
+    assert!(
+        reports.iter().any(|r| r.2
+            == "pod ranks-collector-0: annotation diengine/rank=\"2000000000\" is not a rank of this job (0 to 3); ignored"),
+        "{reports:#?}"
+    );
+    assert_eq!(
+        scenario::jsonpath(&k, "dijob/ranks", "{.status.phase}"),
+        "Running"
+    );
+    // Other jobs are served as before.
+    scenario::apply(&k, &scenario::standard_job("next", ""));
+    scenario::wait_phase(&k, "next", "Running");
+    let mut operator = operator;
+    assert!(operator.try_exit().is_none(), "the operator is still up");
+    assert_rss_within_slack(&operator, before);
+}
