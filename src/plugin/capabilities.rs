@@ -637,8 +637,11 @@ impl Walk {
         let mut seen = BTreeSet::new();
         for c in a {
             let name = name_of(c);
-            seen.insert(name);
             let path = item(path, name);
+            if !seen.insert(name) {
+                // A second container of a name is an extra container, even if a copy.
+                self.note(Grant::Containers, &path, None, Some(c));
+            }
             match by_name.get(name) {
                 Some(old) if *old == c => {}
                 Some(old) => self.container(&path, Some(old), Some(c), false),
@@ -884,6 +887,8 @@ pub fn check_pods(
 }
 
 /// A mutator `call` on `before`, whose result is refused unless `granted` allows the change.
+/// The check runs on the blocking pool: it is linear in the output's size, which the mutator
+/// chooses (within its memory cap), so it must not hold an async worker.
 pub fn enforce(
     plugin: &str,
     granted: Grants,
@@ -893,8 +898,17 @@ pub fn enforce(
     let plugin = plugin.to_string();
     async move {
         let after = call.await?;
-        check_pods(&plugin, granted, &before, &after)?;
-        Ok(after)
+        let name = plugin.clone();
+        tokio::task::spawn_blocking(move || {
+            check_pods(&plugin, granted, &before, &after).map(|_| after)
+        })
+        .await
+        .unwrap_or_else(|e| {
+            Err(PluginError::Host {
+                plugin: name,
+                message: format!("the capability check did not finish: {e}"),
+            })
+        })
     }
     .boxed()
 }
@@ -1343,6 +1357,12 @@ mod tests {
             p["spec"]["containers"].as_array_mut().unwrap().push(twin);
         });
         assert!(u.needs().contains(Grant::Privileged), "{u:?}");
+        // Even an exact copy is an extra container.
+        let u = changed_by(|p| {
+            let twin = p["spec"]["containers"][0].clone();
+            p["spec"]["containers"].as_array_mut().unwrap().push(twin);
+        });
+        assert_eq!(u.needs(), Grants::NONE.with(Grant::Containers), "{u:?}");
     }
 
     #[test]
