@@ -164,3 +164,67 @@ fn goodput_grows_a_job_that_gains_and_shrinks_one_that_does_not() {
         &operator.api_url(),
     );
 }
+
+/// Issue 17 item 5 end to end: a mutator ConfigMap asking for privileged, hostPath `/`,
+/// hostNetwork and another service account without grants is refused at load (a Warning Event
+/// names field and grant) and touches no pod; one that passes its load check but asks for
+/// hostNetwork on real pods (failurePolicy Fail) blocks those pods with a MutatorFailed Event
+/// naming field and grant, and once it is deleted the job starts: no job is lost.
+#[test]
+fn a_mutator_without_grants_cannot_take_over_the_pods_of_the_next_job() {
+    use common::controller as jobs;
+    let (sandbox, _operator) = cluster();
+    let k = sandbox.kubectl();
+    let hostile = scenario::plugin_file("hostile_mutator");
+    scenario::upload(
+        &k,
+        &hostile,
+        "owner",
+        "mutator",
+        &[
+            "--config",
+            "privileged,host-path,host-network,service-account",
+        ],
+    );
+    let note = scenario::wait_event(&k, "ConfigMap", "plugin-owner", "NotGranted", 1);
+    for needle in [
+        "it set spec.containers[di-container].securityContext.privileged, which needs the grant privileged",
+        "hostPath (set spec.volumes[host-root].hostPath)",
+        "hostNetwork (set spec.hostNetwork)",
+        "serviceAccountName (set spec.serviceAccountName)",
+    ] {
+        assert!(note.contains(needle), "{needle}: {note}");
+    }
+
+    // `later:` passes the load-time smoke call (rank 0) and asks on pods of rank 1 and above.
+    scenario::upload(
+        &k,
+        &hostile,
+        "late",
+        "mutator",
+        &["--config", "later:host-network"],
+    );
+    scenario::wait_event(&k, "ConfigMap", "plugin-late", "PluginLoaded", 1);
+    jobs::apply(&k, &jobs::standard_job("guarded", ""));
+    let note = scenario::wait_event(&k, "DIJob", "guarded", "MutatorFailed", 1);
+    assert!(
+        note.contains("it set spec.hostNetwork, which needs the grant hostNetwork"),
+        "{note}"
+    );
+    let pods = jobs::pods(&k, "guarded");
+    assert!(
+        pods.values().all(|p| p["spec"]["hostNetwork"].is_null()
+            && !p["spec"]["volumes"].to_string().contains("hostPath")),
+        "{pods:#?}"
+    );
+    assert!(
+        pods.len() < 4,
+        "pods of rank 1 and above are not created: {pods:#?}"
+    );
+
+    k.ok(&["delete", "configmap", "plugin-late"]);
+    jobs::wait_phase(&k, "guarded", "Running");
+    let pods = jobs::pods(&k, "guarded");
+    assert_eq!(pods.len(), 4, "{pods:#?}");
+    assert!(pods.values().all(|p| p["spec"]["hostNetwork"].is_null()));
+}

@@ -381,3 +381,132 @@ fn without_room_for_the_instance_pool_calls_map_their_own_memory() {
     assert_eq!(placements(&limited), placements(&unlimited));
     assert!(text(&limited.stdout).contains("job research/ppo-football"));
 }
+
+/// `plugin check` on a mutator lists the capabilities its sample change uses and the grants it
+/// needs, fails naming field and grant when `--grants` lacks one, and passes with them; the
+/// example mutators need none.
+#[test]
+fn plugin_check_shows_a_mutators_grants_and_refuses_what_is_not_granted() {
+    let hostile = plugin("hostile_mutator");
+    let hostile = hostile.to_str().unwrap();
+    let all = "privileged,host-path,host-network,service-account,extra-container,add-capability";
+    let out = diorch(&[
+        "plugin",
+        "check",
+        hostile,
+        "--config",
+        all,
+        "--deadline-ms",
+        "5000",
+    ]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(!out.status.success(), "{stdout}");
+    for needle in [
+        "needs:    privileged (set spec.containers[di-container].securityContext.privileged), \
+         capabilities (set spec.containers[di-container].securityContext.capabilities.add), \
+         hostPath (set spec.volumes[host-root].hostPath), hostNetwork (set spec.hostNetwork), \
+         serviceAccountName (set spec.serviceAccountName), containers (set spec.containers[miner])",
+        "granted:  none",
+        "uses:     volumes (set spec.containers[di-container].volumeMounts[/host])",
+    ] {
+        assert!(stdout.contains(needle), "{needle}: {stdout}");
+    }
+    assert!(
+        stderr.contains(
+            "the operator would refuse this mutator: it set \
+             spec.containers[di-container].securityContext.privileged, which needs the grant \
+             privileged in its ConfigMap (data.grants); it also needs capabilities"
+        ),
+        "{stderr}"
+    );
+
+    // One grant short: refused, naming only that one.
+    let five = "privileged,capabilities,hostPath,hostNetwork,serviceAccountName";
+    let out = diorch(&[
+        "plugin",
+        "check",
+        hostile,
+        "--config",
+        all,
+        "--grants",
+        five,
+        "--deadline-ms",
+        "5000",
+    ]);
+    assert!(!out.status.success());
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains(
+            "it set spec.containers[miner], which needs the grant containers in its ConfigMap"
+        ) && !stderr.contains("also"),
+        "{stderr}"
+    );
+
+    // All granted: passes and says what the ConfigMap must grant.
+    let six = format!("{five},containers");
+    let out = diorch(&[
+        "plugin",
+        "check",
+        hostile,
+        "--config",
+        all,
+        "--grants",
+        &six,
+        "--deadline-ms",
+        "5000",
+    ]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    assert!(
+        stdout.contains(
+            "ConfigMap: data.grants must include \
+             privileged,capabilities,hostPath,hostNetwork,serviceAccountName,containers"
+        ),
+        "{stdout}"
+    );
+
+    // An unknown grant is a usage error naming it.
+    let out = diorch(&["plugin", "check", hostile, "--grants", "root"]);
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("unknown grant \"root\""));
+
+    // The example mutators: default capabilities only.
+    let placement = plugin("node_placement");
+    let out = diorch(&[
+        "plugin",
+        "check",
+        placement.to_str().unwrap(),
+        "--config",
+        r#"{"*": {"nodeSelector": {"pool": "a"}}}"#,
+        "--deadline-ms",
+        "5000",
+    ]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    for needle in [
+        "uses:     scheduling (set spec.nodeSelector)",
+        "needs:    none",
+        "ConfigMap: no grants needed",
+    ] {
+        assert!(stdout.contains(needle), "{needle}: {stdout}");
+    }
+
+    // `plugin configmap --grants` writes them where the operator reads them.
+    let out = diorch(&[
+        "plugin",
+        "configmap",
+        hostile,
+        "--name",
+        "h",
+        "--kind",
+        "mutator",
+        "--grants",
+        "hostNetwork,privileged",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("grants: privileged,hostNetwork"),
+        "{}",
+        text(&out.stdout)
+    );
+}

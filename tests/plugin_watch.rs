@@ -279,3 +279,84 @@ async fn configmaps_load_swap_keep_last_good_and_unload() {
     watcher.await.unwrap();
     sandbox.stop().await;
 }
+
+/// A mutator ConfigMap that asks for more than it grants is Rejected before any pod is touched,
+/// its status naming the field and the grant; granted, it loads; an unknown grant is refused
+/// naming `data.grants` while the granted version keeps serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mutator_configmap_without_the_grants_its_change_needs_is_rejected() {
+    use kube::api::{Patch, PatchParams};
+    let sandbox = diorch::sandbox::launch(diorch::sandbox::SandboxOptions {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        kubeconfig_out: None,
+        cluster: None,
+        auth: Default::default(),
+    })
+    .await
+    .unwrap();
+    let client = sandbox.client().unwrap();
+    let registry = Arc::new(PluginRegistry::new(
+        PluginHost::new(HostConfig::default()).unwrap(),
+        NativePolicy::BinPack,
+    ));
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let watcher = tokio::spawn(diorch::plugin::watch::run(
+        client.clone(),
+        "default",
+        registry.clone(),
+        diorch::leader::Leadership::always(),
+        async move {
+            let _ = stop_rx.await;
+        },
+    ));
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+
+    // The ConfigMap: privileged, hostPath /, hostNetwork, another service account.
+    let mut spec = PluginSpec::new("owner", PluginKind::Mutator);
+    spec.config = "privileged,host-path,host-network,service-account".into();
+    let cm = spec::to_configmap(&spec, wasm("hostile_mutator"), Some("default"));
+    cms.create(&PostParams::default(), &cm).await.unwrap();
+    let note = until_shown(&cms, "plugin-owner", "Rejected", None).await;
+    for needle in [
+        "refused: plugin owner made a change it is not granted: it set spec.containers[di-container].securityContext.privileged, which needs the grant privileged in its ConfigMap (data.grants)",
+        "hostPath (set spec.volumes[host-root].hostPath)",
+        "hostNetwork (set spec.hostNetwork)",
+        "serviceAccountName (set spec.serviceAccountName)",
+        "; no version serves",
+    ] {
+        assert!(note.contains(needle), "{needle}: {note}");
+    }
+    let (ctx, pod) = diorch::plugin::sample::pod("learner");
+    assert_eq!(registry.mutate_pod(&ctx, pod.clone()).await.unwrap(), pod);
+
+    // Granted: loaded.
+    let params = PatchParams::default();
+    let grants = serde_json::json!({"data": {"grants": "privileged,hostPath,hostNetwork,serviceAccountName"}});
+    cms.patch("plugin-owner", &params, &Patch::Merge(&grants))
+        .await
+        .unwrap();
+    let loaded = until("the granted version", Duration::from_secs(10), async || {
+        registry.status_of("owner").and_then(|s| s.sha256)
+    })
+    .await;
+    until_shown(&cms, "plugin-owner", "Loaded", Some(&loaded[..12])).await;
+    let out = registry.mutate_pod(&ctx, pod.clone()).await.unwrap();
+    assert_eq!(out.spec.unwrap().host_network, Some(true));
+
+    // An unknown grant: the ConfigMap is invalid, named by its key; the loaded version stays.
+    let unknown = serde_json::json!({"data": {"grants": "privileged,root"}});
+    cms.patch("plugin-owner", &params, &Patch::Merge(&unknown))
+        .await
+        .unwrap();
+    let note = until_shown(&cms, "plugin-owner", "Rejected", Some(&loaded[..12])).await;
+    assert!(
+        note.starts_with(
+            "refused: data[\"grants\"]: unknown grant \"root\"; grants are privileged,"
+        ),
+        "{note}"
+    );
+
+    let _ = stop_tx.send(());
+    watcher.await.unwrap();
+    sandbox.stop().await;
+}

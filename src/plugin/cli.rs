@@ -3,6 +3,10 @@
 //! `run` replays a recorded cluster snapshot against a policy and shows where jobs would go;
 //! `snapshot` records one from a cluster or the sandbox.
 //!
+//! `check` also lists the capabilities a mutator's change to the sample pod uses and the grants
+//! it needs (see `capabilities`), and fails when `--grants` does not cover them, as the operator
+//! would refuse that ConfigMap.
+//!
 //! Owns: the subcommand arguments and their output. Must not touch: cluster state (`snapshot`
 //! only reads, through the allocator's view; every other command is offline).
 
@@ -12,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 
+use super::capabilities::{self, Capability, Grants};
 use super::snapshot::{self, Snapshot};
 use super::spec::{self, FailurePolicy, PluginKind, PluginSpec};
 use super::{
@@ -63,6 +68,10 @@ pub enum PluginCommand {
         /// Memory cap in MiB.
         #[arg(long, default_value_t = 64)]
         memory_mib: usize,
+        /// Mutators: the grants its ConfigMap will give (comma-separated, as in `data.grants`);
+        /// the check fails if the sample change needs more.
+        #[arg(long, default_value = "", value_parser = parse_grants)]
+        grants: Grants,
     },
     /// Print a plugin ConfigMap (YAML) for `kubectl apply -f -`.
     Configmap {
@@ -93,6 +102,11 @@ pub enum PluginCommand {
         memory_mib: Option<usize>,
         #[arg(long, value_parser = ["Fail", "Ignore"], default_value = "Fail")]
         failure_policy: String,
+        /// Mutators: capabilities beyond the default set (comma-separated: privileged,
+        /// capabilities, securityContext, hostPath, hostNetwork, hostPID, hostIPC,
+        /// serviceAccountName, containers, image, command, scheduler, volumeTypes, other).
+        #[arg(long, default_value = "", value_parser = parse_grants)]
+        grants: Grants,
     },
     /// Run a policy component on a cluster snapshot (JSON, see `examples/snapshot.json`) and
     /// print where each job's replicas would go, the host's check of the answer and the call
@@ -134,6 +148,10 @@ pub enum PluginCommand {
     },
 }
 
+fn parse_grants(text: &str) -> Result<Grants, capabilities::UnknownGrant> {
+    Grants::parse(text)
+}
+
 pub async fn run(command: PluginCommand) -> anyhow::Result<()> {
     match command {
         PluginCommand::Check {
@@ -142,6 +160,7 @@ pub async fn run(command: PluginCommand) -> anyhow::Result<()> {
             task_type,
             deadline_ms,
             memory_mib,
+            grants,
         } => {
             let bytes =
                 std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?;
@@ -150,11 +169,16 @@ pub async fn run(command: PluginCommand) -> anyhow::Result<()> {
                 memory_bytes: memory_mib << 20,
             };
             // Wasm compiles and runs are blocking work: keep them off the async runtime.
-            let report =
-                tokio::task::spawn_blocking(move || check(&bytes, limits, &config, &task_type))
-                    .await
-                    .context("the check thread failed")??;
-            emit(&report)
+            let report = tokio::task::spawn_blocking(move || {
+                check_granted(&bytes, limits, &config, &task_type, grants)
+            })
+            .await
+            .context("the check thread failed")??;
+            emit(&report.text)?;
+            match report.refused {
+                Some(refusal) => Err(anyhow::anyhow!("{refusal}")),
+                None => Ok(()),
+            }
         }
         PluginCommand::Configmap {
             file,
@@ -168,6 +192,7 @@ pub async fn run(command: PluginCommand) -> anyhow::Result<()> {
             deadline_ms,
             memory_mib,
             failure_policy,
+            grants,
         } => {
             let bytes =
                 std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?;
@@ -193,6 +218,7 @@ pub async fn run(command: PluginCommand) -> anyhow::Result<()> {
             } else {
                 FailurePolicy::Fail
             };
+            spec.grants = grants;
             let cm = spec::to_configmap(&spec, bytes, namespace.as_deref());
             // Round-trip through the parser so a manifest we print is one the operator accepts.
             spec::from_configmap(&cm)?;
@@ -310,13 +336,38 @@ fn timed<T>(runs: usize, mut f: impl FnMut() -> T) -> (T, Duration) {
     (last.expect("ran at least once"), best)
 }
 
-/// The `check` report; an error when the component implements neither world or fails a call.
+/// The `check` report; an error when the component implements neither world, fails a call or
+/// (a mutator) changes the sample pod beyond the default capabilities.
 pub fn check(
     bytes: &[u8],
     limits: Limits,
     config: &str,
     task_type: &str,
 ) -> anyhow::Result<String> {
+    let report = check_granted(bytes, limits, config, task_type, Grants::NONE)?;
+    match report.refused {
+        Some(refusal) => Err(anyhow::anyhow!("{refusal}")),
+        None => Ok(report.text),
+    }
+}
+
+/// A `check` report, and for a mutator whose sample change needs grants it was not given, why
+/// the operator would refuse it.
+pub struct CheckReport {
+    pub text: String,
+    pub refused: Option<String>,
+}
+
+/// The `check` report for a mutator granted `grants` (ignored for policies); an error when
+/// the component implements neither world or a call fails.
+pub fn check_granted(
+    bytes: &[u8],
+    limits: Limits,
+    config: &str,
+    task_type: &str,
+    grants: Grants,
+) -> anyhow::Result<CheckReport> {
+    let mut refused = None;
     let host = PluginHost::new(HostConfig {
         limits,
         ..HostConfig::default()
@@ -380,6 +431,47 @@ pub fn check(
                 micros(t)
             )?;
             writeln!(out, "changes:  {}", serde_json::to_string(&patch)?)?;
+            // The same check the operator makes on every call and at load.
+            let uses = capabilities::uses(&before, &after);
+            let list = |grants: bool| -> String {
+                let items: Vec<String> = uses
+                    .by_capability
+                    .iter()
+                    .filter(|(c, _)| c.grant().is_some() == grants && **c != Capability::Operator)
+                    .map(|(c, change)| format!("{c} ({change})"))
+                    .collect();
+                if items.is_empty() {
+                    "none".to_string()
+                } else {
+                    items.join(", ")
+                }
+            };
+            writeln!(out, "uses:     {} (default capabilities)", list(false))?;
+            writeln!(out, "needs:    {}", list(true))?;
+            writeln!(
+                out,
+                "granted:  {}",
+                if grants.is_empty() {
+                    "none".to_string()
+                } else {
+                    grants.to_string()
+                }
+            )?;
+            refused = uses
+                .refusal(grants)
+                .map(|why| format!("the operator would refuse this mutator: {why}"));
+            if refused.is_none() {
+                let needs = uses.needs();
+                writeln!(
+                    out,
+                    "ConfigMap: {}",
+                    if needs.is_empty() {
+                        "no grants needed".to_string()
+                    } else {
+                        format!("data.grants must include {needs}")
+                    }
+                )?;
+            }
         }
         (Err(p), Err(m)) => {
             return Err(anyhow::anyhow!(
@@ -387,7 +479,7 @@ pub fn check(
             ));
         }
     }
-    Ok(out)
+    Ok(CheckReport { text: out, refused })
 }
 
 /// What `plugin run` was asked to do, with the names to print for its inputs.

@@ -1,10 +1,11 @@
 //! WebAssembly plugins: scheduling policies and pod mutators as components of `wit/plugins.wit`.
 //!
 //! Owns: the typed traits callers use ([`SchedulingPolicy`], [`PodMutator`]), their plain input
-//! and output types, the error type, and the submodules (Wasm host, output checks, native
-//! fallback, registry with ConfigMap specs, status endpoint, snapshot files, `diorch plugin`
-//! CLI). Must not touch: the controller and the sandbox; callers never see wasmtime types.
+//! and output types, the error type, and the submodules (Wasm host, output checks, mutator
+//! capabilities, native fallback, registry with ConfigMap specs, status endpoint, snapshot
+//! files, `diorch plugin` CLI). Must not touch: the controller and the sandbox; callers never see wasmtime types.
 
+pub mod capabilities;
 pub mod checks;
 pub mod cli;
 mod host;
@@ -107,6 +108,9 @@ pub enum PluginError {
     MemoryCap { plugin: String, cap_bytes: usize },
     #[error("plugin {plugin} returned a bad result: {message}")]
     MalformedOutput { plugin: String, message: String },
+    /// A mutator changed a field its ConfigMap's grants do not allow (see `capabilities`).
+    #[error("plugin {plugin} made a change it is not granted: {message}")]
+    NotGranted { plugin: String, message: String },
     #[error("plugin {plugin} refused: {error}")]
     Refused { plugin: String, error: PolicyError },
     #[error("plugin {plugin}: host failure: {message}")]
@@ -123,6 +127,7 @@ impl PluginError {
             PluginError::Timeout { .. } => "Timeout",
             PluginError::MemoryCap { .. } => "MemoryCap",
             PluginError::MalformedOutput { .. } => "MalformedOutput",
+            PluginError::NotGranted { .. } => "NotGranted",
             PluginError::Refused { .. } => "Refused",
             PluginError::Host { .. } => "HostError",
         }

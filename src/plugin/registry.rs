@@ -23,6 +23,7 @@ use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Pod;
 use serde::Serialize;
 
+use super::capabilities::{self, Grants};
 use super::spec::{FailurePolicy, PluginKind, PluginSpec};
 use super::{
     Job, JobPlan, NativePolicy, Node, PluginError, PluginHost, PodMutator, PolicyError,
@@ -68,6 +69,8 @@ pub struct PluginStatus {
     /// Mutators: lower runs first.
     pub order: i32,
     pub failure_policy: FailurePolicy,
+    /// Mutators: the capabilities granted beyond the default set.
+    pub grants: Grants,
     /// The effective per-call limits (the spec's overrides, else the host's defaults).
     pub deadline_ms: u64,
     #[serde(rename = "memoryMiB")]
@@ -92,6 +95,7 @@ impl PluginStatus {
             task_types: vec![],
             order: 0,
             failure_policy: FailurePolicy::default(),
+            grants: Grants::NONE,
             deadline_ms: 0,
             memory_mib: 0,
             allocate_calls: None,
@@ -108,6 +112,7 @@ impl PluginStatus {
         self.task_types = spec.task_types.clone();
         self.order = spec.order;
         self.failure_policy = spec.failure_policy;
+        self.grants = spec.grants;
         self.deadline_ms = u64::try_from(limits.deadline.as_millis()).unwrap_or(u64::MAX);
         self.memory_mib = (limits.memory_bytes >> 20) as u64;
     }
@@ -300,7 +305,13 @@ impl PluginRegistry {
         for m in mutators {
             let mut call_ctx = ctx.clone();
             call_ctx.config = m.spec.config.clone();
-            let call = m.plugin.mutate(call_ctx, pod.clone());
+            // Refused unless the change stays within the mutator's capabilities and grants.
+            let call = capabilities::enforce(
+                &m.spec.name,
+                m.spec.grants,
+                pod.clone(),
+                m.plugin.mutate(call_ctx, pod.clone()),
+            );
             match metered(self.metrics.clone(), &m.spec.name, PluginCall::Mutate, call).await {
                 Ok(next) => pod = next,
                 Err(e) if m.spec.failure_policy == FailurePolicy::Ignore => {
@@ -419,7 +430,11 @@ async fn smoke(spec: &PluginSpec, plugin: &Either) -> Result<(), PluginError> {
             let task_type = spec.task_types.first().map_or("learner", String::as_str);
             let (mut ctx, pod) = sample::pod(task_type);
             ctx.config = spec.config.clone();
-            m.mutate(ctx, pod).await.map(|_| ())
+            // A mutator that wants more than its ConfigMap grants is refused before it serves.
+            let call = m.mutate(ctx, pod.clone());
+            capabilities::enforce(&spec.name, spec.grants, pod, call)
+                .await
+                .map(|_| ())
         }
     }
 }

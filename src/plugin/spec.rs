@@ -9,7 +9,9 @@
 //! integer, lower runs first, default 0), `config` (string handed to the plugin),
 //! `deadlineMs`, `memoryMiB` (overrides of the host defaults), `failurePolicy` (`Fail` default
 //! or `Ignore`, meaning what it means for Kubernetes admission webhooks: on a plugin error, Fail
-//! refuses the pod creation, Ignore creates the pod unmutated by that plugin).
+//! refuses the pod creation, Ignore creates the pod unmutated by that plugin), `grants`
+//! (mutators: comma-separated capabilities beyond the default set, from the closed vocabulary
+//! of [`super::capabilities::Grant`]; an unknown name refuses the ConfigMap).
 //!
 //! The operator writes back to the ConfigMap's metadata only (never `data` or `binaryData`),
 //! after every load attempt: labels [`STATE_LABEL`] and [`VERSION_LABEL`], annotation
@@ -25,6 +27,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::ObjectMeta;
 
 use super::Limits;
+use super::capabilities::Grants;
 
 pub const PLUGIN_LABEL: &str = "diorch.io/plugin";
 /// Written by the operator: `Loaded` when the last upload loaded, `Rejected` when it was refused
@@ -99,6 +102,8 @@ pub struct PluginSpec {
     pub deadline: Option<Duration>,
     pub memory_bytes: Option<usize>,
     pub failure_policy: FailurePolicy,
+    /// Mutators: what they may change beyond the default capabilities.
+    pub grants: Grants,
     /// `namespace/name` of the ConfigMap (empty when not from one).
     pub source: String,
 }
@@ -114,6 +119,7 @@ impl PluginSpec {
             deadline: None,
             memory_bytes: None,
             failure_policy: FailurePolicy::default(),
+            grants: Grants::NONE,
             source: String::new(),
         }
     }
@@ -239,6 +245,13 @@ pub fn from_configmap(cm: &ConfigMap) -> Result<(PluginSpec, Vec<u8>), SpecError
             ));
         }
     };
+    let grants = match get("grants") {
+        Some(v) => Grants::parse(v).map_err(|e| invalid("grants", e.to_string()))?,
+        None => Grants::NONE,
+    };
+    if kind == PluginKind::Policy && !grants.is_empty() {
+        return Err(invalid("grants", "only mutators have grants"));
+    }
     let bytes = cm
         .binary_data
         .as_ref()
@@ -262,6 +275,7 @@ pub fn from_configmap(cm: &ConfigMap) -> Result<(PluginSpec, Vec<u8>), SpecError
             deadline,
             memory_bytes,
             failure_policy,
+            grants,
             source,
         },
         bytes,
@@ -289,6 +303,9 @@ pub fn to_configmap(spec: &PluginSpec, bytes: Vec<u8>, namespace: Option<&str>) 
         data.insert("memoryMiB".to_string(), (m >> 20).to_string());
     }
     data.insert("failurePolicy".to_string(), spec.failure_policy.to_string());
+    if !spec.grants.is_empty() {
+        data.insert("grants".to_string(), spec.grants.to_string());
+    }
     ConfigMap {
         metadata: ObjectMeta {
             name: Some(format!("plugin-{}", spec.name)),
@@ -330,7 +347,15 @@ mod tests {
         spec.deadline = Some(Duration::from_millis(20));
         spec.memory_bytes = Some(16 << 20);
         spec.failure_policy = FailurePolicy::Ignore;
+        spec.grants = Grants::parse("hostPath,privileged").unwrap_or_default();
         let cm = to_configmap(&spec, vec![1, 2, 3], Some("diorch"));
+        assert_eq!(
+            cm.data
+                .as_ref()
+                .and_then(|d| d.get("grants"))
+                .map(String::as_str),
+            Some("privileged,hostPath")
+        );
         let (back, bytes) = from_configmap(&cm).unwrap();
         spec.source = "diorch/plugin-node-placement".into();
         assert_eq!(back, spec);
@@ -395,6 +420,14 @@ mod tests {
             (
                 &[("kind", "mutator"), ("failurePolicy", "Retry")],
                 "data[\"failurePolicy\"]",
+            ),
+            (
+                &[("kind", "mutator"), ("grants", "privileged,root")],
+                "data[\"grants\"]: unknown grant \"root\"; grants are privileged",
+            ),
+            (
+                &[("kind", "policy"), ("grants", "hostPath")],
+                "data[\"grants\"]: only mutators have grants",
             ),
         ];
         for (data, needle) in cases {
