@@ -237,6 +237,14 @@ pub struct RunArgs {
     /// Default memory cap of one plugin call, in MiB.
     #[arg(long, default_value_t = 64)]
     pub plugin_memory_mib: usize,
+    /// Memory all plugin calls may take together, in MiB: a plugin whose memory cap (plus
+    /// 4 MiB of host-side copies) times the concurrent calls exceeds it is refused at load.
+    /// 0: half the container's memory limit, else 256 MiB per concurrent call.
+    #[arg(long, default_value_t = 0)]
+    pub plugin_memory_budget_mib: usize,
+    /// Plugin calls run at once (others queue); 0: the number of cores.
+    #[arg(long, default_value_t = 0)]
+    pub plugin_max_calls: usize,
     /// How often placed preemptible jobs are re-planned with their policy's `optimize` (also
     /// at once when a job ends or nodes change; `0s` turns re-planning off).
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
@@ -308,12 +316,22 @@ impl RunArgs {
 
     /// The plugin registry these flags describe (nothing loaded yet).
     pub fn plugin_registry(&self) -> Result<PluginRegistry, OperatorError> {
+        let defaults = HostConfig::default();
+        let calls = match self.plugin_max_calls {
+            0 => defaults.max_concurrent_calls,
+            n => n,
+        };
         let host = PluginHost::new(HostConfig {
             limits: Limits {
                 deadline: self.plugin_deadline,
                 memory_bytes: self.plugin_memory_mib.saturating_mul(1 << 20),
             },
-            ..HostConfig::default()
+            max_concurrent_calls: calls,
+            memory_budget: match self.plugin_memory_budget_mib {
+                0 => crate::plugin::default_memory_budget(calls),
+                mib => mib.saturating_mul(1 << 20),
+            },
+            ..defaults
         })
         .map_err(OperatorError::PluginHost)?;
         Ok(PluginRegistry::new(host, self.builtin_policy.into()))
@@ -415,7 +433,12 @@ pub async fn run(
     preflight(&conn).await?;
     info!(server = %conn.url, "connected; running the DIJob controller");
     let metrics = Arc::new(Metrics::with_api_requests(conn.api_requests.clone()));
-    let plugins = Arc::new(args.plugin_registry()?.with_metrics(metrics.clone()));
+    // Pod mutations wait for the plugin watcher's first load (a Fail mutator is never skipped).
+    let plugins = Arc::new(
+        args.plugin_registry()?
+            .with_metrics(metrics.clone())
+            .awaiting_first_load(),
+    );
     for (what, addr) in [
         ("metrics", args.metric_addr.0),
         ("probes", args.probe_addr.0),

@@ -110,6 +110,25 @@ async fn hostile_policy_calls_fail_cleanly_while_others_are_served() {
         ("oom", "MemoryCap", "memory cap of 67108864 bytes"),
         ("trap", "Trap", "hostile policy traps on purpose"),
         ("recurse", "Trap", "stack"),
+        // Denied at the WASI call (a Trap, not the deadline's Timeout): a 30 s sleep would
+        // otherwise hold the thread 30 s, out of the epoch deadline's reach.
+        (
+            "sleep",
+            "Trap",
+            "wasi:clocks/monotonic-clock#subscribe-duration, which is denied",
+        ),
+        (
+            "socket",
+            "Trap",
+            "wasi:sockets/tcp-create-socket#create-tcp-socket, which is denied",
+        ),
+        // Results and log lines copied out of the guest are capped (HOST_COPY_CAP) before the
+        // copy: an 8 MiB answer, and 64 MiB of log fields aliasing one 512 KiB string.
+        ("huge-answer", "Trap", "too much data is being copied"),
+        ("log-amplify", "Trap", "too much data is being copied"),
+        // A 2 MiB no-fit text is cut before it reaches status, Events or logs (past
+        // HOST_COPY_CAP it would not be copied at all: a Trap like `huge-answer`).
+        ("huge-no-fit", "Refused", "bytes, cut]"),
         ("unknown-node", "MalformedOutput", "only 100 nodes exist"),
         ("wrong-count", "MalformedOutput", "one per replica"),
         ("not-ready", "MalformedOutput", "not ready"),
@@ -128,6 +147,11 @@ async fn hostile_policy_calls_fail_cleanly_while_others_are_served() {
         assert!(
             err.to_string().contains("hostile"),
             "{name}: error names the plugin: {err}"
+        );
+        assert!(
+            err.to_string().len() <= diorch::plugin::ERROR_TEXT_CAP + 200,
+            "{name}: {} bytes of error text",
+            err.to_string().len()
         );
         for g in good {
             assert_eq!(g.unwrap().len(), 7);
@@ -224,6 +248,120 @@ async fn allocate_runs_inline_within_one_tick_else_on_the_pool_with_its_full_dea
     assert_eq!(paths(before), (0, 1));
 }
 
+/// Times `calls` and returns (p50, p99).
+fn percentiles(mut times: Vec<Duration>) -> (Duration, Duration) {
+    times.sort();
+    let at = |q: f64| times[((times.len() - 1) as f64 * q) as usize];
+    (at(0.5), at(0.99))
+}
+
+/// Every hostile mode ends by its bound: those stopped by a denial, a trap, the memory cap or
+/// the copy cap end before the deadline (the mechanism, not the clock, stops them); the busy
+/// loop ends at the deadline plus an epoch tick. Then all modes run at once, over and over,
+/// next to good calls of another plugin on the same host: every good call succeeds (the
+/// hostile plugin holds at most half the host's call slots). Latencies are printed (a
+/// measurement for the report, not an assertion: CI shares its cores).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_library_is_cut_off_by_its_bounds_while_good_calls_keep_succeeding() {
+    let host = host();
+    let p = host
+        .load_policy("hostile", wasm("hostile_policy").into(), None)
+        .await
+        .unwrap();
+    let nodes: Arc<[Node]> = sample::nodes(100).into();
+    let deadline = Limits::default().deadline;
+    let tick = HostConfig::default().epoch_tick;
+    let modes: [&'static str; 10] = [
+        "loop",
+        "oom",
+        "trap",
+        "recurse",
+        "sleep",
+        "socket",
+        "huge-answer",
+        "huge-no-fit",
+        "log-amplify",
+        "log-flood",
+    ];
+    // Alone, on a blocking thread (no queueing): how each ends and how long it took.
+    for mode in modes {
+        let (pp, nn) = (p.clone(), nodes.clone());
+        let (out, took) = tokio::task::spawn_blocking(move || {
+            let started = Instant::now();
+            let out = pp.allocate_blocking(&hostile_job(mode), &nn);
+            (out, started.elapsed())
+        })
+        .await
+        .unwrap();
+        let reason = out.as_ref().err().map_or("ok", |e| e.reason());
+        println!("hostile {mode:12} -> {reason:15} in {took:?}");
+        match mode {
+            // Only the busy loop runs into its deadline; it stops within a tick of it.
+            "loop" => assert_eq!(reason, "Timeout"),
+            // Log lines are capped and dropped, the answer is good.
+            "log-flood" => assert_eq!(out.unwrap().len(), 7),
+            _ => assert!(
+                !matches!(reason, "Timeout" | "ok"),
+                "{mode}: must be stopped by its bound, not the deadline: {out:?}"
+            ),
+        }
+        // Generous for a loaded 2-core machine; without the WASI denial `sleep` takes 30 s.
+        assert!(
+            took < deadline + tick + Duration::from_secs(2),
+            "{mode} took {took:?}"
+        );
+    }
+
+    let packer = host
+        .load_policy("packer", wasm("binpack").into(), None)
+        .await
+        .unwrap();
+    let good = |p: &diorch::plugin::WasmPolicy| {
+        let (p, nodes) = (p.clone(), nodes.clone());
+        async move {
+            let started = Instant::now();
+            let out = p.allocate(Arc::new(hostile_job("fine")), nodes).await;
+            assert_eq!(out.unwrap().len(), 7);
+            started.elapsed()
+        }
+    };
+    let mut alone = Vec::new();
+    for _ in 0..100 {
+        alone.push(good(&packer).await);
+    }
+    // The attack: every mode in a loop on its own task, while good calls run.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let attackers: Vec<_> = modes
+        .into_iter()
+        .map(|mode| {
+            let (p, nodes, stop) = (p.clone(), nodes.clone(), stop.clone());
+            tokio::spawn(async move {
+                let mut calls = 0;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let _ = p.allocate(Arc::new(hostile_job(mode)), nodes.clone()).await;
+                    calls += 1;
+                }
+                calls
+            })
+        })
+        .collect();
+    let mut attacked = Vec::new();
+    for _ in 0..100 {
+        attacked.push(good(&packer).await);
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut hostile_calls = 0;
+    for a in attackers {
+        hostile_calls += a.await.unwrap();
+    }
+    let (a50, a99) = percentiles(alone);
+    let (u50, u99) = percentiles(attacked);
+    println!(
+        "good allocate (100 nodes): alone p50 {a50:?} p99 {a99:?}; under attack ({hostile_calls} \
+         hostile calls) p50 {u50:?} p99 {u99:?}"
+    );
+}
+
 #[test]
 fn per_plugin_limits_override_the_defaults() {
     let host = host();
@@ -306,6 +444,145 @@ fn wrong_world_and_garbage_are_refused_at_load() {
         assert_eq!(err.reason(), "CompileError", "{what}: {err}");
         assert!(err.to_string().contains("not a valid component"), "{err}");
     }
+}
+
+#[test]
+fn oversized_components_and_slow_compiles_are_refused_at_load() {
+    let host = host();
+    // Size: refused before compiling, by `plugin check FILE` (inspect) as by a load.
+    let big = vec![0u8; diorch::plugin::MAX_COMPONENT_BYTES + 1];
+    let err = host.load_policy_blocking("big", &big, None).err().unwrap();
+    assert_eq!(err.reason(), "LoadLimit", "{err}");
+    assert!(err.to_string().contains("16777217 bytes"), "{err}");
+    let err = host.inspect(&big).unwrap_err();
+    assert_eq!(err.reason(), "LoadLimit", "{err}");
+
+    // Compile time: a timeout no compile can meet refuses the load without waiting for it.
+    let slow = PluginHost::new(HostConfig {
+        compile_timeout: Duration::from_micros(1),
+        ..HostConfig::default()
+    })
+    .unwrap();
+    let bytes = wasm("binpack");
+    let err = slow
+        .load_policy_blocking("slow", &bytes, None)
+        .err()
+        .unwrap();
+    assert_eq!(err.reason(), "LoadLimit", "{err}");
+    assert!(err.to_string().contains("took longer than 1µs"), "{err}");
+    // Its compile goes on (it cannot be cancelled); with two such compiles running, the next
+    // upload is refused at once instead of starting a third.
+    let _ = slow.load_policy_blocking("slow", &bytes, None);
+    let err = slow
+        .load_policy_blocking("slow", &bytes, None)
+        .err()
+        .unwrap();
+    assert!(
+        err.to_string().contains("compiles are still running"),
+        "{err}"
+    );
+    // Once they end, compiles run again (and still time out).
+    let started = Instant::now();
+    loop {
+        let err = slow
+            .load_policy_blocking("slow", &bytes, None)
+            .err()
+            .unwrap();
+        if err.to_string().contains("took longer than") {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "{err}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // A normal timeout loads it.
+    host.load_policy_blocking("fine", &bytes, None).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_memory_cap_the_budget_cannot_give_is_refused_at_load() {
+    let registry = PluginRegistry::new(
+        PluginHost::new(HostConfig {
+            max_concurrent_calls: 2,
+            memory_budget: 100 << 20,
+            ..HostConfig::default()
+        })
+        .unwrap(),
+        NativePolicy::BinPack,
+    );
+    // (64 MiB + 4 MiB of host copies) x 2 calls = 136 MiB > 100 MiB.
+    let mut greedy = PluginSpec::new("greedy", PluginKind::Policy);
+    greedy.memory_bytes = Some(64 << 20);
+    let err = registry
+        .apply(greedy, wasm("binpack").into())
+        .await
+        .unwrap_err();
+    assert_eq!(err.reason(), "LoadLimit", "{err}");
+    assert!(
+        err.to_string()
+            .contains("is 136 MiB: more than the plugin memory budget of 100 MiB"),
+        "{err}"
+    );
+    let status = registry.status_of("greedy").unwrap();
+    assert!(!status.healthy && status.sha256.is_none(), "{status:?}");
+    assert!(status.last_error.unwrap().contains("memory budget"));
+    // (32 + 4) x 2 = 72 MiB fits.
+    let mut modest = PluginSpec::new("modest", PluginKind::Policy);
+    modest.memory_bytes = Some(32 << 20);
+    registry
+        .apply(modest, wasm("binpack").into())
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fail_mutator_that_does_not_load_blocks_its_pods() {
+    let registry = PluginRegistry::new(host(), NativePolicy::BinPack);
+    let garbage: Arc<[u8]> = Arc::from(&b"garbage"[..]);
+    registry
+        .apply(
+            mutator_spec("must-run", 0, "", FailurePolicy::Fail),
+            garbage.clone(),
+        )
+        .await
+        .unwrap_err();
+    let (ctx, pod) = sample::pod("learner");
+    let err = registry.mutate_pod(&ctx, pod.clone()).await.unwrap_err();
+    assert_eq!(err.reason(), "NotLoaded", "{err}");
+    assert!(
+        err.to_string().contains("must-run") && err.to_string().contains("not a valid component"),
+        "{err}"
+    );
+    // Task types it does not apply to are not blocked; an Ignore mutator blocks nothing.
+    let (ctx_c, pod_c) = sample::pod("collector");
+    registry.mutate_pod(&ctx_c, pod_c).await.unwrap();
+    registry
+        .apply(
+            mutator_spec("optional", 0, "", FailurePolicy::Ignore),
+            garbage.clone(),
+        )
+        .await
+        .unwrap_err();
+    // A good upload lifts the block; a later bad one leaves the good version serving.
+    registry
+        .apply(
+            mutator_spec("must-run", 0, "", FailurePolicy::Fail),
+            wasm("hostile_mutator").into(),
+        )
+        .await
+        .unwrap();
+    let out = registry.mutate_pod(&ctx, pod.clone()).await.unwrap();
+    assert_eq!(out.metadata.labels.unwrap()["hostile.test/seen"], "yes");
+    registry
+        .apply(
+            mutator_spec("must-run", 0, "", FailurePolicy::Fail),
+            garbage,
+        )
+        .await
+        .unwrap_err();
+    registry.mutate_pod(&ctx, pod.clone()).await.unwrap();
+    // Unloading removes it entirely.
+    assert!(registry.remove("must-run").await);
+    assert_eq!(registry.mutate_pod(&ctx, pod.clone()).await.unwrap(), pod);
 }
 
 #[tokio::test]

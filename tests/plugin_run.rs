@@ -214,6 +214,49 @@ fn optimize_replans_every_preemptible_job() {
     );
 }
 
+/// A policy that sleeps 30 s in `allocate` (WASI monotonic-clock subscribe + poll, which the
+/// epoch deadline cannot interrupt) is stopped at its first clock call, and the run goes on.
+#[test]
+fn a_sleeping_plugin_is_stopped_at_once_not_after_its_sleep() {
+    let mut snapshot = example();
+    let job = snapshot
+        .jobs
+        .iter_mut()
+        .find(|j| j.key == "research/ppo-football")
+        .unwrap();
+    job.key = "research/sleep".into();
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("snapshot.json");
+    std::fs::write(&input, snapshot.to_json().unwrap()).unwrap();
+    let started = std::time::Instant::now();
+    let out = diorch(&[
+        "plugin",
+        "run",
+        plugin("hostile_policy").to_str().unwrap(),
+        "--input",
+        input.to_str().unwrap(),
+    ]);
+    let took = started.elapsed();
+    let stdout = text(&out.stdout);
+    assert!(!out.status.success(), "{stdout}");
+    // The sleep alone would take 30 s; a loaded machine runs the rest in well under 20 s.
+    assert!(took < std::time::Duration::from_secs(20), "took {took:?}");
+    let sections = sections(&stdout);
+    assert!(
+        sections["research/sleep"]
+            .lines
+            .iter()
+            .any(|l| l.starts_with("  FAILED")
+                && l.contains("subscribe-duration, which is denied")
+                && l.contains("(Trap)")),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("summary   2 placed, 0 refused, 1 failed"),
+        "{stdout}"
+    );
+}
+
 #[test]
 fn a_plugin_answer_the_host_refuses_fails_the_run() {
     // The hostile policy puts every replica of a job named `not-ready` on a node that is not

@@ -360,3 +360,155 @@ async fn a_mutator_configmap_without_the_grants_its_change_needs_is_rejected() {
     watcher.await.unwrap();
     sandbox.stop().await;
 }
+
+/// Replaces `data` and `binaryData` of the ConfigMap `name`, retrying on conflicts (the watcher
+/// writes the same ConfigMap's status).
+async fn set_content(cms: &Api<ConfigMap>, name: &str, from: &ConfigMap) {
+    for _ in 0..20 {
+        let mut current = cms.get(name).await.unwrap();
+        current.data = from.data.clone();
+        current.binary_data = from.binary_data.clone();
+        match cms.replace(name, &PostParams::default(), &current).await {
+            Ok(_) => return,
+            Err(kube::Error::Api(e)) if e.code == 409 => continue,
+            Err(e) => panic!("replace: {e}"),
+        }
+    }
+    panic!("the ConfigMap kept changing");
+}
+
+/// Fail closed: after a restart pod mutations wait for the watcher's first list; a mutator with
+/// failurePolicy Fail that does not load (a bad component, an invalid ConfigMap) refuses the
+/// pods of its task types until fixed or deleted; a memory cap over the host's budget is
+/// refused with a status saying so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fail_mutators_block_their_pods_and_budgets_are_enforced() {
+    use diorch::plugin::spec::FailurePolicy;
+    use diorch::plugin::{NativePolicy, sample};
+
+    let sandbox = diorch::sandbox::launch(diorch::sandbox::SandboxOptions {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        kubeconfig_out: None,
+        cluster: None,
+        auth: Default::default(),
+    })
+    .await
+    .unwrap();
+    let client = sandbox.client().unwrap();
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    // The default cap fits the budget: (32 + 4 MiB of host copies) x 2 calls <= 100 MiB.
+    let host = PluginHost::new(HostConfig {
+        max_concurrent_calls: 2,
+        memory_budget: 100 << 20,
+        limits: diorch::plugin::Limits {
+            memory_bytes: 32 << 20,
+            ..diorch::plugin::Limits::default()
+        },
+        ..HostConfig::default()
+    })
+    .unwrap();
+    let registry = Arc::new(PluginRegistry::new(host, NativePolicy::BinPack).awaiting_first_load());
+
+    // Present before the operator (re)starts: a Fail mutator for learners that cannot load.
+    let mut envs = PluginSpec::new("envs", PluginKind::Mutator);
+    envs.task_types = vec!["learner".into()];
+    assert_eq!(envs.failure_policy, FailurePolicy::Fail);
+    let broken = spec::to_configmap(&envs, b"garbage".to_vec(), Some("default"));
+    cms.create(&PostParams::default(), &broken).await.unwrap();
+
+    // A pod created before the watcher has listed waits for it, then is refused.
+    let (learner, pod) = sample::pod("learner");
+    let pending = tokio::spawn({
+        let (registry, learner, pod) = (registry.clone(), learner.clone(), pod.clone());
+        async move { registry.mutate_pod(&learner, pod).await }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        !pending.is_finished(),
+        "a mutation must wait for the first load"
+    );
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let watcher = tokio::spawn(diorch::plugin::watch::run(
+        client.clone(),
+        "default",
+        registry.clone(),
+        diorch::leader::Leadership::always(),
+        async move {
+            let _ = stop_rx.await;
+        },
+    ));
+    let err = pending.await.unwrap().unwrap_err();
+    assert_eq!(err.reason(), "NotLoaded", "{err}");
+    assert!(
+        err.to_string().contains("plugin envs") && err.to_string().contains("learner"),
+        "{err}"
+    );
+    // Other task types are served.
+    let (collector, collector_pod) = sample::pod("collector");
+    registry
+        .mutate_pod(&collector, collector_pod.clone())
+        .await
+        .unwrap();
+
+    // Fixed: learners are mutated again.
+    let fixed = spec::to_configmap(&envs, wasm("accel_env"), Some("default"));
+    set_content(&cms, "plugin-envs", &fixed).await;
+    until("the fixed mutator", Duration::from_secs(10), async || {
+        registry.mutate_pod(&learner, pod.clone()).await.ok()
+    })
+    .await;
+
+    // An invalid ConfigMap of a Fail mutator blocks too (it cannot say what it would do), and
+    // deleting it lifts the block.
+    let mut strict = PluginSpec::new("strict", PluginKind::Mutator);
+    strict.task_types = vec!["collector".into()];
+    let mut invalid = spec::to_configmap(&strict, wasm("accel_env"), Some("default"));
+    invalid
+        .data
+        .as_mut()
+        .unwrap()
+        .insert("order".into(), "first".into());
+    cms.create(&PostParams::default(), &invalid).await.unwrap();
+    let err = until(
+        "the invalid mutator to block",
+        Duration::from_secs(10),
+        async || {
+            registry
+                .mutate_pod(&collector, collector_pod.clone())
+                .await
+                .err()
+        },
+    )
+    .await;
+    assert!(
+        err.to_string().contains("plugin strict") && err.to_string().contains("data[\"order\"]"),
+        "{err}"
+    );
+    cms.delete("plugin-strict", &DeleteParams::default())
+        .await
+        .unwrap();
+    until("the block to lift", Duration::from_secs(10), async || {
+        registry
+            .mutate_pod(&collector, collector_pod.clone())
+            .await
+            .ok()
+    })
+    .await;
+
+    // (64 MiB + 4 MiB of host copies) x 2 calls > the 100 MiB budget: refused, and the
+    // ConfigMap says why.
+    let mut greedy = PluginSpec::new("greedy", PluginKind::Policy);
+    greedy.memory_bytes = Some(64 << 20);
+    let cm = spec::to_configmap(&greedy, wasm("binpack"), Some("default"));
+    cms.create(&PostParams::default(), &cm).await.unwrap();
+    let note = until_shown(&cms, "plugin-greedy", "Rejected", None).await;
+    assert!(
+        note.contains("refused at load: memoryMiB 64")
+            && note.contains("more than the plugin memory budget of 100 MiB"),
+        "{note}"
+    );
+
+    let _ = stop_tx.send(());
+    watcher.await.unwrap();
+    sandbox.stop().await;
+}

@@ -2,12 +2,29 @@
 //! loaded plugin, and a fresh Store per call bounded by a memory cap and an epoch deadline.
 //!
 //! Owns: Engine configuration, the epoch ticker thread, WASI deny-all context, the log import,
-//! conversions between the plain model and the WIT bindings, error classification. Must not
-//! touch: output semantics (see `checks`) and which plugin serves what (see `registry`).
+//! conversions between the plain model and the WIT bindings, error classification, and every
+//! per-call and load-time bound (see "Bounds" below). Must not touch: output semantics (see
+//! `checks`) and which plugin serves what (see `registry`).
+//!
+//! Bounds. A plugin is untrusted code; whatever it does, a call ends by its deadline (plus one
+//! epoch tick) and costs at most its memory cap plus [`HOST_COPY_CAP`] of host memory:
+//! - time: the epoch deadline interrupts Wasm code; host calls are not interrupted by it, so no
+//!   WASI import may block: clock subscriptions (the only way to sleep or wait in WASI 0.2) and
+//!   socket creation and name lookup trap at once ([`DENIED_WASI`]); what remains cannot block
+//!   (closed stdin, in-memory stdout/stderr, no preopened directories, frozen clocks);
+//! - memory: one cap for all memories and tables of the instance together ([`CapLimiter`]);
+//!   data the host copies out of the guest (results, log fields) is capped per call by
+//!   wasmtime's hostcall fuel, so aliasing (many list entries pointing at one string) cannot
+//!   amplify it; WASI handles, component handles and random bytes are capped;
+//! - text: log lines, fields, refusal messages and trap messages are cut before they reach
+//!   `tracing`, status or Events;
+//! - load: components larger than [`MAX_COMPONENT_BYTES`] are refused before compiling, and a
+//!   compile that outlives [`HostConfig::compile_timeout`] is refused.
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -18,7 +35,7 @@ use sha2::{Digest, Sha256};
 use wasmtime::component::{Component, HasSelf, Linker, ResourceTable};
 use wasmtime::{
     Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, ResourceLimiter, Store,
-    StoreLimits, StoreLimitsBuilder, Trap,
+    Trap,
 };
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
@@ -90,16 +107,47 @@ pub struct HostConfig {
     pub max_log_lines: u32,
     /// Wasm calls run at once (async callers queue); default: the number of cores.
     pub max_concurrent_calls: usize,
+    /// Longest wait for one component's compile at load; past it the upload is refused.
+    pub compile_timeout: Duration,
+    /// Memory the plugin calls may take together, in bytes: a plugin whose memory cap (plus
+    /// [`HOST_COPY_CAP`]) times `max_concurrent_calls` exceeds it is refused at load. Default:
+    /// [`default_memory_budget`].
+    pub memory_budget: usize,
 }
 
 impl Default for HostConfig {
     fn default() -> Self {
+        let max_concurrent_calls = std::thread::available_parallelism().map_or(2, |n| n.get());
         HostConfig {
             limits: Limits::default(),
             epoch_tick: Duration::from_millis(5),
             max_log_lines: 64,
-            max_concurrent_calls: std::thread::available_parallelism().map_or(2, |n| n.get()),
+            max_concurrent_calls,
+            compile_timeout: Duration::from_secs(20),
+            memory_budget: default_memory_budget(max_concurrent_calls),
         }
+    }
+}
+
+/// Without a cgroup memory limit, what each concurrent call may take.
+const BUDGET_PER_CALL: usize = 256 << 20;
+
+/// Half the container's memory limit (cgroup v2 `memory.max`, else v1
+/// `memory.limit_in_bytes`), leaving the other half to the operator itself; without a limit,
+/// [`BUDGET_PER_CALL`] (256 MiB) per concurrent call.
+pub fn default_memory_budget(max_concurrent_calls: usize) -> usize {
+    let limit = [
+        "/sys/fs/cgroup/memory.max",
+        "/sys/fs/cgroup/memory/memory.limit_in_bytes",
+    ]
+    .iter()
+    .filter_map(|path| std::fs::read_to_string(path).ok())
+    // "max" (v2) does not parse; v1 says "no limit" with a number near i64::MAX.
+    .filter_map(|text| text.trim().parse::<u64>().ok())
+    .find(|&bytes| bytes < 1 << 50);
+    match limit {
+        Some(bytes) => usize::try_from(bytes / 2).unwrap_or(usize::MAX),
+        None => BUDGET_PER_CALL.saturating_mul(max_concurrent_calls.max(1)),
     }
 }
 
@@ -114,16 +162,131 @@ fn one_line(e: &wasmtime::Error) -> String {
 /// Compiled components kept; past this the cache starts over (uploads are rare).
 const CACHE_CAP: usize = 64;
 const STDERR_CAP: usize = 4096;
+/// Caps of one log line: message bytes, fields, and bytes of a field's key and of its value.
 const LOG_MESSAGE_CAP: usize = 1024;
+const LOG_FIELDS_CAP: usize = 16;
+const LOG_KEY_CAP: usize = 64;
+const LOG_VALUE_CAP: usize = 256;
+/// Bytes of a plugin's refusal text (e.g. `no-fit`) and of a trap message kept in errors, which
+/// end up in status, Events and logs.
+pub const ERROR_TEXT_CAP: usize = 1024;
+/// Largest component accepted (a ConfigMap holds ~1 MiB; `diorch plugin check FILE` takes any
+/// file): it bounds compile time and memory, since a compile cannot be cancelled.
+pub const MAX_COMPONENT_BYTES: usize = 16 << 20;
+/// Compiles running at once, timed-out ones included (their threads finish on their own).
+const MAX_COMPILES: usize = 2;
+/// Bytes the host copies out of the guest in one transfer: a call's results, or one log
+/// import's arguments (wasmtime's hostcall fuel; 128 MiB by default). Copies are made from
+/// guest memory, but one string can be referenced by any number of list entries, so without
+/// this cap a 1 MiB guest could make the host allocate gigabytes.
+pub const HOST_COPY_CAP: usize = 4 << 20;
+/// Largest pod a mutator may return: etcd's default request limit (1.5 MiB); larger could not
+/// be created anyway, and parsing it is the largest host-side copy of a mutator call.
+pub const MUTATOR_OUTPUT_CAP: usize = 1536 << 10;
+/// WASI resources (streams, pollables) and component handles alive at once in one call.
+const MAX_HANDLES: usize = 1024;
+/// Bytes of one WASI `get-random-bytes` call (64 MiB by default, copied on the host).
+const RANDOM_CAP: u64 = 4096;
+/// Core instances, memories and tables one call may create (a Rust component has a handful).
+const MAX_INSTANCES: usize = 256;
+const MAX_MEMORIES: usize = 64;
+const MAX_TABLES: usize = 256;
+/// What a table element costs in the memory cap (a pointer).
+const TABLE_ELEMENT_BYTES: usize = 8;
+
+/// The version wasmtime-wasi registers its WASI 0.2 interfaces under; guests importing any 0.2.x
+/// reach them by semver. The hostile `sleep` and `socket` tests fail if an upgrade moves them
+/// and [`DENIED_WASI`] stops shadowing anything.
+const WASI_VERSION: &str = "0.2.12";
+
+/// WASI functions that trap with [`Denied`]: a host call is not interrupted by the epoch
+/// deadline, so these could hold a thread past it (a clock subscription is how a guest sleeps:
+/// `std::thread::sleep` is subscribe-duration + poll), or reach a host resource (sockets are
+/// refused by the deny-all context anyway; trapping also keeps them off the host entirely).
+const DENIED_WASI: &[(&str, &[&str])] = &[
+    (
+        "wasi:clocks/monotonic-clock",
+        &["subscribe-duration", "subscribe-instant"],
+    ),
+    ("wasi:sockets/tcp-create-socket", &["create-tcp-socket"]),
+    ("wasi:sockets/udp-create-socket", &["create-udp-socket"]),
+    ("wasi:sockets/ip-name-lookup", &["resolve-addresses"]),
+];
+
+/// A plugin called a WASI function the host denies (see [`DENIED_WASI`]).
+#[derive(Debug)]
+struct Denied {
+    interface: &'static str,
+    func: &'static str,
+}
+
+impl fmt::Display for Denied {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "called {}#{}, which is denied: plugins may not sleep, wait, or use sockets",
+            self.interface, self.func
+        )
+    }
+}
+
+impl std::error::Error for Denied {}
+
+/// `text` cut to at most `cap` bytes (on a char boundary), marked when cut.
+fn capped(mut text: String, cap: usize) -> String {
+    if text.len() > cap {
+        let total = text.len();
+        let mut cut = cap;
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        text.truncate(cut);
+        text.push_str(&format!("… [{total} bytes, cut]"));
+    }
+    text
+}
 
 struct HostInner {
     engine: Engine,
     linker: Linker<HostState>,
     config: HostConfig,
     compiled: Mutex<HashMap<[u8; 32], Component>>,
+    /// Compile threads running (see [`MAX_COMPILES`]).
+    compiling: Arc<AtomicUsize>,
     /// Calls running at once. Deadlines are wall-clock, so running more calls than cores would
     /// make them time out under load; extra calls wait here, before their clock starts.
     slots: Arc<tokio::sync::Semaphore>,
+}
+
+/// Both call slots a call holds: its plugin's own (see [`LoadedCore::own_slots`]), then the
+/// host's. Taken in that order, so a plugin's queued calls never hold a host slot.
+struct Slots {
+    _own: tokio::sync::OwnedSemaphorePermit,
+    _host: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl LoadedCore {
+    fn slots(&self) -> impl Future<Output = Result<Slots, PluginError>> + Send + 'static {
+        let (own, host, plugin) = (
+            self.own_slots.clone(),
+            self.host.slots.clone(),
+            self.name.clone(),
+        );
+        async move {
+            let own = own
+                .acquire_owned()
+                .await
+                .map_err(|e| host_err(&plugin, e))?;
+            let host = host
+                .acquire_owned()
+                .await
+                .map_err(|e| host_err(&plugin, e))?;
+            Ok(Slots {
+                _own: own,
+                _host: host,
+            })
+        }
+    }
 }
 
 /// The plugin host. Cheap to clone; all clones share the Engine and the compile cache.
@@ -158,10 +321,43 @@ impl WasiView for HostState {
     }
 }
 
-/// `StoreLimits` plus a flag, so a failed call can be told apart as a memory-cap hit.
+/// One memory cap for the instance: `StoreLimits::memory_size` caps each memory on its own, so a
+/// component with several core instances (each with its memory) or a module with several
+/// memories could take the cap that many times. This sums every memory and table growth of the
+/// Store (growth from 0 at instantiation included) and refuses, as a trap, what passes the cap.
+/// `hit` tells a failed call apart as a memory-cap hit.
 struct CapLimiter {
-    inner: StoreLimits,
+    cap: usize,
+    used: usize,
     hit: bool,
+}
+
+impl CapLimiter {
+    fn new(cap: usize) -> CapLimiter {
+        CapLimiter {
+            cap,
+            used: 0,
+            hit: false,
+        }
+    }
+
+    fn grow(&mut self, bytes: usize) -> wasmtime::Result<bool> {
+        match self.used.checked_add(bytes) {
+            Some(total) if total <= self.cap => {
+                // A growth allowed here that then fails stays counted: stricter, never looser.
+                self.used = total;
+                Ok(true)
+            }
+            _ => {
+                self.hit = true;
+                wasmtime::bail!(
+                    "memory cap of {} bytes reached ({} in use, {bytes} more asked)",
+                    self.cap,
+                    self.used
+                )
+            }
+        }
+    }
 }
 
 impl ResourceLimiter for CapLimiter {
@@ -169,34 +365,34 @@ impl ResourceLimiter for CapLimiter {
         &mut self,
         current: usize,
         desired: usize,
-        maximum: Option<usize>,
+        _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        let verdict = self.inner.memory_growing(current, desired, maximum);
-        if !matches!(verdict, Ok(true)) {
-            self.hit = true;
-        }
-        verdict
+        self.grow(desired.saturating_sub(current))
     }
 
     fn table_growing(
         &mut self,
         current: usize,
         desired: usize,
-        maximum: Option<usize>,
+        _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        self.inner.table_growing(current, desired, maximum)
+        self.grow(
+            desired
+                .saturating_sub(current)
+                .saturating_mul(TABLE_ELEMENT_BYTES),
+        )
     }
 
     fn instances(&self) -> usize {
-        self.inner.instances()
+        MAX_INSTANCES
     }
 
     fn tables(&self) -> usize {
-        self.inner.tables()
+        MAX_TABLES
     }
 
     fn memories(&self) -> usize {
-        self.inner.memories()
+        MAX_MEMORIES
     }
 }
 
@@ -222,25 +418,38 @@ impl wasmtime_wasi::HostMonotonicClock for FrozenClock {
 }
 
 impl wit_log::Host for HostState {
+    // The arguments were copied out of the guest before this runs; wasmtime's hostcall fuel
+    // (`HOST_COPY_CAP`) bounded that copy. Here they are cut before anything keeps them.
     fn log(&mut self, level: wit_log::Level, message: String, fields: Vec<(String, String)>) {
         if self.logs_left == 0 {
             return;
         }
         self.logs_left -= 1;
-        let mut message = message;
-        if message.len() > LOG_MESSAGE_CAP {
-            let mut cut = LOG_MESSAGE_CAP;
-            while !message.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            message.truncate(cut);
-        }
+        let (message, fields) = cap_log_line(message, fields);
         if let Some(held) = &mut self.held_logs {
             held.push((level, message, fields));
             return;
         }
         emit(&self.plugin, level, &message, &fields);
     }
+}
+
+/// A log line as it may reach `tracing`: the message, each field's key and value, and the
+/// number of fields cut (a last field `…` says how many were dropped).
+fn cap_log_line(message: String, fields: Vec<(String, String)>) -> (String, Vec<(String, String)>) {
+    let total = fields.len();
+    let mut kept: Vec<(String, String)> = fields
+        .into_iter()
+        .take(LOG_FIELDS_CAP)
+        .map(|(k, v)| (capped(k, LOG_KEY_CAP), capped(v, LOG_VALUE_CAP)))
+        .collect();
+    if total > LOG_FIELDS_CAP {
+        kept.push((
+            "…".to_string(),
+            format!("{} more fields dropped", total - LOG_FIELDS_CAP),
+        ));
+    }
+    (capped(message, LOG_MESSAGE_CAP), kept)
 }
 
 fn emit(plugin: &str, level: wit_log::Level, message: &str, fields: &[(String, String)]) {
@@ -298,6 +507,21 @@ fn pooling(pagemap_scan: bool) -> PoolingAllocationConfig {
     pool
 }
 
+/// Shadows the [`DENIED_WASI`] functions of wasmtime-wasi's linker with ones that trap.
+fn deny_wasi(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
+    linker.allow_shadowing(true);
+    for &(interface, funcs) in DENIED_WASI {
+        let mut instance = linker.instance(&format!("{interface}@{WASI_VERSION}"))?;
+        for &func in funcs {
+            instance.func_new(func, move |_, _, _, _| {
+                Err(wasmtime::Error::new(Denied { interface, func }))
+            })?;
+        }
+    }
+    linker.allow_shadowing(false);
+    Ok(())
+}
+
 impl PluginHost {
     pub fn new(config: HostConfig) -> Result<PluginHost, PluginError> {
         let mut wasm = Config::new();
@@ -339,6 +563,7 @@ impl PluginHost {
         let engine = engine.ok_or_else(|| host_err("-", failures.join("; ")))?;
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(|e| host_err("-", e))?;
+        deny_wasi(&mut linker).map_err(|e| host_err("-", e))?;
         wit_log::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)
             .map_err(|e| host_err("-", e))?;
         let weak = engine.weak();
@@ -359,6 +584,7 @@ impl PluginHost {
                 engine,
                 linker,
                 compiled: Mutex::new(HashMap::new()),
+                compiling: Arc::new(AtomicUsize::new(0)),
                 slots: Arc::new(tokio::sync::Semaphore::new(
                     config.max_concurrent_calls.max(1),
                 )),
@@ -377,17 +603,65 @@ impl PluginHost {
         if let Some(c) = self.lock_cache().get(&hash) {
             return Ok((c.clone(), hash));
         }
-        let component =
-            Component::new(&self.inner.engine, bytes).map_err(|e| PluginError::Compile {
-                plugin: plugin.to_string(),
-                message: one_line(&e),
-            })?;
+        let component = self.compile_bounded(plugin, bytes)?;
         let mut cache = self.lock_cache();
         if cache.len() >= CACHE_CAP {
             cache.clear();
         }
         cache.insert(hash, component.clone());
         Ok((component, hash))
+    }
+
+    /// Compiles `bytes` within the size cap and the compile timeout (blocking). Cranelift runs
+    /// on its own thread, which cannot be cancelled: one that outlives the timeout finishes on
+    /// its own (its work is bounded by [`MAX_COMPONENT_BYTES`]) and its result is dropped; while
+    /// [`MAX_COMPILES`] such threads run, further compiles are refused.
+    fn compile_bounded(&self, plugin: &str, bytes: &[u8]) -> Result<Component, PluginError> {
+        let refuse = |message: String| PluginError::LoadLimit {
+            plugin: plugin.to_string(),
+            message,
+        };
+        if bytes.len() > MAX_COMPONENT_BYTES {
+            return Err(refuse(format!(
+                "the component has {} bytes; at most {MAX_COMPONENT_BYTES} are accepted",
+                bytes.len()
+            )));
+        }
+        let compiling = self.inner.compiling.clone();
+        if compiling.fetch_add(1, Ordering::AcqRel) >= MAX_COMPILES {
+            compiling.fetch_sub(1, Ordering::AcqRel);
+            return Err(refuse(format!(
+                "{MAX_COMPILES} compiles are still running (earlier ones past their timeout); \
+                 try again later"
+            )));
+        }
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let (engine, owned) = (self.inner.engine.clone(), bytes.to_vec());
+        let spawned = std::thread::Builder::new()
+            .name("wasm-compile".into())
+            .spawn(move || {
+                let result = Component::new(&engine, &owned);
+                compiling.fetch_sub(1, Ordering::AcqRel);
+                // The receiver is gone when the wait timed out: nothing to do.
+                let _ = tx.send(result);
+            });
+        if let Err(e) = spawned {
+            self.inner.compiling.fetch_sub(1, Ordering::AcqRel);
+            return Err(host_err(
+                plugin,
+                format!("cannot start a compile thread: {e}"),
+            ));
+        }
+        let timeout = self.inner.config.compile_timeout;
+        match rx.recv_timeout(timeout) {
+            Ok(result) => result.map_err(|e| PluginError::Compile {
+                plugin: plugin.to_string(),
+                message: capped(one_line(&e), ERROR_TEXT_CAP),
+            }),
+            Err(_) => Err(refuse(format!(
+                "compiling the component took longer than {timeout:?}"
+            ))),
+        }
     }
 
     fn lock_cache(&self) -> std::sync::MutexGuard<'_, HashMap<[u8; 32], Component>> {
@@ -401,11 +675,7 @@ impl PluginHost {
     /// Compiles `bytes` afresh (no cache, so the time is real) and lists what it declares.
     pub fn inspect(&self, bytes: &[u8]) -> Result<ComponentInfo, PluginError> {
         let started = std::time::Instant::now();
-        let component =
-            Component::new(&self.inner.engine, bytes).map_err(|e| PluginError::Compile {
-                plugin: "-".to_string(),
-                message: one_line(&e),
-            })?;
+        let component = self.compile_bounded("-", bytes)?;
         let compile_time = started.elapsed();
         let ty = component.component_type();
         let engine = &self.inner.engine;
@@ -549,6 +819,9 @@ impl PluginHost {
             name: name.into(),
             sha256: hash.iter().map(|b| format!("{b:02x}")).collect(),
             limits: limits.unwrap_or(self.inner.config.limits),
+            own_slots: Arc::new(tokio::sync::Semaphore::new(
+                self.inner.config.max_concurrent_calls.div_ceil(2).max(1),
+            )),
         }
     }
 }
@@ -568,6 +841,9 @@ struct LoadedCore {
     name: Arc<str>,
     sha256: String,
     limits: Limits,
+    /// This plugin's calls at once: half the host's slots (at least one), so a plugin whose
+    /// calls all run to their deadline leaves the other half to other plugins.
+    own_slots: Arc<tokio::sync::Semaphore>,
 }
 
 struct Loaded<P> {
@@ -586,17 +862,14 @@ impl LoadedCore {
             .secure_random(wasmtime_wasi::Deterministic::new(vec![0x5a; 64]))
             .insecure_random(wasmtime_wasi::Deterministic::new(vec![0xa5; 64]))
             .insecure_random_seed(0)
+            .max_random_size(RANDOM_CAP)
             .stderr(stderr.clone());
+        let mut table = ResourceTable::new();
+        table.set_max_capacity(MAX_HANDLES);
         let state = HostState {
             wasi: wasi.build(),
-            table: ResourceTable::new(),
-            limiter: CapLimiter {
-                inner: StoreLimitsBuilder::new()
-                    .memory_size(self.limits.memory_bytes)
-                    .trap_on_grow_failure(true)
-                    .build(),
-                hit: false,
-            },
+            table,
+            limiter: CapLimiter::new(self.limits.memory_bytes),
             plugin: self.name.clone(),
             logs_left: self.host.config.max_log_lines,
             held_logs: inline.then(Vec::new),
@@ -604,6 +877,8 @@ impl LoadedCore {
         };
         let mut store = Store::new(&self.host.engine, state);
         store.limiter(|s| &mut s.limiter);
+        store.set_hostcall_fuel(HOST_COPY_CAP);
+        store.set_max_component_handles(MAX_HANDLES);
         let tick = self.host.config.epoch_tick.as_nanos().max(1);
         // Round up, plus one: the current epoch may be about to end.
         let ticks = self.limits.deadline.as_nanos().div_ceil(tick) + 1;
@@ -623,36 +898,48 @@ impl LoadedCore {
                 cap_bytes: self.limits.memory_bytes,
             };
         }
-        match error.downcast_ref::<Trap>() {
-            Some(Trap::Interrupt) => PluginError::Timeout {
+        if let Some(denied) = error.downcast_ref::<Denied>() {
+            return PluginError::Trap {
                 plugin,
-                deadline: self.limits.deadline,
-            },
+                message: denied.to_string(),
+            };
+        }
+        let message = match error.downcast_ref::<Trap>() {
+            Some(Trap::Interrupt) => {
+                return PluginError::Timeout {
+                    plugin,
+                    deadline: self.limits.deadline,
+                };
+            }
             Some(trap) => {
                 let said = String::from_utf8_lossy(&store.data().stderr.contents())
                     .trim()
                     .to_string();
-                let message = if said.is_empty() {
+                if said.is_empty() {
                     trap.to_string()
                 } else {
                     format!("{trap} (stderr: {said})")
-                };
-                PluginError::Trap { plugin, message }
+                }
             }
-            None => PluginError::Trap {
-                plugin,
-                message: one_line(&error),
-            },
+            // Includes wasmtime's "too much data is being copied between the host and the
+            // guest" when a result or log line passes `HOST_COPY_CAP`.
+            None => one_line(&error),
+        };
+        PluginError::Trap {
+            plugin,
+            message: capped(message, ERROR_TEXT_CAP),
         }
     }
 
+    /// The plugin's own refusal; its text is cut (a `no-fit` text reaches status and Events).
     fn refused(&self, e: wit::Error) -> PluginError {
+        let cap = |m: String| capped(m, ERROR_TEXT_CAP);
         PluginError::Refused {
             plugin: self.name.to_string(),
             error: match e {
-                wit::Error::NoFit(m) => PolicyError::NoFit(m),
-                wit::Error::InvalidInput(m) => PolicyError::InvalidInput(m),
-                wit::Error::Internal(m) => PolicyError::Internal(m),
+                wit::Error::NoFit(m) => PolicyError::NoFit(cap(m)),
+                wit::Error::InvalidInput(m) => PolicyError::InvalidInput(cap(m)),
+                wit::Error::Internal(m) => PolicyError::Internal(cap(m)),
             },
         }
     }
@@ -992,13 +1279,10 @@ impl SchedulingPolicy for WasmPolicy {
         nodes: Arc<[Node]>,
     ) -> BoxFuture<'static, Result<Vec<String>, PluginError>> {
         let this = self.clone();
-        let slots = self.inner.core.host.slots.clone();
+        let slots = self.inner.core.slots();
         async move {
             let core = &this.inner.core;
-            let _slot = slots
-                .acquire_owned()
-                .await
-                .map_err(|e| host_err(&core.name, e))?;
+            let _slots = slots.await?;
             if this.inner.inline_ok.load(Ordering::Relaxed) {
                 let input = cluster(&core.name, &[&job], &nodes)?;
                 match this.allocate_call(&input, true) {
@@ -1046,13 +1330,10 @@ fn blocking<T: Send + 'static>(
     core: &LoadedCore,
     f: impl FnOnce() -> Result<T, PluginError> + Send + 'static,
 ) -> BoxFuture<'static, Result<T, PluginError>> {
-    let slots = core.host.slots.clone();
+    let slots = core.slots();
     let plugin = core.name.clone();
     async move {
-        let _slot = slots
-            .acquire_owned()
-            .await
-            .map_err(|e| host_err(&plugin, e))?;
+        let _slots = slots.await?;
         tokio::task::spawn_blocking(f)
             .await
             .unwrap_or_else(|e| Err(host_err(&plugin, e)))
@@ -1095,6 +1376,13 @@ impl WasmMutator {
             .instantiate(&mut store)
             .and_then(|m| m.call_mutate(&mut store, &wctx, pod_json));
         match result {
+            Ok(Ok(out)) if out.len() > MUTATOR_OUTPUT_CAP => Err(PluginError::MalformedOutput {
+                plugin: core.name.to_string(),
+                message: format!(
+                    "returned a pod of {} bytes; at most {MUTATOR_OUTPUT_CAP} are accepted",
+                    out.len()
+                ),
+            }),
             Ok(Ok(out)) => Ok(out),
             Ok(Err(e)) => Err(core.refused(e)),
             Err(e) => Err(core.classify(&store, e)),
@@ -1118,5 +1406,113 @@ impl PodMutator for WasmMutator {
     fn mutate(&self, ctx: TaskContext, pod: Pod) -> BoxFuture<'static, Result<Pod, PluginError>> {
         let this = self.clone();
         blocking(&self.inner.core, move || this.mutate_blocking(&ctx, &pod))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wasm_encoder::{
+        CodeSection, ComponentBuilder, ComponentExportKind, ExportKind, ExportSection, Function,
+        FunctionSection, Instruction, MemorySection, MemoryType, Module, PrimitiveValType,
+        TypeSection, ValType,
+    };
+
+    /// A component of `instances` core instances of one module, each with its own memory
+    /// (0 pages at first), exporting `grow-<i>: func(pages: u32) -> s32`: `memory.grow` of
+    /// instance `i`'s memory. The Rust toolchain cannot build this; a hostile one can.
+    fn many_memories(instances: u32) -> Vec<u8> {
+        let mut module = Module::new();
+        let mut types = TypeSection::new();
+        types.ty().function([ValType::I32], [ValType::I32]);
+        module.section(&types);
+        let mut funcs = FunctionSection::new();
+        funcs.function(0);
+        module.section(&funcs);
+        let mut memories = MemorySection::new();
+        memories.memory(MemoryType {
+            minimum: 0,
+            maximum: None,
+            memory64: false,
+            shared: false,
+            page_size_log2: None,
+        });
+        module.section(&memories);
+        let mut exports = ExportSection::new();
+        exports.export("grow", ExportKind::Func, 0);
+        module.section(&exports);
+        let mut code = CodeSection::new();
+        let mut grow = Function::new(Vec::<(u32, ValType)>::new());
+        grow.instruction(&Instruction::LocalGet(0))
+            .instruction(&Instruction::MemoryGrow(0))
+            .instruction(&Instruction::End);
+        code.function(&grow);
+        module.section(&code);
+
+        let mut c = ComponentBuilder::default();
+        let m = c.core_module(None, &module);
+        let (ty, mut f) = c.type_function(None);
+        f.params([("pages", PrimitiveValType::U32)])
+            .result(Some(PrimitiveValType::S32.into()));
+        for i in 0..instances {
+            let instance = c.core_instantiate(None, m, []);
+            let core = c.core_alias_export(None, instance, "grow", ExportKind::Func);
+            let lifted = c.lift_func(None, core, ty, []);
+            c.export(
+                format!("grow-{i}").as_str(),
+                ComponentExportKind::Func,
+                lifted,
+                None,
+            );
+        }
+        c.finish()
+    }
+
+    #[test]
+    fn one_memory_cap_covers_every_memory_of_the_instance() {
+        let host = PluginHost::new(HostConfig::default()).unwrap();
+        let engine = &host.inner.engine;
+        let component = Component::new(engine, many_memories(3)).unwrap();
+        let limits = Limits {
+            deadline: Duration::from_secs(5),
+            memory_bytes: 64 << 20,
+        };
+        let core = host.loaded_core("memories", [0; 32], Some(limits));
+        let mut store = core.new_store(false);
+        let instance = Linker::new(engine)
+            .instantiate(&mut store, &component)
+            .unwrap();
+        let mut grow = |i: u32, pages: u32| -> wasmtime::Result<i32> {
+            let f = instance.get_typed_func::<(u32,), (i32,)>(&mut store, &format!("grow-{i}"))?;
+            Ok(f.call(&mut store, (pages,))?.0)
+        };
+        // 24 MiB (384 pages) each: each memory alone is far below the 64 MiB cap, two fit in it
+        // together, the third passes it.
+        assert_eq!(grow(0, 384).unwrap(), 0);
+        assert_eq!(grow(1, 384).unwrap(), 0);
+        let err = grow(2, 384).unwrap_err();
+        let err = core.classify(&store, err);
+        assert!(
+            matches!(err, PluginError::MemoryCap { cap_bytes, .. } if cap_bytes == 64 << 20),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn log_lines_are_cut_before_they_reach_tracing() {
+        let fields: Vec<(String, String)> = (0..100)
+            .map(|i| (format!("{i}").repeat(1000), "v".repeat(100_000)))
+            .collect();
+        let (message, kept) = cap_log_line("é".repeat(1 << 20), fields);
+        assert!(message.len() <= LOG_MESSAGE_CAP + 40, "{}", message.len());
+        assert!(message.ends_with("[2097152 bytes, cut]"), "{message}");
+        assert_eq!(kept.len(), LOG_FIELDS_CAP + 1);
+        for (k, v) in &kept[..LOG_FIELDS_CAP] {
+            assert!(k.len() <= LOG_KEY_CAP + 40 && v.len() <= LOG_VALUE_CAP + 40);
+        }
+        assert_eq!(kept[LOG_FIELDS_CAP].1, "84 more fields dropped");
+        // Short lines pass unchanged.
+        let line = cap_log_line("hi".into(), vec![("k".into(), "v".into())]);
+        assert_eq!(line, ("hi".to_string(), vec![("k".into(), "v".into())]));
     }
 }

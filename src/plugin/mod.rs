@@ -27,7 +27,9 @@ pub use diorch_policies::{
     Job, JobAllocation, Node, PolicyError, Resources, Taint, TaintEffect, Task,
 };
 pub use host::{
-    CallPaths, ComponentInfo, HostConfig, Limits, PluginHost, WasmMutator, WasmPolicy, World,
+    CallPaths, ComponentInfo, ERROR_TEXT_CAP, HOST_COPY_CAP, HostConfig, Limits,
+    MAX_COMPONENT_BYTES, MUTATOR_OUTPUT_CAP, PluginHost, WasmMutator, WasmPolicy, World,
+    default_memory_budget,
 };
 pub use native::NativePolicy;
 
@@ -115,6 +117,13 @@ pub enum PluginError {
     Refused { plugin: String, error: PolicyError },
     #[error("plugin {plugin}: host failure: {message}")]
     Host { plugin: String, message: String },
+    /// A mutator with failurePolicy Fail that does not serve (its upload was refused, or the
+    /// plugin ConfigMaps are not listed yet): the pods it would mutate are not created.
+    #[error("plugin {plugin} is not loaded and has failurePolicy Fail: {message}")]
+    NotLoaded { plugin: String, message: String },
+    /// Refused at load by a host bound: component size, compile time, memory budget.
+    #[error("plugin {plugin} refused at load: {message}")]
+    LoadLimit { plugin: String, message: String },
 }
 
 impl PluginError {
@@ -130,6 +139,8 @@ impl PluginError {
             PluginError::NotGranted { .. } => "NotGranted",
             PluginError::Refused { .. } => "Refused",
             PluginError::Host { .. } => "HostError",
+            PluginError::LoadLimit { .. } => "LoadLimit",
+            PluginError::NotLoaded { .. } => "NotLoaded",
         }
     }
 }

@@ -8,6 +8,15 @@
 //! are timed in [`PluginRegistry::mutate_pod`]; the built-in native policy is not a plugin and is
 //! not counted) and one `diorch_plugin_info` series per known plugin.
 //!
+//! Fail closed: a mutator with failurePolicy Fail whose upload was refused while no version of
+//! it serves (or whose ConfigMap is invalid, see [`PluginRegistry::fail_closed`]) blocks the pods
+//! of the task types it applies to: [`PluginRegistry::mutate_pod`] refuses them, naming it. A
+//! registry built [`PluginRegistry::awaiting_first_load`] (the operator's) also refuses to mutate
+//! until the watcher has loaded every plugin ConfigMap of its first list, waiting up to
+//! [`FIRST_LOAD_WAIT`]: after a restart a Fail mutator is never skipped for not being loaded yet.
+//! An upload whose memory cap times the host's concurrent calls passes the host's memory budget
+//! is refused (`LoadLimit`).
+//!
 //! Owns: the loaded set, per-plugin status, mutator ordering and failure policies, the native
 //! fallback choice, the plugin metrics' values. Must not touch: how ConfigMaps are fetched (the
 //! watcher feeds `apply`) and how status is served (see `status`).
@@ -15,7 +24,7 @@
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use futures::FutureExt as _;
@@ -37,12 +46,33 @@ struct MutatorEntry {
     plugin: WasmMutator,
 }
 
+/// A mutator with failurePolicy Fail and no version serving: its pods are refused.
+#[derive(Clone, Debug)]
+struct Blocker {
+    name: String,
+    /// Empty = all.
+    task_types: Vec<String>,
+    cause: String,
+}
+
+impl Blocker {
+    fn applies_to(&self, task_type: &str) -> bool {
+        self.task_types.is_empty() || self.task_types.iter().any(|t| t == task_type)
+    }
+}
+
 #[derive(Default, Clone)]
 struct Loaded {
     policies: BTreeMap<String, WasmPolicy>,
     /// Sorted by (order, name).
     mutators: Vec<MutatorEntry>,
+    /// By plugin name.
+    blockers: BTreeMap<String, Blocker>,
 }
+
+/// Longest wait of a pod mutation for the watcher's first load (see the module doc); past it
+/// the pod is refused and its reconcile retried.
+pub const FIRST_LOAD_WAIT: Duration = Duration::from_secs(10);
 
 /// What `kubectl`/metrics/status endpoints show about one plugin. Serialized in camelCase for
 /// `GET /plugins` (see `status`).
@@ -138,9 +168,12 @@ pub struct PluginRegistry {
     writer: tokio::sync::Mutex<()>,
     fallback: NativePolicy,
     metrics: Option<Arc<Metrics>>,
+    /// Whether the plugin ConfigMaps of the first list were all applied (see the module doc).
+    first_load: tokio::sync::watch::Sender<bool>,
 }
 
 impl PluginRegistry {
+    /// A registry that serves at once (no first load to wait for).
     pub fn new(host: PluginHost, fallback: NativePolicy) -> PluginRegistry {
         PluginRegistry {
             host,
@@ -149,7 +182,96 @@ impl PluginRegistry {
             writer: tokio::sync::Mutex::new(()),
             fallback,
             metrics: None,
+            first_load: tokio::sync::watch::Sender::new(true),
         }
+    }
+
+    /// Pod mutations wait (up to [`FIRST_LOAD_WAIT`]) until [`Self::first_load_done`]: for a
+    /// registry fed by the ConfigMap watcher.
+    pub fn awaiting_first_load(self) -> PluginRegistry {
+        self.first_load.send_replace(false);
+        self
+    }
+
+    /// Every plugin ConfigMap of the watcher's first list was applied (loaded or refused).
+    pub fn first_load_done(&self) {
+        if !self.first_load.send_replace(true) {
+            tracing::info!("plugin ConfigMaps loaded; pod mutations proceed");
+        }
+    }
+
+    async fn wait_for_first_load(&self) -> Result<(), PluginError> {
+        let mut done = self.first_load.subscribe();
+        match tokio::time::timeout(FIRST_LOAD_WAIT, done.wait_for(|&d| d)).await {
+            Ok(Ok(_)) => Ok(()),
+            _ => Err(PluginError::NotLoaded {
+                plugin: "*".to_string(),
+                message: format!(
+                    "the plugin ConfigMaps were not loaded within {FIRST_LOAD_WAIT:?} of this \
+                     pod's creation; a mutator with failurePolicy Fail may apply, so the pod \
+                     waits"
+                ),
+            }),
+        }
+    }
+
+    /// Marks `name`, a mutator with failurePolicy Fail whose ConfigMap cannot be loaded (e.g.
+    /// invalid), as blocking the pods of `task_types` (empty = all), unless a version of it
+    /// serves (the last good version keeps serving, as for refused uploads).
+    pub async fn fail_closed(&self, name: &str, task_types: Vec<String>, cause: &str) {
+        let _writer = self.writer.lock().await;
+        let mut next = Loaded::clone(&self.loaded.load());
+        if next.mutators.iter().any(|m| m.spec.name == name) {
+            return;
+        }
+        tracing::warn!(
+            plugin = name,
+            ?task_types,
+            cause,
+            "mutator with failurePolicy Fail does not load: the pods it applies to are refused"
+        );
+        next.blockers.insert(
+            name.to_string(),
+            Blocker {
+                name: name.to_string(),
+                task_types,
+                cause: cause.to_string(),
+            },
+        );
+        self.loaded.store(Arc::new(next));
+    }
+
+    /// Undoes [`Self::fail_closed`] (the ConfigMap was fixed or deleted).
+    pub async fn unblock(&self, name: &str) {
+        let _writer = self.writer.lock().await;
+        let mut next = Loaded::clone(&self.loaded.load());
+        if next.blockers.remove(name).is_some() {
+            self.loaded.store(Arc::new(next));
+        }
+    }
+
+    /// Refuses a memory cap the host cannot give at its concurrency (see `HostConfig`).
+    fn check_budget(&self, spec: &PluginSpec) -> Result<(), PluginError> {
+        let config = self.host.config();
+        let limits = spec.limits(config.limits);
+        let calls = config.max_concurrent_calls.max(1);
+        let per_call = limits.memory_bytes.saturating_add(super::HOST_COPY_CAP);
+        let need = per_call.saturating_mul(calls);
+        if need <= config.memory_budget {
+            return Ok(());
+        }
+        Err(PluginError::LoadLimit {
+            plugin: spec.name.clone(),
+            message: format!(
+                "memoryMiB {} plus {} MiB of host-side copies, times {calls} concurrent plugin \
+                 calls, is {} MiB: more than the plugin memory budget of {} MiB; lower \
+                 memoryMiB or raise the operator's --plugin-memory-budget-mib",
+                limits.memory_bytes >> 20,
+                super::HOST_COPY_CAP >> 20,
+                need >> 20,
+                config.memory_budget >> 20
+            ),
+        })
     }
 
     /// Records loads, Wasm calls and plugin info into `metrics` (see the module doc). Call before
@@ -175,6 +297,19 @@ impl PluginRegistry {
         let _writer = self.writer.lock().await;
         let limits = Some(spec.limits(self.host.config().limits));
         let spec = Arc::new(spec);
+        let outcome = match self.check_budget(&spec) {
+            Err(e) => Err(e),
+            Ok(()) => self.load(&spec, bytes, limits).await,
+        };
+        self.record(spec, outcome)
+    }
+
+    async fn load(
+        &self,
+        spec: &Arc<PluginSpec>,
+        bytes: Arc<[u8]>,
+        limits: Option<super::Limits>,
+    ) -> Result<(String, Either), PluginError> {
         let outcome = match spec.kind {
             PluginKind::Policy => self
                 .host
@@ -187,10 +322,18 @@ impl PluginRegistry {
                 .await
                 .map(|plugin| (plugin.sha256().to_string(), Either::Mutator(plugin))),
         };
-        let outcome = match outcome {
-            Ok((sha, plugin)) => smoke(&spec, &plugin).await.map(|()| (sha, plugin)),
+        match outcome {
+            Ok((sha, plugin)) => smoke(spec, &plugin).await.map(|()| (sha, plugin)),
             Err(e) => Err(e),
-        };
+        }
+    }
+
+    /// Swaps in a loaded upload, or records its refusal (see `apply`).
+    fn record(
+        &self,
+        spec: Arc<PluginSpec>,
+        outcome: Result<(String, Either), PluginError>,
+    ) -> Result<String, PluginError> {
         if let Some(m) = &self.metrics {
             m.plugin
                 .observe_load(&spec.name, outcome.as_ref().err().map(PluginError::reason));
@@ -207,6 +350,7 @@ impl PluginRegistry {
                 let mut next = Loaded::clone(&self.loaded.load());
                 next.policies.remove(&spec.name);
                 next.mutators.retain(|m| m.spec.name != spec.name);
+                next.blockers.remove(&spec.name);
                 match plugin {
                     Either::Policy(plugin) => {
                         next.policies.insert(spec.name.clone(), plugin);
@@ -238,6 +382,29 @@ impl PluginRegistry {
                 entry.healthy = false;
                 entry.last_error = Some(e.to_string());
                 entry.failed_loads += 1;
+                let serving = self
+                    .loaded
+                    .load()
+                    .mutators
+                    .iter()
+                    .any(|m| m.spec.name == spec.name);
+                if spec.kind == PluginKind::Mutator
+                    && spec.failure_policy == FailurePolicy::Fail
+                    && !serving
+                {
+                    // Fail closed: nothing serves, so the pods it applies to must not be
+                    // created unmutated.
+                    let mut next = Loaded::clone(&self.loaded.load());
+                    next.blockers.insert(
+                        spec.name.clone(),
+                        Blocker {
+                            name: spec.name.clone(),
+                            task_types: spec.task_types.clone(),
+                            cause: e.to_string(),
+                        },
+                    );
+                    self.loaded.store(Arc::new(next));
+                }
                 tracing::warn!(plugin = %spec.name, reason = e.reason(), error = %e,
                     serving = ?entry.sha256, "plugin upload refused; the last good version stays");
                 Err(e)
@@ -258,7 +425,8 @@ impl PluginRegistry {
         let before = next.policies.len() + next.mutators.len();
         next.policies.remove(name);
         next.mutators.retain(|m| m.spec.name != name);
-        let removed = before != next.policies.len() + next.mutators.len();
+        let unblocked = next.blockers.remove(name).is_some();
+        let removed = unblocked || before != next.policies.len() + next.mutators.len();
         self.loaded.store(Arc::new(next));
         let gone = self.lock_status().remove(name);
         if let (Some(m), Some(gone)) = (&self.metrics, gone) {
@@ -291,11 +459,25 @@ impl PluginRegistry {
     }
 
     /// Runs the mutators that apply to `ctx.task_type`, in order. A failing mutator with
-    /// failurePolicy Ignore is skipped (logged); with Fail its error is returned.
+    /// failurePolicy Ignore is skipped (logged); with Fail its error is returned. A Fail
+    /// mutator that does not load refuses the pod (see the module doc).
     pub async fn mutate_pod(&self, ctx: &TaskContext, pod: Pod) -> Result<Pod, PluginError> {
-        let mutators: Vec<MutatorEntry> = self
-            .loaded
-            .load()
+        self.wait_for_first_load().await?;
+        let loaded = self.loaded.load();
+        if let Some(b) = loaded
+            .blockers
+            .values()
+            .find(|b| b.applies_to(&ctx.task_type))
+        {
+            return Err(PluginError::NotLoaded {
+                plugin: b.name.clone(),
+                message: format!(
+                    "pods of task type {:?} are not created until it loads; {}",
+                    ctx.task_type, b.cause
+                ),
+            });
+        }
+        let mutators: Vec<MutatorEntry> = loaded
             .mutators
             .iter()
             .filter(|m| m.spec.applies_to(&ctx.task_type))

@@ -18,6 +18,11 @@
 //! reload: the spec parser reads none of them, so the update they trigger compares equal to
 //! what was applied (and an invalid spec is remembered by a digest of `data` and `binaryData`).
 //!
+//! Fail closed: once every ConfigMap of the first list was applied the watcher tells the registry
+//! ([`PluginRegistry::first_load_done`]), so pod mutations that waited for it proceed; an
+//! invalid ConfigMap whose `data` says `kind: mutator` without `failurePolicy: Ignore` blocks
+//! the pods of its task types until it is fixed or deleted ([`PluginRegistry::fail_closed`]).
+//!
 //! Owns: the watch loop, its Events and the status metadata above. Must not touch: loading
 //! rules (registry), the ConfigMap format (spec) and any ConfigMap field but those three keys.
 
@@ -74,6 +79,8 @@ struct Tracked {
     /// The ConfigMap's labels and annotations as last seen, to tell whether it shows its status
     /// (a standby that becomes leader writes what it could not write before).
     seen: ConfigMap,
+    /// The mutator name this ConfigMap blocks while it is invalid (see the module doc).
+    blocked: Option<String>,
 }
 
 impl Tracked {
@@ -238,6 +245,7 @@ pub async fn run(
                 for name in gone {
                     forget(&registry, &mut tracked, &name).await;
                 }
+                registry.first_load_done();
             }
             Some(Ok(WatchEvent::Apply(cm))) => apply(&ctx, &mut tracked, &cm).await,
             Some(Ok(WatchEvent::Delete(cm))) => {
@@ -256,16 +264,41 @@ struct Ctx<'a> {
     leader: &'a crate::leader::Leadership,
 }
 
-/// The ConfigMap `name` is gone: unload what it served.
+/// The ConfigMap `name` is gone: unload what it served and lift what it blocked.
 async fn forget(registry: &PluginRegistry, tracked: &mut BTreeMap<String, Tracked>, name: &str) {
-    if let Some(plugin) = tracked
-        .remove(name)
-        .and_then(|t| t.applied)
-        .map(|(a, _)| a.plugin)
-    {
+    let Some(entry) = tracked.remove(name) else {
+        return;
+    };
+    if let Some(blocked) = entry.blocked {
+        registry.unblock(&blocked).await;
+    }
+    if let Some(plugin) = entry.applied.map(|(a, _)| a.plugin) {
         registry.remove(&plugin).await;
         tracing::info!(%plugin, configmap = %name, "plugin unloaded");
     }
+}
+
+/// For an invalid ConfigMap: the mutator name and task types it asks for, if its `data` says
+/// `kind: mutator` and not `failurePolicy: Ignore` (the spec parser's rules, read leniently).
+fn failing_closed(cm: &ConfigMap) -> Option<(String, Vec<String>)> {
+    let data = cm.data.as_ref()?;
+    let get = |k: &str| data.get(k).map(|v| v.trim()).filter(|v| !v.is_empty());
+    if get("kind") != Some("mutator") || get("failurePolicy") == Some("Ignore") {
+        return None;
+    }
+    let name = get("name")
+        .map(str::to_string)
+        .unwrap_or_else(|| cm.name_any());
+    let task_types = get("taskTypes")
+        .map(|v| {
+            v.split(',')
+                .map(str::trim)
+                .filter(|t| !t.is_empty() && *t != "*")
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default();
+    Some((name, task_types))
 }
 
 /// Writes the ConfigMap's status keys if it does not show them yet (leader only).
@@ -318,12 +351,26 @@ async fn apply(ctx: &Ctx<'_>, tracked: &mut BTreeMap<String, Tracked>, cm: &Conf
                 None
             } else {
                 entry.invalid = Some((digest, e.to_string()));
+                let blocks = failing_closed(cm);
+                if let Some(previous) = entry.blocked.take()
+                    && blocks.as_ref().map(|(n, _)| n) != Some(&previous)
+                {
+                    ctx.registry.unblock(&previous).await;
+                }
+                if let Some((name, task_types)) = blocks {
+                    let cause = format!("its ConfigMap {cm_name} is invalid: {e}");
+                    ctx.registry.fail_closed(&name, task_types, &cause).await;
+                    entry.blocked = Some(name);
+                }
                 Some(Err(("InvalidPluginConfigMap", e.to_string())))
             }
         }
         Ok((spec, bytes)) => {
             // A valid spec replaces any invalid one: its outcome is the ConfigMap's again.
             entry.invalid = None;
+            if let Some(blocked) = entry.blocked.take() {
+                ctx.registry.unblock(&blocked).await;
+            }
             let next = Applied {
                 plugin: spec.name.clone(),
                 spec: spec.clone(),

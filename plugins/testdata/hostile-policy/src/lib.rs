@@ -1,9 +1,20 @@
-//! Test-only policy that misbehaves when the job key's name says so (`ns/loop`, `ns/oom`,
-//! `ns/trap`, `ns/recurse`, `ns/unknown-node`, `ns/wrong-count`, `ns/not-ready`); any other key
-//! is bin-packed normally, so the same component also serves good calls.
+//! Test-only policy that misbehaves when the job key's name says so; any other key is bin-packed
+//! normally, so the same component also serves good calls. Modes (`ns/<mode>`):
+//! - `loop`: a busy loop; `recurse`: stack overflow; `trap`: a panic; `oom`: a 1 GiB vector;
+//! - `sleep`: `std::thread::sleep(30 s)` (WASI monotonic-clock subscribe + poll);
+//! - `socket`: opens a TCP connection and a UDP socket (WASI sockets);
+//! - `huge-no-fit`: a 2 MiB `no-fit` text; `huge-answer`: a 2 Mi-entry answer (8 MiB);
+//! - `log-flood`: 200 log lines of 64 KiB with 64 fields of 1 KiB keys and values, then a good
+//!   answer; `log-amplify`: one log line whose 64 fields all alias one 512 KiB string, so the
+//!   host would copy 64 MiB (under wasmtime's default cap of 128 MiB) out of 512 KiB of guest
+//!   memory;
+//! - `unknown-node`, `wrong-count`, `not-ready`: answers the host must refuse.
 
 use std::hint::black_box;
+use std::mem::ManuallyDrop;
+use std::time::Duration;
 
+use diorch_plugin_sdk::log::{Level, log};
 use diorch_plugin_sdk::{Job, JobAllocation, NodeInfo, NodeView, PluginError, Policy, PolicyLogic};
 use diorch_policies::binpack::BinPack;
 
@@ -14,6 +25,25 @@ fn recurse(n: u64) -> u64 {
         return 0;
     }
     black_box(recurse(n + 1)) + 1
+}
+
+fn log_flood() {
+    let message = "m".repeat(64 << 10);
+    let key = "k".repeat(1 << 10);
+    let value = "v".repeat(1 << 10);
+    let fields: Vec<(&str, &str)> = (0..64).map(|_| (key.as_str(), value.as_str())).collect();
+    for _ in 0..200 {
+        log(Level::Info, &message, &fields);
+    }
+}
+
+fn log_amplify() {
+    let mut big = ManuallyDrop::new("a".repeat(512 << 10));
+    let (ptr, len, cap) = (big.as_mut_ptr(), big.len(), big.capacity());
+    // 64 Strings sharing one buffer: never dropped (ManuallyDrop), so never freed twice.
+    let alias = || unsafe { String::from_raw_parts(ptr, len, cap) };
+    let fields = ManuallyDrop::new((0..64).map(|_| (alias(), alias())).collect::<Vec<_>>());
+    diorch_plugin_sdk::policy_bindings::diorch::plugins::log::log(Level::Warn, "amplify", &fields);
 }
 
 impl Policy for Hostile {
@@ -32,6 +62,29 @@ impl Policy for Hostile {
             }
             "trap" => panic!("hostile policy traps on purpose"),
             "recurse" => Ok(vec![recurse(0) as u32]),
+            "sleep" => {
+                std::thread::sleep(Duration::from_secs(30));
+                BinPack.allocate(job, nodes)
+            }
+            "socket" => {
+                let tcp = std::net::TcpStream::connect("10.0.0.1:443");
+                let udp = std::net::UdpSocket::bind("0.0.0.0:0");
+                Err(PluginError::Internal(format!(
+                    "sockets: tcp {:?}, udp {:?}",
+                    tcp.err(),
+                    udp.err()
+                )))
+            }
+            "huge-no-fit" => Err(PluginError::NoFit("no room ".repeat(256 << 10))),
+            "huge-answer" => Ok(vec![0; 2 << 20]),
+            "log-flood" => {
+                log_flood();
+                BinPack.allocate(job, nodes)
+            }
+            "log-amplify" => {
+                log_amplify();
+                BinPack.allocate(job, nodes)
+            }
             "unknown-node" => Ok(vec![nodes.len() as u32 + 7; job.total_replicas()]),
             "wrong-count" => Ok(vec![0; job.total_replicas() + 1]),
             "not-ready" => {
