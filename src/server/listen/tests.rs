@@ -28,7 +28,7 @@ fn app() -> Router {
                 }
             }),
         )
-        .route("/hang", get(|| std::future::pending::<&'static str>()))
+        .route("/hang", get(std::future::pending::<&'static str>))
         .route(
             "/peer",
             get(|ConnectInfo(peer): ConnectInfo<SocketAddr>| async move { peer.to_string() }),
