@@ -1,5 +1,6 @@
-//! Prometheus metrics of the operator process and the HTTP endpoint that serves them with the
-//! health probes (`/metrics`, `/healthz`, `/readyz`).
+//! Prometheus metrics of the operator process, and the routes that serve them (`/metrics`) and
+//! the health probes (`/healthz`, `/readyz`), kept apart so the probe address serves nothing
+//! else.
 //!
 //! Owns the metric registry; modules record into the typed handles here and never create
 //! metrics of their own. Exposes no cluster data beyond counts and durations.
@@ -490,12 +491,7 @@ impl Metrics {
         out
     }
 
-    /// Routes `/metrics`, `/healthz` and `/readyz`.
-    pub fn router(self: Arc<Self>) -> Router {
-        self.clone().metrics_router().merge(self.probe_router())
-    }
-
-    /// Routes `/metrics` only (the caller guards it).
+    /// Routes `/metrics` only (the caller guards it: `server::auth::guard_routes`).
     pub fn metrics_router(self: Arc<Self>) -> Router {
         Router::new()
             .route("/metrics", get(metrics))
@@ -553,6 +549,31 @@ mod tests {
             text.contains("diorch_phase_transitions_total{phase=\"Running\"} 2"),
             "{text}"
         );
+    }
+
+    /// The probe address serves the probes and nothing else: no metrics, no plugin list.
+    #[tokio::test]
+    async fn the_probe_router_serves_only_probes() {
+        use tower::ServiceExt;
+        let m = Arc::new(Metrics::new());
+        m.set_ready(true);
+        for (path, want) in [
+            ("/healthz", StatusCode::OK),
+            ("/readyz", StatusCode::OK),
+            ("/metrics", StatusCode::NOT_FOUND),
+            ("/plugins", StatusCode::NOT_FOUND),
+        ] {
+            let request = axum::http::Request::get(path)
+                .body(axum::body::Body::empty())
+                .expect("request");
+            let response = m
+                .clone()
+                .probe_router()
+                .oneshot(request)
+                .await
+                .expect("answer");
+            assert_eq!(response.status(), want, "{path}");
+        }
     }
 
     #[test]

@@ -897,6 +897,67 @@ async fn job_pods_mode_admits_token_less_calls_only_from_the_jobs_own_live_pods(
     assert!(handled.iter().all(|(id, _)| id.name == "j"));
 }
 
+/// `/metrics` and `/plugins` on the metrics address: each path is authorised on its own, as a
+/// non-resource URL, and nothing is served without a decision.
+#[tokio::test]
+async fn guarded_paths_need_their_own_permission() {
+    use crate::server::auth::{Authorizer, Credentials, Decision, Guard, Target, guard_routes};
+    use futures::future::BoxFuture;
+    struct MetricsOnly;
+    impl Authorizer for MetricsOnly {
+        fn authorize<'a>(
+            &'a self,
+            who: &'a Credentials,
+            what: &'a Target,
+        ) -> BoxFuture<'a, Decision> {
+            Box::pin(async move {
+                match (who.token.as_deref(), what) {
+                    (None, _) => Decision::Unauthenticated("token".into()),
+                    (Some("prom"), Target::Path { path: "/metrics" }) => Decision::Allowed,
+                    _ => Decision::Forbidden("no".into()),
+                }
+            })
+        }
+    }
+    let guard = Guard {
+        auth: Some(Arc::new(MetricsOnly)),
+        metrics: Arc::new(Metrics::new()),
+    };
+    let app = guard_routes(
+        Router::new().route("/metrics", get(|| async { "metrics" })),
+        &guard,
+        "/metrics",
+    )
+    .merge(guard_routes(
+        Router::new().route("/plugins", get(|| async { "plugins" })),
+        &guard,
+        "/plugins",
+    ));
+    for (path, token, want) in [
+        ("/metrics", Some("Bearer prom"), StatusCode::OK),
+        ("/metrics", None, StatusCode::UNAUTHORIZED),
+        ("/metrics", Some("Bearer other"), StatusCode::FORBIDDEN),
+        ("/plugins", Some("Bearer prom"), StatusCode::FORBIDDEN),
+        ("/plugins", None, StatusCode::UNAUTHORIZED),
+    ] {
+        let mut request = Request::get(path);
+        if let Some(token) = token {
+            request = request.header("authorization", token);
+        }
+        let response = app
+            .clone()
+            .oneshot(request.body(Body::empty()).expect("request"))
+            .await
+            .expect("answer");
+        assert_eq!(response.status(), want, "{path} {token:?}");
+    }
+    let text = guard.metrics.encode();
+    assert!(
+        text.contains("diorch_http_auth_decisions_total{result=\"forbidden\"} 2"),
+        "{text}"
+    );
+}
+
 mod guard_fuzz {
     use super::*;
     use proptest::prelude::*;
@@ -1008,7 +1069,7 @@ mod guard_fuzz {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(600))]
+        #![proptest_config(ProptestConfig::with_cases(300))]
 
         /// The only requests any handler acts on are reads of ns/j with the allowed token:
         /// whatever the encoding, dots, slashes, unicode, extra segments or method.
