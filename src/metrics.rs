@@ -1,5 +1,6 @@
-//! Prometheus metrics of the operator process and the HTTP endpoint that serves them with the
-//! health probes (`/metrics`, `/healthz`, `/readyz`).
+//! Prometheus metrics of the operator process, and the routes that serve them (`/metrics`) and
+//! the health probes (`/healthz`, `/readyz`), kept apart so the probe address serves nothing
+//! else.
 //!
 //! Owns the metric registry; modules record into the typed handles here and never create
 //! metrics of their own. Exposes no cluster data beyond counts and durations.
@@ -63,17 +64,49 @@ pub struct ControllerMetrics {
 pub struct RequestLabels {
     /// The matched route pattern (empty when none matched).
     pub route: String,
-    pub method: String,
+    /// From [`method_label`]: never a client's text.
+    pub method: &'static str,
     pub code: u16,
+}
+
+/// A request method as a label: the standard methods by name, anything else `other`, so a
+/// client cannot grow the label set.
+pub fn method_label(method: &axum::http::Method) -> &'static str {
+    use axum::http::Method;
+    match *method {
+        Method::GET => "GET",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::DELETE => "DELETE",
+        Method::PATCH => "PATCH",
+        Method::HEAD => "HEAD",
+        Method::OPTIONS => "OPTIONS",
+        _ => "other",
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AuthLabels {
+    /// `allowed`, `unauthenticated`, `forbidden` or `unavailable`.
+    pub result: &'static str,
 }
 
 /// Metrics of the replica API server.
 pub struct ServerMetrics {
     pub requests: Family<RequestLabels, Counter>,
     pub duration: Histogram,
+    /// Authorisation decisions of the replica API and metrics guards, by result.
+    pub auth: Family<AuthLabels, Counter>,
+    /// Pod rank annotations ignored because they lie outside the job's size.
+    pub ignored_ranks: Counter,
 }
 
 impl ServerMetrics {
+    /// Records one authorisation decision.
+    pub fn observe_auth(&self, result: &'static str) {
+        self.auth.get_or_create(&AuthLabels { result }).inc();
+    }
+
     /// Records one answered request.
     pub fn observe(&self, labels: RequestLabels, seconds: f64) {
         self.requests.get_or_create(&labels).inc();
@@ -248,8 +281,9 @@ impl PluginMetrics {
 pub struct AdmissionLabels {
     /// `mutate` or `validate`.
     pub webhook: &'static str,
-    /// `CREATE`, `UPDATE`, ... (empty for a body that is not a review).
-    pub operation: String,
+    /// `CREATE`, `UPDATE`, `DELETE`, `CONNECT`, or `other` (anything else, or a body that is
+    /// not a review): a fixed set, never the request's text.
+    pub operation: &'static str,
     /// `allowed`, `patched` or `denied`.
     pub result: &'static str,
 }
@@ -343,7 +377,19 @@ impl Metrics {
         let server = ServerMetrics {
             requests: Family::default(),
             duration: Histogram::new(exponential_buckets(0.0001, 2.0, 14)),
+            auth: Family::default(),
+            ignored_ranks: Counter::default(),
         };
+        registry.register(
+            "http_auth_decisions",
+            "Authorisation decisions of the replica API and metrics endpoints by result",
+            server.auth.clone(),
+        );
+        registry.register(
+            "replica_api_ignored_ranks",
+            "Pod rank annotations the replica API ignored because they lie outside the job's size",
+            server.ignored_ranks.clone(),
+        );
         registry.register(
             "http_requests",
             "Replica API requests by route, method and status code",
@@ -445,10 +491,16 @@ impl Metrics {
         out
     }
 
-    /// Routes `/metrics`, `/healthz` and `/readyz`.
-    pub fn router(self: Arc<Self>) -> Router {
+    /// Routes `/metrics` only (the caller guards it: `server::auth::guard_routes`).
+    pub fn metrics_router(self: Arc<Self>) -> Router {
         Router::new()
             .route("/metrics", get(metrics))
+            .with_state(self)
+    }
+
+    /// Routes `/healthz` and `/readyz` only: what the kubelet needs, nothing else.
+    pub fn probe_router(self: Arc<Self>) -> Router {
+        Router::new()
             .route("/healthz", get(|| async { "ok" }))
             .route("/readyz", get(readyz))
             .with_state(self)
@@ -497,6 +549,31 @@ mod tests {
             text.contains("diorch_phase_transitions_total{phase=\"Running\"} 2"),
             "{text}"
         );
+    }
+
+    /// The probe address serves the probes and nothing else: no metrics, no plugin list.
+    #[tokio::test]
+    async fn the_probe_router_serves_only_probes() {
+        use tower::ServiceExt;
+        let m = Arc::new(Metrics::new());
+        m.set_ready(true);
+        for (path, want) in [
+            ("/healthz", StatusCode::OK),
+            ("/readyz", StatusCode::OK),
+            ("/metrics", StatusCode::NOT_FOUND),
+            ("/plugins", StatusCode::NOT_FOUND),
+        ] {
+            let request = axum::http::Request::get(path)
+                .body(axum::body::Body::empty())
+                .expect("request");
+            let response = m
+                .clone()
+                .probe_router()
+                .oneshot(request)
+                .await
+                .expect("answer");
+            assert_eq!(response.status(), want, "{path}");
+        }
     }
 
     #[test]

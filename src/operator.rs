@@ -192,20 +192,27 @@ pub struct RunArgs {
     /// parallel, so this also bounds the connections the operator opens.
     #[arg(long, default_value_t = 16)]
     pub concurrency: u16,
-    /// Address of the Prometheus `/metrics` endpoint (`0` disables it).
+    /// Address of the Prometheus `/metrics` endpoint and of `GET /plugins` (`0` disables it).
+    /// Unless `--server-auth none`, both need a bearer token allowed `get` on their path (a
+    /// SubjectAccessReview on the non-resource URL, as kube-rbac-proxy checks).
     #[arg(long, default_value = ":8443", value_parser = parse_bind_address)]
     pub metric_addr: BindAddress,
-    /// Address of the `/healthz` and `/readyz` probes (`0` disables them).
+    /// Address of the `/healthz` and `/readyz` probes, and nothing else (`0` disables them).
     #[arg(long, default_value = ":8080", value_parser = parse_bind_address)]
     pub probe_addr: BindAddress,
     /// Address of the di-server compatible replica API (`0` disables it).
     #[arg(short = 's', long, default_value = ":8081", value_parser = parse_bind_address)]
     pub server_bind_address: BindAddress,
-    /// Who may call the replica API: `none` (anyone, as di-server) or `kubernetes` (bearer
+    /// Who may call the replica API: `none` (anyone, as di-server), `kubernetes` (bearer
     /// tokens checked with TokenReview, calls authorized with SubjectAccessReview on
-    /// `dijobs/replicas`).
+    /// `dijobs/replicas`: `get` to read, `update` to scale or report), or `job-pods` (as
+    /// `kubernetes`, and a call without a token is allowed when its TCP peer is the pod IP of a
+    /// live pod of the job it names; assumes the CNI prevents pod-IP spoofing). Unless `none`,
+    /// `/metrics` and `/plugins` need a token too.
     #[arg(long, value_enum, default_value_t = crate::server::auth::ServerAuth::None)]
     pub server_auth: crate::server::auth::ServerAuth,
+    #[command(flatten)]
+    pub http: crate::server::listen::HttpLimits,
     /// Address of the HTTPS admission webhooks (defaulting and validation of DIJobs; `0`
     /// disables them).
     #[arg(long, default_value = ":9443", value_parser = parse_bind_address)]
@@ -439,9 +446,25 @@ pub async fn run(
             .with_metrics(metrics.clone())
             .awaiting_first_load(),
     );
-    for (what, addr) in [
-        ("metrics", args.metric_addr.0),
-        ("probes", args.probe_addr.0),
+    let client = conn.client.clone();
+    // One token authoriser (and decision cache) for every guarded endpoint.
+    let tokens = crate::server::auth::token_authorizer(args.server_auth, client.clone());
+    let guard = crate::server::auth::Guard {
+        auth: tokens.clone(),
+        metrics: metrics.clone(),
+    };
+    // The metrics address serves `/metrics` and `GET /plugins`, each guarded; the probe
+    // address only what the kubelet needs.
+    let metrics_router =
+        crate::server::auth::guard_routes(metrics.clone().metrics_router(), &guard, "/metrics")
+            .merge(crate::server::auth::guard_routes(
+                crate::plugin::status::router(plugins.clone()),
+                &guard,
+                "/plugins",
+            ));
+    for (what, addr, router) in [
+        ("metrics", args.metric_addr.0, metrics_router),
+        ("probes", args.probe_addr.0, metrics.clone().probe_router()),
     ] {
         let Some(addr) = addr else { continue };
         let listener = tokio::net::TcpListener::bind(addr)
@@ -449,15 +472,10 @@ pub async fn run(
             .map_err(|source| OperatorError::Bind { what, addr, source })?;
         let bound = listener.local_addr().unwrap_or(addr);
         info!(what, address = %bound, "serving");
-        // The metrics endpoint also lists the loaded plugins (`GET /plugins`).
-        let router = metrics
-            .clone()
-            .router()
-            .merge(crate::plugin::status::router(plugins.clone()));
+        let limits = args.http.clone();
         tokio::spawn(async move {
-            if let Err(error) = axum::serve(listener, router).await {
-                warn!(what, %error, "endpoint stopped");
-            }
+            crate::server::listen::serve(listener, router, limits, std::future::pending()).await;
+            warn!(what, "endpoint stopped");
         });
     }
     if let Some(addr) = args.webhook_addr.0 {
@@ -476,6 +494,7 @@ pub async fn run(
         }
         info!(address = %bound, certificate = %files.cert.display(), key = %files.key.display(), "serving the admission webhooks over TLS");
         let metrics = metrics.clone();
+        let limits = args.http.clone();
         tokio::spawn(async move {
             let router = crate::webhook::router(Some(metrics.clone()));
             let served = crate::webhook::tls::serve(
@@ -483,6 +502,7 @@ pub async fn run(
                 files,
                 WEBHOOK_CERT_RELOAD,
                 router,
+                limits,
                 Some(metrics),
                 std::future::pending(),
             )
@@ -492,7 +512,6 @@ pub async fn run(
             }
         });
     }
-    let client = conn.client.clone();
     let mut election = if args.leader.leader_elect {
         crate::leader::Election::start(client.clone(), &args.leader, crate::leader::identity())
             .await?
@@ -550,18 +569,19 @@ pub async fn run(
             })?;
         let bound = listener.local_addr().unwrap_or(addr);
         info!(address = %bound, "serving the replica API");
-        let auth = (args.server_auth == crate::server::auth::ServerAuth::Kubernetes)
-            .then(|| Arc::new(crate::server::auth::Authorizer::new(client.clone())));
+        let auth =
+            crate::server::auth::replica_api_authorizer(args.server_auth, tokens, caches.clone());
         let router = crate::server::router(crate::server::ServerState {
             caches,
             client,
             metrics,
             auth,
+            on_handled: None,
         });
+        let limits = args.http.clone();
         tokio::spawn(async move {
-            if let Err(error) = axum::serve(listener, router).await {
-                warn!(%error, "the replica API stopped");
-            }
+            crate::server::listen::serve(listener, router, limits, std::future::pending()).await;
+            warn!("the replica API stopped");
         });
     }
     // In-flight reconciles finish, for at most DRAIN_LIMIT, so the lease is released within

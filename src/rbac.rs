@@ -195,13 +195,19 @@ pub const CALLER_ROLES: &[CallerPermission] = &[
             resource: "dijobs/replicas",
         },
         verbs: &["get", "update"],
-        checked_by: "replica API (--server-auth kubernetes): get reads replicas; update scales, removes replicas, posts profilings",
+        checked_by: "replica API (--server-auth kubernetes or job-pods): get reads replicas; update scales, removes replicas, posts profilings",
     },
     CallerPermission {
         role: "diorch-metrics-reader",
         target: Target::Url("/metrics"),
         verbs: &["get"],
         checked_by: "GET /metrics",
+    },
+    CallerPermission {
+        role: "diorch-metrics-reader",
+        target: Target::Url("/plugins"),
+        verbs: &["get"],
+        checked_by: "GET /plugins",
     },
 ];
 

@@ -174,6 +174,36 @@ fn replica_api_with_kubernetes_auth_answers_401_403_and_200() {
             200,
             "successfully report profilings",
         ),
+        // Issue 17, item 1: a percent-encoded dot is authorised as the id it decodes to, never
+        // let through.
+        (
+            "GET",
+            "/v2alpha1/job/default%2Esecure/replicas",
+            Some("x"),
+            401,
+            "the bearer token was not accepted",
+        ),
+        (
+            "DELETE",
+            "/v2alpha1/default%2esecure/replicas",
+            None,
+            401,
+            "a bearer token is required",
+        ),
+        (
+            "POST",
+            "/v2alpha1/job/default%2Esecure/profilings",
+            Some("alice-token"),
+            403,
+            "user alice cannot update dijobs/replicas of secure in namespace default",
+        ),
+        (
+            "GET",
+            "/v2alpha1/job/default%2Esecure/replicas",
+            Some("alice-token"),
+            200,
+            "successfully get replicas",
+        ),
     ];
     for (method, path, token, want, message) in cases {
         let (status, body) = scenario::http_as(&api, method, path, r#"{"data": {"x": 1}}"#, token);

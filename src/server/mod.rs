@@ -2,23 +2,31 @@
 //! served by `diorch run` from the controller's caches.
 //!
 //! Owns HTTP routing, job-id parsing, the `{"success","code","message","data"}` envelope, and the
-//! request metrics. Reads jobs and pods only from the reflector caches; its one write is the
-//! profilings merge into a job's status. It never creates or deletes pods: scaling goes through
-//! the job, and the controller does the pod work.
+//! request metrics. Reads jobs and pods only from the reflector caches; its writes are the
+//! scale and profilings merges into a job's status. It never creates or deletes pods: scaling
+//! goes through the job, and the controller does the pod work.
+//!
+//! Trust: every job route passes `auth::guard_job`, and handlers take their job id only from
+//! the `AuthorizedJob` it inserts. Numbers that size memory are bounded here too: a pod's rank
+//! annotation or a job's `status.ranks` past the job's size (at most
+//! `api::limits::MAX_JOB_REPLICAS`) is ignored, scale counts are at most
+//! `api::limits::MAX_TASK_REPLICAS`, and `status.profilings` stays within
+//! [`MAX_PROFILINGS_BYTES`] and [`MAX_PROFILINGS_KEYS`]. The listeners' limits are `listen`'s.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 pub mod auth;
 pub mod client;
+pub mod listen;
 
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, MatchedPath, Path, Query, Request, State};
-use axum::http::{StatusCode, header};
+use axum::extract::{DefaultBodyLimit, MatchedPath, Query, Request, State};
+use axum::http::{Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -27,15 +35,25 @@ use kube::{Api, Client};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::api::{DEFAULT_CONTAINER_NAME, DEFAULT_PORT, DEFAULT_PORT_NAME, DIJob, labels};
+use crate::api::{DEFAULT_CONTAINER_NAME, DEFAULT_PORT, DEFAULT_PORT_NAME, DIJob, labels, limits};
 use crate::controller::build;
 use crate::controller::cache::CachedJob;
 use crate::controller::cache::CachedPod;
 use crate::controller::executor::Caches;
-use crate::metrics::{Metrics, RequestLabels};
+use crate::metrics::{Metrics, RequestLabels, method_label};
+use auth::AuthorizedJob;
 
 /// Largest request body accepted (profilings are merged into the job's status).
 pub const MAX_BODY: usize = 64 * 1024;
+/// Largest `status.profilings` (compact JSON) a report may leave.
+pub const MAX_PROFILINGS_BYTES: usize = 256 * 1024;
+/// Most keys, at every depth, a report may leave in `status.profilings`.
+pub const MAX_PROFILINGS_KEYS: usize = 512;
+/// Longest wait for one status write.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Called with the id and method of every request a job handler acts on (tests; audits).
+pub type HandledHook = Arc<dyn Fn(&JobId, &Method) + Send + Sync>;
 
 /// What the handlers share.
 #[derive(Clone)]
@@ -43,8 +61,20 @@ pub struct ServerState {
     pub caches: Caches,
     pub client: Client,
     pub metrics: Arc<Metrics>,
-    /// Set with `--server-auth kubernetes`.
-    pub auth: Option<Arc<auth::Authorizer>>,
+    /// Set unless `--server-auth none`.
+    pub auth: Option<Arc<dyn auth::Authorizer>>,
+    /// See [`HandledHook`]; `None` in the operator.
+    pub on_handled: Option<HandledHook>,
+}
+
+impl ServerState {
+    /// The id `job` names, after recording that a handler acts on it.
+    fn acting_on<'a>(&self, job: &'a AuthorizedJob, method: &Method) -> &'a JobId {
+        if let Some(hook) = &self.on_handled {
+            hook(job.id(), method);
+        }
+        job.id()
+    }
 }
 
 /// The OpenAPI document of these routes, served at `/openapi.json` (checked in under `docs/`).
@@ -52,8 +82,16 @@ pub const OPENAPI: &str = include_str!("../../docs/replica-api.openapi.json");
 
 /// The routes: DI-orchestrator's code serves `/v2alpha1/job/{id}/…`, its design document shows
 /// `/v2alpha1/{id}/…`; both work.
+///
+/// The job routes sit behind `auth::guard_job` whether or not auth is on: it is what parses the
+/// id, so no handler can see an id it did not check. `/metrics` needs `get` on the non-resource
+/// URL when auth is on.
 pub fn router(state: ServerState) -> Router {
     let metrics = state.metrics.clone();
+    let guard = auth::Guard {
+        auth: state.auth.clone(),
+        metrics: metrics.clone(),
+    };
     let mut api = Router::new();
     for prefix in ["/v2alpha1/job/{id}", "/v2alpha1/{id}"] {
         api = api
@@ -63,15 +101,11 @@ pub fn router(state: ServerState) -> Router {
             )
             .route(&format!("{prefix}/profilings"), post(post_profilings));
     }
-    if let Some(authorizer) = state.auth.clone() {
-        api = api.route_layer(middleware::from_fn_with_state(authorizer, auth::authorize));
-    }
-    api.route("/healthz", get(|| async { "ok" }))
-        .route("/readyz", get(readyz))
-        .route(
-            "/openapi.json",
-            get(|| async { ([(header::CONTENT_TYPE, "application/json")], OPENAPI) }),
-        )
+    let api = api.route_layer(middleware::from_fn_with_state(
+        guard.clone(),
+        auth::guard_job,
+    ));
+    let metrics_route = Router::new()
         .route(
             "/metrics",
             get(|State(s): State<ServerState>| async move {
@@ -84,6 +118,17 @@ pub fn router(state: ServerState) -> Router {
                 )
             }),
         )
+        .route_layer(middleware::from_fn_with_state(
+            (guard, "/metrics"),
+            auth::guard_path,
+        ));
+    api.merge(metrics_route)
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .route(
+            "/openapi.json",
+            get(|| async { ([(header::CONTENT_TYPE, "application/json")], OPENAPI) }),
+        )
         .route_layer(middleware::from_fn_with_state(metrics, track))
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .with_state(state)
@@ -95,7 +140,8 @@ async fn track(State(metrics): State<Arc<Metrics>>, request: Request, next: Next
         .get::<MatchedPath>()
         .map(|p| p.as_str().to_string())
         .unwrap_or_default();
-    let method = request.method().to_string();
+    // A fixed set: a client's method text never becomes a label value.
+    let method = method_label(request.method());
     let started = Instant::now();
     let response = next.run(request).await;
     metrics.server.observe(
@@ -162,31 +208,50 @@ pub struct JobId {
     pub generation: Option<i64>,
 }
 
-/// Parses a job id. Names of jobs diorch runs contain no dot (they must be DNS labels), so the
-/// id splits unambiguously.
+/// Parses a (decoded) job id. Names of jobs diorch runs contain no dot (they must be DNS
+/// labels), so the id splits unambiguously; a namespace or name that is not an RFC 1123 label
+/// (a slash, `..`, unicode, upper case) cannot name a job and is refused here.
 pub fn parse_job_id(id: &str) -> Result<JobId, String> {
-    let parts: Vec<&str> = id.split('.').collect();
-    let bad =
-        || format!("job id {id} must be in namespace.name format (or namespace.name.generation)");
-    match parts.as_slice() {
-        [ns, name] if !ns.is_empty() && !name.is_empty() => Ok(JobId {
-            namespace: ns.to_string(),
-            name: name.to_string(),
-            generation: None,
-        }),
-        [ns, name, generation] if !ns.is_empty() && !name.is_empty() => Ok(JobId {
-            namespace: ns.to_string(),
-            name: name.to_string(),
-            generation: Some(generation.parse().map_err(|_| bad())?),
-        }),
-        _ => Err(bad()),
+    let shown: String = id.chars().take(128).collect();
+    let bad = || {
+        format!("job id {shown} must be in namespace.name format (or namespace.name.generation)")
+    };
+    let parts: Vec<&str> = id.splitn(4, '.').collect();
+    let (ns, name, generation) = match parts.as_slice() {
+        [ns, name] => (*ns, *name, None),
+        [ns, name, generation] => (*ns, *name, Some(*generation)),
+        _ => return Err(bad()),
+    };
+    if !is_dns_label(ns, 63) || !is_dns_label(name, 253) {
+        return Err(bad());
     }
+    let generation = match generation {
+        None => None,
+        Some(g) if !g.is_empty() && g.len() <= 19 && g.bytes().all(|b| b.is_ascii_digit()) => {
+            Some(g.parse().map_err(|_| bad())?)
+        }
+        Some(_) => return Err(bad()),
+    };
+    Ok(JobId {
+        namespace: ns.to_string(),
+        name: name.to_string(),
+        generation,
+    })
 }
 
-/// The cached job named by `id`, or the error response.
+/// `[a-z0-9]([-a-z0-9]*[a-z0-9])?`, at most `max` bytes.
+fn is_dns_label(s: &str, max: usize) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= max
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b.first() != Some(&b'-')
+        && b.last() != Some(&b'-')
+}
+
 /// The cached job named by `id` (its spec still encoded: most requests never need it).
-fn find_job(state: &ServerState, id: &str) -> Result<(JobId, Arc<CachedJob>), ApiError> {
-    let id = parse_job_id(id).map_err(|m| fail(StatusCode::BAD_REQUEST, m))?;
+fn find_job(state: &ServerState, id: &JobId) -> Result<Arc<CachedJob>, ApiError> {
     let not_found = || {
         fail(
             StatusCode::NOT_FOUND,
@@ -209,7 +274,7 @@ fn find_job(state: &ServerState, id: &str) -> Result<(JobId, Arc<CachedJob>), Ap
             ));
         }
     }
-    Ok((id, job))
+    Ok(job)
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -225,34 +290,89 @@ struct Replica {
     address: String,
 }
 
+/// Whether `pod` is a live replica of `job`: owned by it (by uid), not being deleted, not
+/// finished.
+pub fn is_live_pod_of(job: &CachedJob, pod: &CachedPod) -> bool {
+    let uid = job.metadata.uid.as_deref().unwrap_or_default();
+    !uid.is_empty()
+        && pod.metadata.deletion_timestamp.is_none()
+        && pod
+            .metadata
+            .owner_references
+            .as_ref()
+            .is_some_and(|r| r.iter().any(|o| o.uid == uid))
+        && !matches!(
+            pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+            Some("Succeeded" | "Failed")
+        )
+}
+
+/// The replica counts of a job's spec, read without decoding its pod templates.
+#[derive(Deserialize)]
+struct SpecSizes {
+    #[serde(default)]
+    tasks: Vec<TaskSizes>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct TaskSizes {
+    #[serde(default = "one")]
+    replicas: i64,
+    #[serde(default)]
+    max_replicas: Option<i64>,
+}
+
+fn one() -> i64 {
+    1
+}
+
+/// How many global ranks `job` can have: its tasks' replicas, each at its maxReplicas, and
+/// never more than `MAX_JOB_REPLICAS` (also when the spec does not decode).
+pub fn rank_bound(job: &CachedJob) -> usize {
+    let cap = usize::try_from(limits::MAX_JOB_REPLICAS).unwrap_or(0);
+    let Ok(sizes) = serde_json::from_str::<SpecSizes>(job.spec.get()) else {
+        return cap;
+    };
+    let total = sizes.tasks.iter().fold(0i64, |sum, t| {
+        let most = t.replicas.max(t.max_replicas.unwrap_or(t.replicas)).max(0);
+        sum.saturating_add(most)
+    });
+    usize::try_from(total).map_or(cap, |t| t.min(cap))
+}
+
 fn live_replicas(state: &ServerState, job: &CachedJob) -> Vec<Replica> {
     let namespace = job.metadata.namespace.as_deref().unwrap_or_default();
     let name = job.metadata.name.as_deref().unwrap_or_default();
-    let uid = job.metadata.uid.as_deref().unwrap_or_default();
+    let bound = rank_bound(job);
     let mut replicas: Vec<Replica> = state
         .caches
         .pods_of(namespace, name)
         .into_iter()
-        .filter(|p| {
-            p.metadata.deletion_timestamp.is_none()
-                && p.metadata
-                    .owner_references
-                    .as_ref()
-                    .is_some_and(|r| r.iter().any(|o| o.uid == uid))
-                && !matches!(
-                    p.status.as_ref().and_then(|s| s.phase.as_deref()),
-                    Some("Succeeded" | "Failed")
-                )
-        })
+        .filter(|p| is_live_pod_of(job, p))
         .filter_map(|pod| {
             let ip = pod.status.as_ref()?.pod_ip.clone()?;
-            let rank = pod
+            let text = pod
                 .metadata
                 .annotations
                 .as_ref()?
-                .get(labels::ANNOTATION_RANK)?
-                .parse()
-                .ok()?;
+                .get(labels::ANNOTATION_RANK)?;
+            // Anyone who may annotate pods in the namespace writes this: a rank outside the
+            // job's size is ignored and counted, never used to size anything.
+            let rank = match text.parse::<usize>() {
+                Ok(rank) if rank < bound => rank,
+                _ => {
+                    state.metrics.server.ignored_ranks.inc();
+                    tracing::debug!(
+                        pod = ?pod.metadata.name,
+                        job = %format!("{namespace}/{name}"),
+                        rank = %text.chars().take(32).collect::<String>(),
+                        bound,
+                        "ignoring a rank annotation outside the job's size"
+                    );
+                    return None;
+                }
+            };
             let port = worker_port(&pod);
             Some(Replica {
                 rank,
@@ -287,10 +407,12 @@ fn worker_port(pod: &CachedPod) -> i32 {
 /// `null`, as di-server answers); `?detail=true` adds pod, task, phase and node per replica.
 async fn get_replicas(
     State(state): State<ServerState>,
-    Path(id): Path<String>,
+    method: Method,
+    job: AuthorizedJob,
     Query(query): Query<ReplicasQuery>,
 ) -> Result<Response, ApiError> {
-    let (_, job) = find_job(&state, &id)?;
+    let id = state.acting_on(&job, &method);
+    let job = find_job(&state, id)?;
     let replicas = live_replicas(&state, &job);
     const MESSAGE: &str = "successfully get replicas";
     if query.detail {
@@ -314,15 +436,20 @@ async fn get_replicas(
     if replicas.is_empty() {
         return Ok(envelope(StatusCode::OK, MESSAGE, Value::Null));
     }
+    // `status.ranks` is trusted no further than the job's size either.
     let ranks = job
         .status
         .as_ref()
         .and_then(|s| s.ranks.as_ref())
-        .map_or(0, Vec::len);
+        .map_or(0, Vec::len)
+        .min(rank_bound(&job));
+    // Every rank in `replicas` is below the bound (checked above), so is `len`.
     let len = replicas.last().map_or(0, |r| r.rank + 1).max(ranks);
     let mut data = vec![String::new(); len];
     for r in replicas {
-        data[r.rank] = r.address;
+        if let Some(slot) = data.get_mut(r.rank) {
+            *slot = r.address;
+        }
     }
     Ok(envelope(StatusCode::OK, MESSAGE, json!(data)))
 }
@@ -331,6 +458,9 @@ async fn get_replicas(
 fn json_body(body: Result<Bytes, BytesRejection>) -> Result<Value, ApiError> {
     let bytes = body.map_err(|rejection| {
         let status = rejection.status();
+        if listen::is_body_timeout(&rejection) {
+            return fail(StatusCode::REQUEST_TIMEOUT, rejection.body_text());
+        }
         let message = if status == StatusCode::PAYLOAD_TOO_LARGE {
             format!("request body is larger than {MAX_BODY} bytes")
         } else {
@@ -349,23 +479,32 @@ fn json_body(body: Result<Bytes, BytesRejection>) -> Result<Value, ApiError> {
     })
 }
 
-/// `{"replicas": n}` with 1 ≤ n ≤ 10 000, or (DELETE only) `{"pods": [...]}`.
+/// `{"replicas": n}` with 1 ≤ n ≤ `MAX_TASK_REPLICAS`, or (DELETE only) `{"pods": [...]}` with
+/// at most `MAX_JOB_REPLICAS` names.
 fn scale_request(body: &Value, allow_pods: bool) -> Result<(), String> {
     let object = body
         .as_object()
         .ok_or_else(|| "request body must be a JSON object like {\"replicas\": 1}".to_string())?;
     if allow_pods && let Some(pods) = object.get("pods") {
-        return pods
+        let pods = pods
             .as_array()
             .filter(|a| !a.is_empty() && a.iter().all(Value::is_string))
-            .map(|_| ())
-            .ok_or_else(|| "pods must be a non-empty list of pod names".to_string());
+            .ok_or_else(|| "pods must be a non-empty list of pod names".to_string())?;
+        let most = usize::try_from(limits::MAX_JOB_REPLICAS).unwrap_or(0);
+        if pods.len() > most {
+            return Err(format!(
+                "pods may name at most {most} pods, got {}",
+                pods.len()
+            ));
+        }
+        return Ok(());
     }
+    let most = limits::MAX_TASK_REPLICAS;
     match object.get("replicas") {
         None => Err("replicas is required, e.g. {\"replicas\": 1}".to_string()),
         Some(n) => match n.as_i64() {
-            Some(n) if (1..=10_000).contains(&n) => Ok(()),
-            Some(n) => Err(format!("replicas must be between 1 and 10000, got {n}")),
+            Some(n) if (1..=i64::from(most)).contains(&n) => Ok(()),
+            Some(n) => Err(format!("replicas must be between 1 and {most}, got {n}")),
             None => Err(format!("replicas must be an integer, got {n}")),
         },
     }
@@ -373,11 +512,11 @@ fn scale_request(body: &Value, allow_pods: bool) -> Result<(), String> {
 
 async fn scale(
     state: ServerState,
-    id: String,
+    id: &JobId,
     body: Result<Bytes, BytesRejection>,
     delete: bool,
 ) -> Result<Response, ApiError> {
-    let (id, cached) = find_job(&state, &id)?;
+    let cached = find_job(&state, id)?;
     let body = json_body(body)?;
     scale_request(&body, delete).map_err(|message| fail(StatusCode::BAD_REQUEST, message))?;
     let job = cached.decode().map_err(|e| {
@@ -386,6 +525,9 @@ async fn scale(
             format!("cached job does not decode: {e}"),
         )
     })?;
+    if let Some(message) = oversized(&job) {
+        return Err(fail(StatusCode::BAD_REQUEST, message));
+    }
     if !job.spec.preemptible {
         return Err(fail(
             StatusCode::BAD_REQUEST,
@@ -412,7 +554,7 @@ async fn scale(
             "metadata": {"resourceVersion": job.metadata.resource_version},
             "status": status,
         });
-        match write_status(&state, &id, &patch, "replicas").await {
+        match write_status(&state, id, &patch, "replicas").await {
             Ok(()) => break,
             Err(e) if e.status == StatusCode::CONFLICT && attempt < 2 => {
                 let jobs: Api<DIJob> = Api::namespaced(state.client.clone(), &id.namespace);
@@ -447,10 +589,25 @@ pub fn remove_pods(job: &DIJob, body: &Value) -> Result<Value, String> {
         .filter_map(Value::as_str)
         .collect();
     let slots = build::desired_slots(job);
+    // One lookup per name: the work stays linear in the request and the job.
+    let by_name: HashMap<&str, (usize, i32)> = slots
+        .iter()
+        .map(|(pod, task, rank)| (pod.as_str(), (*task, *rank)))
+        .collect();
     let mut by_task: BTreeMap<usize, Vec<i32>> = BTreeMap::new();
     for name in &names {
-        let Some((_, task, rank)) = slots.iter().find(|(pod, _, _)| pod == name) else {
-            let known: Vec<&str> = slots.iter().map(|(pod, _, _)| pod.as_str()).collect();
+        let Some((task, rank)) = by_name.get(name) else {
+            const SHOWN: usize = 20;
+            let mut known: Vec<&str> = slots
+                .iter()
+                .take(SHOWN)
+                .map(|(pod, _, _)| pod.as_str())
+                .collect();
+            let more = format!("… ({} more)", slots.len().saturating_sub(SHOWN));
+            if slots.len() > SHOWN {
+                known.push(&more);
+            }
+            let name: String = name.chars().take(253).collect();
             return Err(format!(
                 "pod {name} is not a replica of job {}/{}; its replicas: {}",
                 job.metadata.namespace.as_deref().unwrap_or_default(),
@@ -463,10 +620,13 @@ pub fn remove_pods(job: &DIJob, body: &Value) -> Result<Value, String> {
     let mut counts = serde_json::Map::new();
     let mut removed_out = serde_json::Map::new();
     for (index, ranks) in by_task {
-        let task = &job.spec.tasks[index];
+        // `index` comes from `desired_slots` of this job.
+        let Some(task) = job.spec.tasks.get(index) else {
+            continue;
+        };
         let name = build::task_name(task);
         let now = build::task_local_ranks(job, index);
-        let left = i32::try_from(now.len() - ranks.len()).unwrap_or(0);
+        let left = i32::try_from(now.len().saturating_sub(ranks.len())).unwrap_or(0);
         if left < task.min_replicas() {
             return Err(format!(
                 "task {name} has {} replicas and may not go below minReplicas {}; removing {} would leave {left}",
@@ -554,10 +714,17 @@ pub fn scale_target(job: &DIJob, body: &Value, delete: bool) -> Result<(String, 
             }
         },
     };
-    let task = &job.spec.tasks[index];
+    // `index` is one of `tasks`' indices.
+    let Some(task) = job.spec.tasks.get(index) else {
+        return Err("job has no such task".to_string());
+    };
     let name = build::task_name(task);
     let now = build::task_replicas(job, index);
-    let want = if delete { now - n } else { now + n };
+    let want = if delete {
+        now.saturating_sub(n)
+    } else {
+        now.saturating_add(n)
+    };
     let (min, max) = (task.min_replicas(), task.max_replicas());
     if want < min || want > max {
         return Err(format!(
@@ -579,10 +746,13 @@ async fn write_status(
     let params = PatchParams::default();
     let merge = Patch::Merge(patch);
     let write = jobs.patch_status(&id.name, &params, &merge);
-    let Ok(result) = tokio::time::timeout(std::time::Duration::from_secs(30), write).await else {
+    let Ok(result) = tokio::time::timeout(WRITE_TIMEOUT, write).await else {
         return Err(fail(
             StatusCode::GATEWAY_TIMEOUT,
-            "the Kubernetes API server did not answer within 30 s; try again",
+            format!(
+                "the Kubernetes API server did not answer within {} s; try again",
+                WRITE_TIMEOUT.as_secs()
+            ),
         ));
     };
     match result {
@@ -607,27 +777,67 @@ async fn write_status(
 
 async fn add_replicas(
     State(state): State<ServerState>,
-    Path(id): Path<String>,
+    method: Method,
+    job: AuthorizedJob,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    scale(state, id, body, false).await
+    let id = state.acting_on(&job, &method);
+    scale(state.clone(), id, body, false).await
 }
 
 async fn delete_replicas(
     State(state): State<ServerState>,
-    Path(id): Path<String>,
+    method: Method,
+    job: AuthorizedJob,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    scale(state, id, body, true).await
+    let id = state.acting_on(&job, &method);
+    scale(state.clone(), id, body, true).await
+}
+
+/// Why the replica API will not scale `job`: a count past the documented maximums
+/// (`api::limits`), which the CRD and the webhook refuse but an older stored job may have.
+fn oversized(job: &DIJob) -> Option<String> {
+    if job.spec.tasks.len() > limits::MAX_TASKS {
+        return Some(format!(
+            "spec.tasks: job has {} tasks, more than the maximum {}; the replica API does not scale it",
+            job.spec.tasks.len(),
+            limits::MAX_TASKS
+        ));
+    }
+    let mut total: i64 = 0;
+    for (i, task) in job.spec.tasks.iter().enumerate() {
+        for (field, n) in [
+            ("replicas", Some(task.replicas)),
+            ("minReplicas", task.min_replicas),
+            ("maxReplicas", task.max_replicas),
+        ] {
+            if let Some(n) = n.filter(|n| *n > limits::MAX_TASK_REPLICAS) {
+                return Some(format!(
+                    "spec.tasks[{i}].{field}: {n} is more than the maximum {}; the replica API does not scale this job",
+                    limits::MAX_TASK_REPLICAS
+                ));
+            }
+        }
+        total += i64::from(task.replicas.max(task.max_replicas()).max(0));
+    }
+    (total > i64::from(limits::MAX_JOB_REPLICAS)).then(|| {
+        format!(
+            "spec.tasks: the job's tasks may run {total} replicas at their maxReplicas, more than the maximum {}; the replica API does not scale it",
+            limits::MAX_JOB_REPLICAS
+        )
+    })
 }
 
 /// POST profilings: `{"data": {...}}` (or a bare object) merged into `status.profilings`.
 async fn post_profilings(
     State(state): State<ServerState>,
-    Path(id): Path<String>,
+    method: Method,
+    job: AuthorizedJob,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let (id, _) = find_job(&state, &id)?;
+    let id = state.acting_on(&job, &method);
+    let cached = find_job(&state, id)?;
     let body = json_body(body)?;
     let data = match body.get("data") {
         Some(data) => data.clone(),
@@ -639,13 +849,99 @@ async fn post_profilings(
             "profilings must be a JSON object, e.g. {\"data\": {\"throughput\": 1.5}}",
         ));
     }
-    let patch = json!({"status": {"profilings": data}});
-    write_status(&state, &id, &patch, "profilings").await?;
+    // The merge is checked against the job as read and written only if the job is still at
+    // that resourceVersion, so concurrent reports cannot together pass the caps. On a conflict
+    // the job is read again from the API server (the cache may lag).
+    let mut current = cached.status.as_ref().and_then(|s| s.profilings.clone());
+    let mut version = cached.metadata.resource_version.clone();
+    const ATTEMPTS: usize = 5;
+    for attempt in 1..=ATTEMPTS {
+        check_profilings(current.as_ref(), &data)?;
+        let patch = json!({
+            "metadata": {"resourceVersion": version},
+            "status": {"profilings": data},
+        });
+        match write_status(&state, id, &patch, "profilings").await {
+            Ok(()) => break,
+            Err(e) if e.status == StatusCode::CONFLICT && attempt < ATTEMPTS => {
+                let jobs: Api<DIJob> = Api::namespaced(state.client.clone(), &id.namespace);
+                let job = jobs.get(&id.name).await.map_err(|e| {
+                    fail(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        format!("cannot read the job again after a conflict: {e}"),
+                    )
+                })?;
+                current = job.status.and_then(|s| s.profilings);
+                version = job.metadata.resource_version;
+            }
+            Err(e) => return Err(e),
+        }
+    }
     Ok(envelope(
         StatusCode::OK,
         "successfully report profilings",
         Value::Null,
     ))
+}
+
+/// Refuses a profilings report whose merge into `current` (JSON merge patch, as the API server
+/// applies it) would leave more than [`MAX_PROFILINGS_BYTES`] or [`MAX_PROFILINGS_KEYS`].
+pub fn check_profilings(current: Option<&Value>, data: &Value) -> Result<(), ApiError> {
+    let mut merged = current.cloned().unwrap_or_else(|| json!({}));
+    json_patch::merge(&mut merged, data);
+    let keys = count_keys(&merged);
+    if keys > MAX_PROFILINGS_KEYS {
+        return Err(fail(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "status.profilings would hold {keys} keys after this report, more than the {MAX_PROFILINGS_KEYS} allowed: report fewer keys (a null value removes one)"
+            ),
+        ));
+    }
+    let mut counter = ByteCount(0);
+    // Writing into a counter cannot fail.
+    let _ = serde_json::to_writer(&mut counter, &merged);
+    if counter.0 > MAX_PROFILINGS_BYTES {
+        return Err(fail(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "status.profilings would be {} bytes after this report, more than the {MAX_PROFILINGS_BYTES} allowed: report fewer or smaller values (a null value removes a key)",
+                counter.0
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Object keys at every depth (iterative: no recursion on nested input).
+fn count_keys(value: &Value) -> usize {
+    let mut keys = 0;
+    let mut stack = vec![value];
+    while let Some(v) = stack.pop() {
+        match v {
+            Value::Object(map) => {
+                keys += map.len();
+                stack.extend(map.values());
+            }
+            Value::Array(items) => stack.extend(items),
+            _ => {}
+        }
+    }
+    keys
+}
+
+/// An `io::Write` that only counts.
+struct ByteCount(usize);
+
+impl std::io::Write for ByteCount {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0 += buf.len();
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -56,11 +56,7 @@ fn serve(
 ) -> AdmissionReview<DynamicObject> {
     let started = Instant::now();
     let review = serde_json::from_slice::<Value>(body).unwrap_or(Value::Null);
-    let operation = review
-        .pointer("/request/operation")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_string();
+    let operation = operation_label(review.pointer("/request/operation"));
     let out = answer(review, decide);
     if let Some(m) = metrics {
         let result = match out.response.as_ref() {
@@ -72,7 +68,7 @@ fn serve(
             .reviews
             .get_or_create(&AdmissionLabels {
                 webhook,
-                operation: operation.clone(),
+                operation,
                 result,
             })
             .inc();
@@ -81,9 +77,21 @@ fn serve(
             .observe(started.elapsed().as_secs_f64());
     }
     if let Some(r) = out.response.as_ref().filter(|r| !r.allowed) {
-        tracing::info!(webhook, %operation, uid = %r.uid, reason = %r.result.message, "admission denied");
+        tracing::info!(webhook, operation, uid = %r.uid, reason = %r.result.message, "admission denied");
     }
     out
+}
+
+/// The review's operation as a metric label and log field: one of a fixed set, so a request's
+/// text never grows the label set.
+pub fn operation_label(operation: Option<&Value>) -> &'static str {
+    match operation.and_then(Value::as_str) {
+        Some("CREATE") => "CREATE",
+        Some("UPDATE") => "UPDATE",
+        Some("DELETE") => "DELETE",
+        Some("CONNECT") => "CONNECT",
+        _ => "other",
+    }
 }
 
 /// A refusal as the API server reports it: 403 Forbidden with our message.

@@ -361,3 +361,40 @@ mod fuzz {
         }
     }
 }
+
+/// The `operation` label of `diorch_admission_reviews_total` comes from a fixed set: a review
+/// with made-up operations (or none) cannot grow the metric's label set.
+#[test]
+fn the_operation_label_is_one_of_a_fixed_set() {
+    let metrics = crate::metrics::Metrics::new();
+    let object = job(json!([{"type": "learner", "template": {}}]));
+    for i in 0..50 {
+        let body = review(&format!("MADE-UP-{i}"), object.clone(), None);
+        super::serve(
+            body.to_string().as_bytes(),
+            "validate",
+            check,
+            Some(&metrics),
+        );
+    }
+    super::serve(b"not json", "validate", check, Some(&metrics));
+    let create = review("CREATE", object, None);
+    super::serve(
+        create.to_string().as_bytes(),
+        "validate",
+        check,
+        Some(&metrics),
+    );
+    let text = metrics.encode();
+    let operations: std::collections::BTreeSet<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("diorch_admission_reviews_total{"))
+        .filter_map(|l| l.split("operation=\"").nth(1)?.split('"').next())
+        .collect();
+    assert_eq!(
+        operations,
+        ["CREATE", "other"].into_iter().collect(),
+        "{text}"
+    );
+    assert!(!text.contains("MADE-UP"), "{text}");
+}

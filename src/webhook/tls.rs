@@ -3,8 +3,12 @@
 //! rotated certificate (cert-manager, `diorch webhook-cert`, the kubelet refreshing a mounted
 //! Secret) is used by the next handshake without a restart.
 //!
-//! Owns the certificate files' reading and the listener; the answers are `webhook`'s. Touches
-//! nothing in the cluster.
+//! The listener has the limits of every operator listener (`server::listen`: connection cap,
+//! handshake and header timeouts, body and request timeouts, in-flight cap) and speaks
+//! HTTP/1.1 only, so ALPN offers only `http/1.1`.
+//!
+//! Owns the certificate files' reading and the listener's TLS set-up; the answers are
+//! `webhook`'s. Touches nothing in the cluster.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -20,6 +24,7 @@ use rustls::sign::CertifiedKey;
 use tracing::{info, warn};
 
 use crate::metrics::Metrics;
+use crate::server::listen::HttpLimits;
 
 /// Why a certificate could not be loaded or the listener could not start.
 #[derive(Debug, thiserror::Error)]
@@ -194,7 +199,8 @@ impl ResolvesServerCert for ReloadingCert {
     }
 }
 
-/// The rustls server configuration over `cert`: TLS 1.2 and 1.3, HTTP/2 and HTTP/1.1.
+/// The rustls server configuration over `cert`: TLS 1.2 and 1.3, HTTP/1.1 (the listener serves
+/// nothing else; the API server falls back to HTTP/1.1).
 pub fn server_config(cert: Arc<ReloadingCert>) -> Result<rustls::ServerConfig, TlsError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut config = rustls::ServerConfig::builder_with_provider(provider)
@@ -202,17 +208,18 @@ pub fn server_config(cert: Arc<ReloadingCert>) -> Result<rustls::ServerConfig, T
         .map_err(|e| TlsError::Config(e.to_string()))?
         .with_no_client_auth()
         .with_cert_resolver(cert);
-    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(config)
 }
 
 /// Serves `router` over TLS on `listener` until `shutdown` resolves, with the certificate
-/// `files` re-read every `reload_period`.
+/// `files` re-read every `reload_period`, within `limits`.
 pub async fn serve(
     listener: std::net::TcpListener,
     files: CertFiles,
     reload_period: Duration,
     router: Router,
+    limits: HttpLimits,
     metrics: Option<Arc<Metrics>>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), TlsError> {
@@ -230,24 +237,12 @@ pub async fn serve(
             }
         }
     });
-    let config = axum_server::tls_rustls::RustlsConfig::from_config(Arc::new(server_config(cert)?));
+    let config = Arc::new(server_config(cert)?);
     listener.set_nonblocking(true).map_err(TlsError::Serve)?;
-    let handle = axum_server::Handle::new();
-    {
-        let handle = handle.clone();
-        tokio::spawn(async move {
-            shutdown.await;
-            handle.graceful_shutdown(Some(Duration::from_secs(5)));
-        });
-    }
-    let served = axum_server::from_tcp_rustls(listener, config)
-        .map_err(TlsError::Serve)?
-        .handle(handle)
-        .serve(router.into_make_service())
-        .await
-        .map_err(TlsError::Serve);
+    let listener = tokio::net::TcpListener::from_std(listener).map_err(TlsError::Serve)?;
+    crate::server::listen::serve_tls(listener, config, router, limits, shutdown).await;
     watcher.abort();
-    served
+    Ok(())
 }
 
 #[cfg(test)]
@@ -328,6 +323,7 @@ mod tests {
                 CertFiles::in_dir(&path),
                 Duration::from_millis(50),
                 crate::webhook::router(None),
+                HttpLimits::default(),
                 None,
                 std::future::pending(),
             )
@@ -362,6 +358,62 @@ mod tests {
             validate(port, &first.ca).await.is_err(),
             "old certificate still served"
         );
+    }
+
+    /// A client that opens a TCP connection and never completes the TLS handshake is cut off
+    /// after the header timeout.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_stalled_tls_handshake_is_cut_off() {
+        use tokio::io::AsyncReadExt;
+        let dir = tempfile::tempdir().expect("dir");
+        write(
+            dir.path(),
+            &generate(&["127.0.0.1".to_string()], 10).expect("cert"),
+        );
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let path = dir.path().to_path_buf();
+        let limit = Duration::from_millis(500);
+        let limits = HttpLimits {
+            header_timeout: limit,
+            ..HttpLimits::default()
+        };
+        tokio::spawn(async move {
+            serve(
+                listener,
+                CertFiles::in_dir(&path),
+                Duration::from_secs(60),
+                crate::webhook::router(None),
+                limits,
+                None,
+                std::future::pending(),
+            )
+            .await
+        });
+        let mut stream = loop {
+            if let Ok(s) = tokio::net::TcpStream::connect(addr).await {
+                break s;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        // Half a ClientHello, then silence.
+        use tokio::io::AsyncWriteExt;
+        stream
+            .write_all(&[0x16, 0x03, 0x01, 0x02, 0x00])
+            .await
+            .expect("write");
+        let started = std::time::Instant::now();
+        let mut buf = [0u8; 64];
+        let closed = tokio::time::timeout(limit + Duration::from_secs(3), async {
+            loop {
+                match stream.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {}
+                }
+            }
+        })
+        .await;
+        assert!(closed.is_ok(), "still open after {:?}", started.elapsed());
     }
 
     #[test]
