@@ -405,7 +405,10 @@ fn rbac_binds_only_the_operators_and_the_certificate_jobs_roles_and_nothing_broa
         let metrics = find(&docs, "ClusterRole", "diorch-metrics-reader").expect("metrics reader");
         assert_eq!(
             metrics["rules"],
-            serde_json::json!([{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}])
+            serde_json::json!([
+                {"nonResourceURLs": ["/metrics"], "verbs": ["get"]},
+                {"nonResourceURLs": ["/plugins"], "verbs": ["get"]}
+            ])
         );
     }
 }
