@@ -337,3 +337,164 @@ fn rank_annotations_of_two_billion_leave_the_operator_and_the_job_running() {
     assert!(operator.try_exit().is_none(), "the operator is still up");
     assert_rss_within_slack(&operator, before);
 }
+
+/// The issue's combined attack, from every side at once, against the real binaries: a hostile
+/// policy plugin serving jobs that make it sleep, spin, exhaust memory, open sockets, trap,
+/// overflow its stack, answer megabytes and flood logs; replica API calls with forged tokens
+/// and encoded job ids, plus connections that send their headers a byte at a time; a rank
+/// annotation of two billion. Meanwhile a normal job and a normal preemptible job (placed by
+/// the built-in policy through the same allocator) must each reach Running within 5 s of their
+/// creation, no forged call may be served, and the operator must stay up.
+#[test]
+fn under_attack_from_every_side_normal_jobs_still_start_within_5_s() {
+    use common::allocation;
+    use std::io::Write;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    let sandbox = allocation::gpu_sandbox();
+    let k = sandbox.kubectl().in_namespace("default");
+    let mut operator = OperatorProcess::start_with(
+        &sandbox.kubeconfig,
+        &["--plugin-namespace", "default", "--server-auth", "job-pods"],
+    );
+    let url = operator.api_url();
+    allocation::upload(
+        &k,
+        &allocation::plugin_file("hostile_policy"),
+        "hostile",
+        "policy",
+        &[],
+    );
+    allocation::wait_event(&k, "ConfigMap", "plugin-hostile", "PluginLoaded", 1);
+    scenario::apply(&k, &scenario::standard_job("warm", ""));
+    scenario::wait_phase(&k, "warm", "Running");
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut attackers = Vec::new();
+    // Replica API: forged tokens and encoded ids; every answer must be a refusal.
+    {
+        let (stop, url) = (stop.clone(), url.clone());
+        attackers.push(std::thread::spawn(move || {
+            let mut served = Vec::new();
+            let mut calls = 0;
+            while !stop.load(Ordering::Relaxed) {
+                for (method, path, body) in [
+                    ("GET", "/v2alpha1/job/default%2Ewarm/replicas", ""),
+                    ("GET", "/v2alpha1/default%2ewarm/replicas?detail=true", ""),
+                    (
+                        "POST",
+                        "/v2alpha1/job/default%2Ewarm/replicas",
+                        r#"{"replicas":1}"#,
+                    ),
+                    (
+                        "DELETE",
+                        "/v2alpha1/job/default%252Ewarm/replicas",
+                        r#"{"replicas":1}"#,
+                    ),
+                    (
+                        "POST",
+                        "/v2alpha1/job/default.warm/profilings",
+                        r#"{"data":{"x":1}}"#,
+                    ),
+                    ("GET", "/v2alpha1/job/default.warm/../../metrics", ""),
+                ] {
+                    let (code, answer) = scenario::http_as(&url, method, path, body, Some("x"));
+                    calls += 1;
+                    if (200..300).contains(&code) {
+                        served.push(format!("{method} {path}: {code} {answer}"));
+                    }
+                }
+            }
+            (calls, served)
+        }));
+    }
+    // Slow clients: headers one byte at a time, holding connections open.
+    {
+        let (stop, addr) = (stop.clone(), url.trim_start_matches("http://").to_string());
+        attackers.push(std::thread::spawn(move || {
+            let mut streams: Vec<std::net::TcpStream> = (0..64)
+                .filter_map(|_| std::net::TcpStream::connect(&addr).ok())
+                .collect();
+            while !stop.load(Ordering::Relaxed) {
+                for s in &mut streams {
+                    let _ = s.write_all(b"G");
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            (streams.len(), Vec::new())
+        }));
+    }
+    // Hostile jobs: the policy misbehaves by the job's name; each admission calls it.
+    let modes = [
+        "sleep",
+        "loop",
+        "oom",
+        "socket",
+        "trap",
+        "recurse",
+        "huge-answer",
+        "huge-no-fit",
+        "log-flood",
+        "log-amplify",
+    ];
+    for mode in modes {
+        k.ok_stdin(
+            &["apply", "-f", "-"],
+            &allocation::gpu_job(mode, "hostile", 1, 0),
+        );
+    }
+    // A rank annotation of two billion on a running pod.
+    let warm_pod = scenario::pods(&k, "warm")
+        .into_keys()
+        .next()
+        .expect("a pod of warm");
+    k.ok(&[
+        "annotate",
+        "pod",
+        &warm_pod,
+        "diengine/rank=2000000000",
+        "--overwrite",
+    ]);
+
+    // Normal jobs, created while all of that goes on.
+    let wait_running_within = |name: &str, created: Instant| {
+        let deadline = created + Duration::from_secs(5);
+        loop {
+            let phase = scenario::jsonpath(&k, &format!("dijob/{name}"), "{.status.phase}");
+            if phase == "Running" {
+                return created.elapsed();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{name} did not reach Running within 5 s under attack; last phase {phase:?}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    let created = Instant::now();
+    scenario::apply(&k, &scenario::standard_job("normal", ""));
+    let normal = wait_running_within("normal", created);
+    let created = Instant::now();
+    k.ok_stdin(
+        &["apply", "-f", "-"],
+        &allocation::gpu_job("normal-preemptible", "", 2, 1),
+    );
+    let preemptible = wait_running_within("normal-preemptible", created);
+    println!("under attack: normal job Running in {normal:?}, preemptible in {preemptible:?}");
+
+    // Every hostile job was still answered: the fallback placed it (the policy's failure is an
+    // Event), so no job is lost to its policy's behaviour.
+    for mode in modes {
+        allocation::wait_allocated(&k, mode, "True");
+    }
+    stop.store(true, Ordering::Relaxed);
+    let (calls, served) = attackers.remove(0).join().expect("API attacker");
+    assert!(calls > 0, "the API attacker made no call");
+    assert!(served.is_empty(), "forged calls were served: {served:#?}");
+    let _ = attackers.remove(0).join();
+    assert!(operator.try_exit().is_none(), "the operator exited");
+    // The operator still answers its own API (a well-formed refusal, not a dropped connection).
+    let (code, _) = scenario::http(&url, "GET", "/v2alpha1/job/default.warm/replicas", "");
+    assert_eq!(code, 401, "a token-less call from outside the job's pods");
+}
