@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use futures::{FutureExt, StreamExt, future};
 use k8s_openapi::api::core::v1::{ObjectReference, Pod, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::{self, Action as Requeue, Controller};
 use kube::runtime::events::{Event, EventType as KubeEventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -872,10 +872,15 @@ async fn already_exists(
     job_uid: &str,
     conflict: kube::Error,
 ) -> (&'static str, Result<(), kube::Error>) {
-    let holder = match bounded(pods.get_opt(name)).await {
-        Ok(Some(holder)) => holder,
-        // Gone since: nothing of ours is there; the next pass creates it.
-        Ok(None) => return ("create", Err(conflict)),
+    // A list by name, not a get: the operator's RBAC (deploy/, src/rbac.rs) grants pods only
+    // list, watch, create and delete.
+    let by_name = ListParams::default().fields(&format!("metadata.name={name}"));
+    let holder = match bounded(pods.list(&by_name)).await {
+        Ok(list) => match list.items.into_iter().next() {
+            Some(holder) => holder,
+            // Gone since: nothing of ours is there; the next pass creates it.
+            None => return ("create", Err(conflict)),
+        },
         Err(err) => return ("create", Err(err)),
     };
     let ours = holder

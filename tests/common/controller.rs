@@ -443,8 +443,8 @@ pub fn job_events(k: &Kubectl, job: &str) -> String {
 /// while), and its `diengine/operator` label is taken off, as one detaches a pod from its
 /// controller to keep it for debugging, so the operator's watch no longer shows it. Its
 /// re-create then answers 409 AlreadyExists: the operator must not take that for a creation
-/// (and wait 60 s for a watch event that never comes, issue 18's restart stall), but say why
-/// the pod is not created and create it once the name is free.
+/// (and wait for its 60 s sync period, as nothing else re-triggers the job: issue 18's restart
+/// stall), but say why the pod is not created and create it once the name is free.
 pub fn failing_worker_restarts_then_fails(k: &Kubectl, ns: &str) {
     let k = k.in_namespace(ns);
     let job = "backoff";
