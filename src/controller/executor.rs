@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use futures::{FutureExt, StreamExt, future};
 use k8s_openapi::api::core::v1::{ObjectReference, Pod, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::{self, Action as Requeue, Controller};
 use kube::runtime::events::{Event, EventType as KubeEventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -703,6 +703,7 @@ async fn execute(ctx: &Context, job: &DIJob, key: &str, plan: &Plan) -> Outcome 
         }
     }
 
+    let job_uid = job.metadata.uid.as_deref().unwrap_or_default();
     let results = future::join_all(plan.actions.iter().map(|action| {
         let pods = pods.clone();
         let services = services.clone();
@@ -712,14 +713,16 @@ async fn execute(ctx: &Context, job: &DIJob, key: &str, plan: &Plan) -> Outcome 
                 Action::CreatePod(pod) => {
                     let name = pod.metadata.name.clone().unwrap_or_default();
                     let (kind, result) = match mutate(ctx, job, pod).await {
-                        Ok(pod) => (
-                            "create",
-                            bounded(pods.create(&PostParams::default(), &pod))
-                                .await
-                                .map(|_| ()),
-                        ),
+                        Ok(pod) => match bounded(pods.create(&PostParams::default(), &pod)).await {
+                            Ok(_) => ("create", Ok(())),
+                            Err(err) if is_status(&err, 409) => {
+                                already_exists(&pods, &name, job_uid, err).await
+                            }
+                            Err(err) => ("create", Err(err)),
+                        },
                         Err(e) => ("mutate", Err(kube::Error::Service(Box::new(e)))),
                     };
+                    // Only a create that happened (or found this very pod) awaits its event.
                     if result.is_err() {
                         ctx.expectations.forget(key, Some(&name), None);
                     }
@@ -785,13 +788,19 @@ async fn execute(ctx: &Context, job: &DIJob, key: &str, plan: &Plan) -> Outcome 
                 EventType::Normal,
                 format!("{what} was successfully created"),
             ),
+            // This very pod is already there (a retried create the cache had not shown yet).
+            (Ok(()), "exists") => continue,
             (Ok(()), _) => (
                 "SuccessfulDelete",
                 EventType::Normal,
                 format!("{what} was successfully deleted"),
             ),
-            // Already there (a create the cache had not shown yet) or already gone: the goal is met.
-            (Err(err), "create") if is_status(err, 409) => continue,
+            // The service is there already (the planner creates it only while none is cached
+            // under its name): the goal is met. Pods were checked in `already_exists`.
+            (Err(err), "create") if is_status(err, 409) && what.starts_with("service ") => {
+                continue;
+            }
+            // Already gone: the goal is met.
             (Err(err), "delete") if is_status(err, 404) || is_status(err, 409) => continue,
             // A mutator with failurePolicy Fail refused the pod: it is not created, like a
             // pod an admission webhook rejects, and the job retries with backoff.
@@ -847,6 +856,64 @@ async fn execute(ctx: &Context, job: &DIJob, key: &str, plan: &Plan) -> Outcome 
     }
     publish_related(ctx, job, events);
     outcome
+}
+
+/// A pod create answered 409 AlreadyExists. The name is held either by the pod this operator
+/// meant to create (a retried create whose first answer was lost, the cache not showing it yet:
+/// `("exists", Ok)`, its expectation stays and is met by the watch) or by another pod: one of
+/// the job's that is being deleted (Terminating until its containers stop, or held by a
+/// finalizer), or one that is not the job's. Then nothing was created and no watch event will
+/// say so: `("create", Err)`, so the expectation is dropped, a FailedCreate Event says who holds
+/// the name, and the job is retried with backoff (and at once when the holder's deletion is
+/// seen, if the operator watches it).
+async fn already_exists(
+    pods: &Api<Pod>,
+    name: &str,
+    job_uid: &str,
+    conflict: kube::Error,
+) -> (&'static str, Result<(), kube::Error>) {
+    // A list by name, not a get: the operator's RBAC (deploy/, src/rbac.rs) grants pods only
+    // list, watch, create and delete.
+    let by_name = ListParams::default().fields(&format!("metadata.name={name}"));
+    let holder = match bounded(pods.list(&by_name)).await {
+        Ok(list) => match list.items.into_iter().next() {
+            Some(holder) => holder,
+            // Gone since: nothing of ours is there; the next pass creates it.
+            None => return ("create", Err(conflict)),
+        },
+        Err(err) => return ("create", Err(err)),
+    };
+    let ours = holder
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|r| r.controller == Some(true) && r.uid == job_uid && !job_uid.is_empty());
+    // A pod of ours that nothing deletes and the cache has not shown yet: this very create.
+    if ours && holder.metadata.deletion_timestamp.is_none() {
+        return ("exists", Ok(()));
+    }
+    let why = if holder.metadata.deletion_timestamp.is_some() {
+        "a pod of that name is still being deleted"
+    } else {
+        "a pod of that name exists that this job does not own"
+    };
+    let taken = NameTaken {
+        name: name.to_string(),
+        why,
+        uid: holder.metadata.uid.unwrap_or_default(),
+    };
+    tracing::info!(pod = name, holder_uid = %taken.uid, why, "pod name taken; not created");
+    ("create", Err(kube::Error::Service(Box::new(taken))))
+}
+
+/// A pod could not be created because another object holds its name.
+#[derive(Debug, Error)]
+#[error("{why} (uid {uid}); it is created once {name} is gone")]
+struct NameTaken {
+    name: String,
+    why: &'static str,
+    uid: String,
 }
 
 /// Creates the job's PodGroup, or sets its minMember when it exists.
@@ -942,6 +1009,8 @@ fn related(job: &DIJob, what: &str) -> ObjectReference {
 fn api_message(err: &kube::Error) -> String {
     match err {
         kube::Error::Api(status) => status.message.clone(),
+        // This operator's own reasons (a mutator's refusal, a name taken), without kube's prefix.
+        kube::Error::Service(reason) => reason.to_string(),
         other => other.to_string(),
     }
 }

@@ -1081,6 +1081,9 @@ mod tests {
         ctx: BuildContext,
         /// PodGroups as last ensured.
         pod_groups: Vec<Value>,
+        /// Deleted pods stay, Terminating with their names taken, until the test removes them
+        /// (a kubelet stopping their containers, or a finalizer).
+        linger: bool,
     }
 
     impl Sim {
@@ -1105,6 +1108,7 @@ mod tests {
                 job,
                 ctx: BuildContext::default(),
                 pod_groups: Vec::new(),
+                linger: false,
             }
         }
 
@@ -1153,6 +1157,14 @@ mod tests {
                             ..Default::default()
                         });
                         self.pods.push(pod);
+                    }
+                    Action::DeletePod { uid, .. } if self.linger => {
+                        let at = t(self.clock);
+                        for pod in &mut self.pods {
+                            if pod.metadata.uid.as_deref() == Some(uid) {
+                                pod.metadata.deletion_timestamp.get_or_insert(at.clone());
+                            }
+                        }
                     }
                     Action::DeletePod { uid, .. } => {
                         self.pods.retain(|p| p.metadata.uid.as_deref() != Some(uid))
@@ -1567,6 +1579,62 @@ mod tests {
                 Phase::Failed
             ]
         );
+    }
+
+    /// Issue 18: a restart whose failed pod lingers Terminating (a kubelet stopping it, a
+    /// finalizer) waits for it to go, creates nothing under its name meanwhile, and goes
+    /// Running -> Restarting -> Starting -> Running, never through Rescheduling.
+    #[test]
+    fn a_restart_waits_for_the_old_pod_to_go_and_never_reschedules() {
+        let mut sim = Sim::running(job_with(json!({"backoffLimit": 1})));
+        sim.linger = true;
+        sim.set_pod("j-collector-0", "Failed", false);
+        let plan = sim.step();
+        assert_eq!(plan.transition.map(|t| t.to), Some(Phase::Restarting));
+        // The old pod is Terminating: its name is taken; every pass waits and does nothing.
+        for _ in 0..3 {
+            let plan = sim.step();
+            assert_eq!(plan.transition, None, "no phase change while it lingers");
+            assert!(
+                !plan
+                    .actions
+                    .iter()
+                    .any(|a| matches!(a, Action::CreatePod(_) | Action::DeletePod { .. })),
+                "{:?}",
+                plan.actions
+            );
+            assert_eq!(sim.phase(), Some(Phase::Restarting));
+        }
+        // The other pods stay as they were, even when their status changes meanwhile.
+        sim.set_pod("j-learner-0", "Running", false);
+        assert_eq!(sim.step().transition, None);
+        sim.set_pod("j-learner-0", "Running", true);
+        // Gone: re-created with its rank in one pass, then Starting.
+        sim.pods.retain(|p| p.metadata.deletion_timestamp.is_none());
+        let plan = sim.step();
+        assert!(
+            matches!(plan.actions.as_slice(), [Action::CreatePod(p)] if p.metadata.name.as_deref() == Some("j-collector-0")),
+            "{:?}",
+            plan.actions
+        );
+        sim.settle();
+        assert_eq!(sim.phase(), Some(Phase::Starting));
+        assert_eq!(sim.rank("j-collector-0"), 2);
+        sim.set_pod("j-collector-0", "Running", true);
+        sim.settle();
+        assert_eq!(
+            sim.transitions,
+            [
+                Phase::Pending,
+                Phase::Starting,
+                Phase::Running,
+                Phase::Restarting,
+                Phase::Starting,
+                Phase::Running
+            ]
+        );
+        assert_eq!((sim.status().restarts, sim.status().reschedules), (1, 0));
+        assert_rank_consistency(&sim);
     }
 
     #[test]
