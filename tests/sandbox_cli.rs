@@ -4,7 +4,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{SandboxProcess, foundation};
+use common::{SandboxProcess, foundation, kubelet};
 
 #[test]
 fn kubectl_installs_crd_applies_samples_and_refuses_invalid_jobs() {
@@ -16,6 +16,16 @@ fn kubectl_installs_crd_applies_samples_and_refuses_invalid_jobs() {
     foundation::invalid_dijobs_are_refused(&k, "samples");
     foundation::status_subresource_split(&k, "samples");
     foundation::owner_deletion_cascades(&k, "samples");
+}
+
+/// Graceful deletion as a real kubelet does it: the same scenario runs on a real API server in
+/// tests/e2e.rs (`e2e_kubelet`).
+#[test]
+fn deleted_pods_keep_their_name_until_their_containers_stopped() {
+    let sandbox = SandboxProcess::start(&["--nodes", "1"]);
+    let k = sandbox.kubectl();
+    foundation::create_namespace(&k, "graceful");
+    kubelet::graceful_deletion(&k, "graceful");
 }
 
 fn pod_manifest(name: &str, annotations: &str, cpu: &str) -> String {
