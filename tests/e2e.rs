@@ -43,13 +43,41 @@ fn require(var: &str, what: &str, test: &str) {
 /// One `diorch run` at a time: two would both reconcile every DIJob of the cluster.
 static ONE_OPERATOR: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-/// Deletes the scenario namespace even when an assertion fails.
+/// Deletes the scenario namespace even when an assertion fails, and waits until it is gone:
+/// the nodes are shared, and the next scenario must find them free (its pods are stopped
+/// gracefully by the kubelet first).
 struct NamespaceGuard<'a>(&'a Kubectl, &'a str);
 
 impl Drop for NamespaceGuard<'_> {
     fn drop(&mut self) {
-        let _ = self.0.run(&["delete", "namespace", self.1, "--wait=false"]);
+        let _ = self.0.run(&[
+            "delete",
+            "namespace",
+            self.1,
+            "--wait=true",
+            "--timeout=180s",
+        ]);
     }
+}
+
+/// `foundation::install_crd`, once the API server reports the CRD's conditions: right after a
+/// create, kube-apiserver serves it without `status.conditions`, and `kubectl wait` fails
+/// instead of waiting on such an object.
+fn install_crd(k: &Kubectl) {
+    let crds = common::repo_root().join("crds");
+    k.ok(&["apply", "-f", crds.to_str().expect("utf-8 path")]);
+    k.wait_for(
+        &[
+            "get",
+            "customresourcedefinition",
+            "dijobs.diengine.opendilab.org",
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"Established\")].status}",
+        ],
+        Duration::from_secs(60),
+        |out| out == "True",
+    );
+    foundation::install_crd(k);
 }
 
 #[test]
@@ -58,7 +86,7 @@ fn e2e_foundation() {
     let (kubeconfig, scratch) = target();
     let k = Kubectl::new(&kubeconfig, scratch.path());
     let ns = format!("diorch-e2e-{}", std::process::id());
-    foundation::install_crd(&k);
+    install_crd(&k);
     foundation::create_namespace(&k, &ns);
     let _guard = NamespaceGuard(&k, &ns);
     foundation::samples_apply_and_print_columns(&k, &ns);
@@ -96,7 +124,7 @@ type Scenario = fn(&Kubectl, &str);
 fn e2e_controller() {
     let (kubeconfig, scratch) = target();
     let k = Kubectl::new(&kubeconfig, scratch.path());
-    foundation::install_crd(&k);
+    install_crd(&k);
     let _one = ONE_OPERATOR.lock().unwrap_or_else(|e| e.into_inner());
     let _operator = OperatorProcess::start(&kubeconfig);
     let scenarios: [(&str, Scenario); 8] = [
@@ -179,7 +207,7 @@ fn e2e_admission() {
         "e2e_admission",
     );
     let k = Kubectl::new(&kubeconfig, scratch.path());
-    foundation::install_crd(&k);
+    install_crd(&k);
     let _one = ONE_OPERATOR.lock().unwrap_or_else(|e| e.into_inner());
     let port = free_port();
     let name = "diorch-e2e";
@@ -228,7 +256,7 @@ fn e2e_admission() {
 fn e2e_plugins_and_placement() {
     let (kubeconfig, scratch) = target();
     let k = Kubectl::new(&kubeconfig, scratch.path());
-    foundation::install_crd(&k);
+    install_crd(&k);
     let ns = format!("diorch-e2e-plugins-{}", std::process::id());
     foundation::create_namespace(&k, &ns);
     let _guard = NamespaceGuard(&k, &ns);
@@ -251,24 +279,34 @@ fn e2e_gpu_placement() {
         "e2e_gpu_placement",
     );
     let k = Kubectl::new(&kubeconfig, scratch.path());
-    foundation::install_crd(&k);
-    let ns = format!("diorch-e2e-gpu-{}", std::process::id());
-    foundation::create_namespace(&k, &ns);
-    let _guard = NamespaceGuard(&k, &ns);
+    install_crd(&k);
+    // The scenarios were written for a fresh sandbox each: each gets its own namespace, gone
+    // (and its GPUs free) before the next starts. Plugins live in one namespace throughout.
+    let base = format!("diorch-e2e-gpu-{}", std::process::id());
+    let plugins = format!("{base}-plugins");
+    foundation::create_namespace(&k, &plugins);
+    let _plugins = NamespaceGuard(&k, &plugins);
     let _one = ONE_OPERATOR.lock().unwrap_or_else(|e| e.into_inner());
-    let operator = OperatorProcess::start_with(&kubeconfig, &["--plugin-namespace", &ns]);
-    allocation::policy_plugins_place_jobs_and_hot_swap(&k, &ns, &ns);
-    allocation::oversized_job_waits_for_capacity(&k, &ns);
+    {
+        let operator = OperatorProcess::start_with(&kubeconfig, &["--plugin-namespace", &plugins]);
+        let ns = format!("{base}-policies");
+        foundation::create_namespace(&k, &ns);
+        let guard = NamespaceGuard(&k, &ns);
+        allocation::policy_plugins_place_jobs_and_hot_swap(&k, &ns, &plugins);
+        drop(guard);
+        let ns = format!("{base}-capacity");
+        foundation::create_namespace(&k, &ns);
+        let guard = NamespaceGuard(&k, &ns);
+        allocation::oversized_job_waits_for_capacity(&k, &ns);
+        drop(guard);
+        drop(operator);
+    }
     // Re-planning: goodput by default, every second, each job moved at most once.
-    drop(operator);
-    let ns2 = format!("{ns}-replan");
-    foundation::create_namespace(&k, &ns2);
-    let _guard2 = NamespaceGuard(&k, &ns2);
     let replanner = OperatorProcess::start_with(
         &kubeconfig,
         &[
             "--plugin-namespace",
-            &ns2,
+            &plugins,
             "--default-policy",
             "goodput",
             "--optimize-period",
@@ -277,6 +315,13 @@ fn e2e_gpu_placement() {
             "1h",
         ],
     );
-    allocation::goodput_grows_and_shrinks_collectors(&k, &ns2, &ns2, &replanner.api_url());
-    allocation::flapping_policy_is_rate_limited(&k, &ns2, &ns2);
+    let ns = format!("{base}-goodput");
+    foundation::create_namespace(&k, &ns);
+    let guard = NamespaceGuard(&k, &ns);
+    allocation::goodput_grows_and_shrinks_collectors(&k, &ns, &plugins, &replanner.api_url());
+    drop(guard);
+    let ns = format!("{base}-flapping");
+    foundation::create_namespace(&k, &ns);
+    let _guard = NamespaceGuard(&k, &ns);
+    allocation::flapping_policy_is_rate_limited(&k, &ns, &plugins);
 }
