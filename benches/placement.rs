@@ -28,7 +28,7 @@ fn job(name: &str) -> DIJob {
         "metadata": {"name": name, "namespace": "default"},
         "spec": {"preemptible": true, "tasks": [
             {"name": "learner", "type": "learner", "replicas": 1, "template": {"spec": {"containers": [
-                {"name": "di-container", "image": "busybox", "resources": {"requests": {"cpu": "500m", "nvidia.com/gpu": "1"}}}]}}},
+                {"name": "di-container", "image": "busybox", "resources": {"requests": {"cpu": "500m", "nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}}}]}}},
             {"name": "collector", "type": "collector", "replicas": 3, "template": {"spec": {"containers": [
                 {"name": "di-container", "image": "busybox", "resources": {"requests": {"cpu": "100m"}}}]}}}
         ]}

@@ -115,8 +115,19 @@ struct SandboxArgs {
     #[arg(long, default_value = "diorch-sandbox.kubeconfig")]
     kubeconfig_out: PathBuf,
     /// Serve the API only: no simulated nodes, scheduler or kubelet.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "attach")]
     no_cluster: bool,
+    /// Serve no API: register the simulated nodes on another API server (--kubeconfig) and
+    /// play their kubelet there, beside its own kube-scheduler. Prints `sandbox attached: ...`
+    /// once the nodes are Ready; stops on SIGINT/SIGTERM and leaves the nodes registered.
+    #[arg(long, requires = "kubeconfig")]
+    attach: bool,
+    /// With --attach: the kubeconfig of the API server to attach to.
+    #[arg(long, requires = "attach")]
+    kubeconfig: Option<PathBuf>,
+    /// With --attach: the kubeconfig context to use.
+    #[arg(long, requires = "attach")]
+    context: Option<String>,
     /// Tokens and permissions TokenReview and SubjectAccessReview answer from (YAML; format in
     /// src/sandbox/auth.rs and the README). Without it every token is refused.
     #[arg(long)]
@@ -197,6 +208,12 @@ async fn shutdown_signal() {
 /// Runs a sandbox (with the demo on top, if asked) until Ctrl-C. The first stdout line is the
 /// `sandbox ready: <url> kubeconfig <path>` line that scripts and tests wait for.
 async fn serve_sandbox(args: SandboxArgs, demo: bool) -> anyhow::Result<()> {
+    if args.attach {
+        if demo {
+            anyhow::bail!("diorch demo runs its own sandbox: --attach is for diorch sandbox");
+        }
+        return attach_sandbox(args).await;
+    }
     let sandbox = diorch::sandbox::launch(args.options()?).await?;
     let kubeconfig = sandbox.kubeconfig_display();
     say!("sandbox ready: {} kubeconfig {kubeconfig}", sandbox.url());
@@ -207,6 +224,30 @@ async fn serve_sandbox(args: SandboxArgs, demo: bool) -> anyhow::Result<()> {
     }
     shutdown_signal().await;
     sandbox.stop().await;
+    Ok(())
+}
+
+/// `diorch sandbox --attach`: the simulated nodes and kubelet on another API server, until
+/// SIGINT/SIGTERM. Its first stdout line, `sandbox attached: <n> nodes on <url>`, says the nodes
+/// are registered and Ready.
+async fn attach_sandbox(args: SandboxArgs) -> anyhow::Result<()> {
+    let target = operator::ClusterTarget {
+        kubeconfig: args.kubeconfig,
+        context: args.context,
+    };
+    let conn = operator::connect(&target).await?;
+    let url = conn.url.clone();
+    let nodes = args.cluster.nodes;
+    diorch::sandbox::kubelet::run_attached(
+        conn.client,
+        args.cluster,
+        |names| {
+            tracing::info!(server = %url, nodes = ?names, "sandbox kubelets attached");
+            say!("sandbox attached: {nodes} nodes on {url}");
+        },
+        shutdown_signal(),
+    )
+    .await?;
     Ok(())
 }
 

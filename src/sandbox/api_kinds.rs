@@ -383,6 +383,16 @@ pub fn validate_builtin(group: &str, plural: &str, obj: &Value) -> Vec<Cause> {
                 }
                 _ => out.push(required("spec.containers", "")),
             }
+            for field in ["initContainers", "containers"] {
+                for (i, c) in obj["spec"][field]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .enumerate()
+                {
+                    extended_resource_limits(&format!("spec.{field}[{i}]"), c, &mut out);
+                }
+            }
             if let Some(rp) = obj["spec"]["restartPolicy"].as_str()
                 && !matches!(rp, "Always" | "OnFailure" | "Never")
             {
@@ -405,9 +415,86 @@ pub fn validate_builtin(group: &str, plural: &str, obj: &Value) -> Vec<Cause> {
     out
 }
 
+/// A quantity given as a string or a bare number.
+fn quantity(v: &Value) -> Option<i128> {
+    match v {
+        Value::String(s) => crate::resources::parse_quantity(s),
+        Value::Number(n) => crate::resources::parse_quantity(&n.to_string()),
+        _ => None,
+    }
+}
+
+/// Extended resources (`nvidia.com/gpu`: a domain outside `kubernetes.io`) cannot be
+/// overcommitted: a container that requests one must limit it to the same quantity, as
+/// kube-apiserver's `ValidateResourceRequirements` demands.
+fn extended_resource_limits(path: &str, container: &Value, out: &mut Vec<Cause>) {
+    let resources = &container["resources"];
+    let Some(requests) = resources["requests"].as_object() else {
+        return;
+    };
+    let extended = |name: &str| {
+        name.contains('/')
+            && !name.starts_with("kubernetes.io/")
+            && !name.contains(".kubernetes.io/")
+            && !name.starts_with("requests.")
+    };
+    for (name, request) in requests.iter().filter(|(n, _)| extended(n)) {
+        match resources["limits"].get(name) {
+            None => out.push(required(
+                &format!("{path}.resources.limits"),
+                "Limit must be set for non overcommitable resources",
+            )),
+            Some(limit)
+                if quantity(limit)
+                    .zip(quantity(request))
+                    .is_some_and(|(l, r)| l != r) =>
+            {
+                out.push(Cause {
+                    reason: "FieldValueInvalid".into(),
+                    message: format!("Invalid value: {request}: must be equal to {name} limit"),
+                    field: format!("{path}.resources.requests[{name}]"),
+                })
+            }
+            Some(_) => {}
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn extended_resources_need_equal_limits() {
+        let pod = |resources: Value| json!({"spec": {"containers": [{"name": "c", "image": "i", "resources": resources}]}});
+        let missing =
+            validate_builtin("", "pods", &pod(json!({"requests": {"nvidia.com/gpu": 1}})));
+        assert_eq!(missing.len(), 1);
+        assert_eq!(missing[0].field, "spec.containers[0].resources.limits");
+        assert_eq!(
+            missing[0].message,
+            "Required value: Limit must be set for non overcommitable resources"
+        );
+        let unequal = validate_builtin(
+            "",
+            "pods",
+            &pod(json!({"requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "2"}})),
+        );
+        assert_eq!(
+            unequal[0].field,
+            "spec.containers[0].resources.requests[nvidia.com/gpu]"
+        );
+        for ok in [
+            json!({"requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": 1}}),
+            json!({"requests": {"cpu": "1", "memory": "1Gi"}}),
+            json!({"limits": {"nvidia.com/gpu": "2"}}),
+        ] {
+            assert!(
+                validate_builtin("", "pods", &pod(ok.clone())).is_empty(),
+                "{ok}"
+            );
+        }
+    }
 
     #[test]
     fn roundtrip_finds_unknown_fields() {

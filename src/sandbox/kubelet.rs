@@ -12,17 +12,30 @@
 //! - `sandbox.diorch.io/exit-code: "3"` (default 0), `sandbox.diorch.io/exit-code-<container>`
 //!   for one container: phase Succeeded when every code is 0, else Failed
 //!   (restartPolicy Never);
-//! - `sandbox.diorch.io/ready-after: 2s`: containers run but are not ready until then.
+//! - `sandbox.diorch.io/ready-after: 2s`: containers run but are not ready until then;
+//! - `sandbox.diorch.io/stop-after: 10s` (default 1 s): how long the containers take to stop
+//!   once the pod is deleted.
 //!
 //! With restartPolicy `Always` (or `OnFailure` and a non-zero code) an exiting container is
 //! restarted at once (restartCount + 1, lastState.terminated, no CrashLoopBackOff delay) and its
 //! exit-after / ready-after count again from the restart; the pod stays Running.
 //!
+//! Graceful deletion, as the kubelet does it: a deleted pod on one of these nodes stays
+//! (Terminating, its name taken) while its containers stop. They stop after `stop-after`
+//! (default 1 s) with their scripted exit codes, or, when the grace period ends first, are
+//! killed then with exit code 137. The kubelet writes their terminated states (phase Failed when
+//! a code is non-zero, else Succeeded, as kubelets since 1.27 do), then deletes the pod with
+//! grace 0 and a UID precondition. A pod whose containers never started is deleted at once.
+//! (The API server removes an unbound or finished pod itself: no kubelet is involved.)
+//!
+//! Attached to another API server (`diorch sandbox --attach`, [`run_attached`]) the same
+//! kubelets run beside the real kube-scheduler: this simulation then binds nothing, and renews
+//! its nodes' Ready condition every [`HEARTBEAT`] so a node lifecycle controller keeps them.
+//!
 //! Simplifications, each documented where it happens: unschedulable pods are retried at most
 //! every 250 ms after a cluster change and their status/event is rewritten only when the
-//! message changes; nodes get no periodic heartbeat or Lease; a gracefully deleted pod is
-//! deleted (grace 0, UID precondition) after min(grace, 1 s) without first writing terminated
-//! container states; a pod already Running when the kubelet starts is restarted (new status).
+//! message changes; the in-process nodes get no periodic heartbeat or Lease; a pod already
+//! Running when the kubelet starts is restarted (new status).
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -292,16 +305,22 @@ pub async fn ensure_nodes(
                 source,
             }
         };
-        match api.create(&PostParams::default(), &node).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.is_already_exists() => {
-                let patch = json!({"metadata": {"labels": manifest["metadata"]["labels"]},
-                                   "spec": {"taints": manifest["spec"]["taints"]}});
-                api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                    .await
-                    .map_err(err("update"))?;
-            }
+        let created = match api.create(&PostParams::default(), &node).await {
+            Ok(created) => Some(created),
+            Err(kube::Error::Api(s)) if s.is_already_exists() => None,
             Err(e) => return Err(err("create")(e)),
+        };
+        // An existing node gets our labels and taints; so does a new one to which the server
+        // added taints (a real one may add `node.kubernetes.io/not-ready` until the node is
+        // Ready, which a kubelet's node controller would then remove).
+        let taints_differ = created
+            .is_none_or(|n| n.spec.and_then(|s| s.taints).unwrap_or_default() != cfg.node_taints.0);
+        if taints_differ {
+            let patch = json!({"metadata": {"labels": manifest["metadata"]["labels"]},
+                               "spec": {"taints": manifest["spec"]["taints"]}});
+            api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map_err(err("update"))?;
         }
         let status = json!({"status": cfg.node_status(index, Timestamp::now())});
         api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
@@ -330,8 +349,59 @@ pub async fn run_scheduler_and_kubelets(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), SimError> {
     cfg.validate()?;
-    super::sim_loop::Sim::new(client, cfg).run(shutdown).await;
+    super::sim_loop::Sim::new(client, cfg, true)
+        .run(shutdown)
+        .await;
     Ok(())
+}
+
+/// How often attached nodes renew their status (the kubelet's `nodeStatusUpdateFrequency`).
+pub const HEARTBEAT: Duration = Duration::from_secs(10);
+
+/// Registers the nodes on another API server and runs their kubelets beside its own
+/// scheduler until `shutdown`. `ready` is called once the nodes are registered and Ready.
+/// The nodes stay registered when it stops, as a stopped kubelet's node does.
+pub async fn run_attached(
+    client: kube::Client,
+    cfg: ClusterArgs,
+    ready: impl FnOnce(&[String]),
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), SimError> {
+    let names = ensure_nodes(&client, &cfg).await?;
+    ready(&names);
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let heartbeat = tokio::spawn(heartbeat(client.clone(), cfg.clone(), stop_rx));
+    super::sim_loop::Sim::new(client, cfg, false)
+        .run(shutdown)
+        .await;
+    let _ = stop_tx.send(true);
+    let _ = heartbeat.await;
+    Ok(())
+}
+
+/// Renews the nodes' conditions every [`HEARTBEAT`] until `stop` turns true.
+async fn heartbeat(
+    client: kube::Client,
+    cfg: ClusterArgs,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let api: Api<Node> = Api::all(client);
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(HEARTBEAT) => {}
+            _ = stop.changed() => return,
+        }
+        for index in 0..cfg.nodes {
+            let name = node_name(index);
+            let status = json!({"status": {"conditions": cfg.node_status(index, Timestamp::now())["conditions"]}});
+            if let Err(error) = api
+                .patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
+                .await
+            {
+                tracing::warn!(node = %name, %error, "sandbox kubelet: node heartbeat failed");
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -66,7 +66,7 @@ enum TimerKind {
     Start,
     Ready,
     Exit,
-    Delete,
+    Stop,
     Resync,
 }
 
@@ -83,6 +83,10 @@ struct KubeletPod {
     writing: bool,
     dirty: bool,
     deleting: bool,
+    /// When the containers of a deleted pod stop, and whether they are killed then.
+    stop_at: Option<(Instant, bool)>,
+    /// The containers stopped: once their terminated states are written, the pod is deleted.
+    stopped: bool,
 }
 
 enum Req {
@@ -123,6 +127,9 @@ type Timer = Reverse<(Instant, u64, TimerKind, PodKey, String, u64)>;
 pub(super) struct Sim {
     client: kube::Client,
     cfg: ClusterArgs,
+    /// Whether this simulation also schedules pods (false when attached beside a real
+    /// kube-scheduler).
+    schedule: bool,
     own: HashMap<String, OwnNode>,
     nodes: BTreeMap<String, (Node, Resources)>,
     usage: HashMap<String, Usage>,
@@ -280,7 +287,7 @@ fn api_code(e: &kube::Error) -> Option<u16> {
 }
 
 impl Sim {
-    pub(super) fn new(client: kube::Client, cfg: ClusterArgs) -> Sim {
+    pub(super) fn new(client: kube::Client, cfg: ClusterArgs, schedule: bool) -> Sim {
         let own = (0..cfg.nodes)
             .filter_map(|i| {
                 let pool = IpPool::for_node(i, cfg.node_pods)?;
@@ -297,6 +304,7 @@ impl Sim {
         Sim {
             client,
             cfg,
+            schedule,
             own,
             nodes: BTreeMap::new(),
             usage: HashMap::new(),
@@ -496,7 +504,7 @@ impl Sim {
         let Some(entry) = self.pods.get(&key) else {
             return;
         };
-        let pending = wants_scheduler(&entry.pod) && entry.assumed.is_none();
+        let pending = self.schedule && wants_scheduler(&entry.pod) && entry.assumed.is_none();
         let is_gated = gated(&entry.pod);
         let on_own_node = bound_node(&entry.pod).is_some_and(|n| self.own.contains_key(n));
         let slot = (entry_seq, key.clone());
@@ -727,6 +735,8 @@ impl Sim {
                         writing: false,
                         dirty: false,
                         deleting: false,
+                        stop_at: None,
+                        stopped: false,
                     },
                     is_terminal(pod),
                 ))
@@ -742,14 +752,25 @@ impl Sim {
                 self.add_timer(self.cfg.pod_start_delay, TimerKind::Start, key, &uid, 0);
             }
         }
+        // Graceful deletion: the containers stop within the grace period (see `Script::stop_plan`),
+        // their terminated states are written, then the pod is deleted with grace 0. A later
+        // delete with a shorter grace period brings the stop forward, as for a real kubelet.
         if deleting
             && let Some(kp) = self.kubelet.get_mut(key)
-            && !kp.deleting
+            && !kp.stopped
         {
             kp.deleting = true;
-            // The kubelet would stop the containers within the grace period; 1 s at most here.
-            let wait = Duration::from_secs(grace.clamp(0, 1).unsigned_abs());
-            self.add_timer(wait, TimerKind::Delete, key, &uid, 0);
+            let (wait, killed) = if kp.run.is_some() {
+                kp.script.stop_plan(grace)
+            } else {
+                // No container started yet: nothing to stop.
+                (Duration::ZERO, false)
+            };
+            let at = Instant::now() + wait;
+            if kp.stop_at.is_none_or(|(t, _)| at < t) {
+                kp.stop_at = Some((at, killed));
+                self.add_timer(wait, TimerKind::Stop, key, &uid, 0);
+            }
         }
     }
 
@@ -770,7 +791,7 @@ impl Sim {
         let now = Timestamp::now();
         match kind {
             TimerKind::Start => {
-                if kp.run.is_some() || kp.deleting {
+                if kp.run.is_some() || kp.deleting || kp.stopped {
                     return;
                 }
                 let Some(entry) = self.pods.get(key) else {
@@ -798,7 +819,7 @@ impl Sim {
                 }
             }
             TimerKind::Ready => {
-                if kp.epoch != epoch {
+                if kp.epoch != epoch || kp.deleting {
                     return;
                 }
                 if let Some(run) = kp.run.as_mut() {
@@ -828,11 +849,36 @@ impl Sim {
                     }
                 }
             }
-            TimerKind::Delete => self.backlog.push_back(Req::Delete {
-                key: key.to_string(),
-                uid: uid.to_string(),
-            }),
-            TimerKind::Resync => self.write_status(key),
+            TimerKind::Stop => {
+                if kp.stopped {
+                    return;
+                }
+                let Some((at, killed)) = kp.stop_at else {
+                    return;
+                };
+                if at > Instant::now() {
+                    // A timer of an earlier, longer plan: the current plan has its own.
+                    return;
+                }
+                kp.stopped = true;
+                match kp.run.as_mut() {
+                    Some(run) if run.any_running() => {
+                        run.stop(&kp.script, killed, now);
+                        tracing::debug!(pod = key, killed, "sandbox kubelet: containers stopped");
+                        // The delete follows once this status is written.
+                        self.write_status(key);
+                    }
+                    _ => self.backlog.push_back(Req::Delete {
+                        key: key.to_string(),
+                        uid: uid.to_string(),
+                    }),
+                }
+            }
+            TimerKind::Resync => {
+                if !kp.stopped {
+                    self.write_status(key);
+                }
+            }
         }
     }
 
@@ -910,6 +956,15 @@ impl Sim {
         let (uid, epoch) = (kp.uid.clone(), kp.epoch);
         if kp.dirty {
             self.write_status(&key);
+        } else if kp.stopped {
+            // The terminated states are written (or the pod is gone): delete it, as the
+            // kubelet's status manager does once the containers stopped.
+            if let Err(error) = &result
+                && api_code(error) != Some(404)
+            {
+                tracing::warn!(pod = %key, %error, "sandbox kubelet: final status write failed; deleting anyway");
+            }
+            self.backlog.push_back(Req::Delete { key, uid });
         } else if let Err(error) = result {
             tracing::warn!(pod = %key, %error, "sandbox kubelet: status write failed");
             if !api_code(&error).is_some_and(|c| (400..500).contains(&c)) {

@@ -21,6 +21,13 @@ pub const ANN_EXIT_CODE: &str = "sandbox.diorch.io/exit-code";
 pub const ANN_EXIT_CODE_PREFIX: &str = "sandbox.diorch.io/exit-code-";
 /// How long after Running the containers become ready (default: at once).
 pub const ANN_READY_AFTER: &str = "sandbox.diorch.io/ready-after";
+/// How long the containers take to stop once the pod is deleted (default
+/// [`DEFAULT_STOP_AFTER`]); longer than the pod's grace period means they are killed at its end.
+pub const ANN_STOP_AFTER: &str = "sandbox.diorch.io/stop-after";
+/// How long containers take to stop after SIGTERM when no annotation says otherwise.
+pub const DEFAULT_STOP_AFTER: Duration = Duration::from_secs(1);
+/// Exit code of a container killed (SIGKILL) at the end of its grace period.
+pub const KILLED_EXIT_CODE: i32 = 137;
 
 /// Parses a Go-style duration: one or more `<number><unit>` with units `ns`, `us`, `µs`, `ms`,
 /// `s`, `m`, `h` (e.g. `200ms`, `1.5s`, `1m30s`), or a bare `0`.
@@ -65,6 +72,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 pub struct Script {
     pub exit_after: Option<Duration>,
     pub ready_after: Option<Duration>,
+    pub stop_after: Option<Duration>,
     pub exit_code: i32,
     pub container_codes: BTreeMap<String, i32>,
 }
@@ -94,6 +102,8 @@ impl Script {
                 script.exit_after = duration(&mut errors);
             } else if key == ANN_READY_AFTER {
                 script.ready_after = duration(&mut errors);
+            } else if key == ANN_STOP_AFTER {
+                script.stop_after = duration(&mut errors);
             } else if key == ANN_EXIT_CODE {
                 script.exit_code = code(&mut errors).unwrap_or(0);
             } else if let Some(container) = key.strip_prefix(ANN_EXIT_CODE_PREFIX)
@@ -103,6 +113,19 @@ impl Script {
             }
         }
         (script, errors)
+    }
+
+    /// When containers of a pod deleted with `grace` seconds stop, and whether they are
+    /// killed then: they stop after `stop-after` (default [`DEFAULT_STOP_AFTER`]), or are
+    /// killed when the grace period ends first.
+    pub fn stop_plan(&self, grace: i64) -> (Duration, bool) {
+        let grace = Duration::from_secs(grace.max(0).unsigned_abs());
+        let stop = self.stop_after.unwrap_or(DEFAULT_STOP_AFTER);
+        if stop > grace {
+            (grace, true)
+        } else {
+            (stop, false)
+        }
     }
 
     pub fn code_for(&self, container: &str) -> i32 {
@@ -328,6 +351,36 @@ impl PodRun {
         }
         self.update_conditions(now);
         restarted
+    }
+
+    /// The pod was deleted: every running container stops, killed (exit code 137) or with its
+    /// scripted code, and none restarts. The pod ends Failed when a code is non-zero, else
+    /// Succeeded, as kubelets since 1.27 end deleted pods in a terminal phase.
+    pub fn stop(&mut self, script: &Script, killed: bool, now: Timestamp) {
+        for c in &mut self.containers {
+            if let RunState::Running { started } = c.state {
+                let code = if killed {
+                    KILLED_EXIT_CODE
+                } else {
+                    script.code_for(&c.name)
+                };
+                c.state = RunState::Terminated {
+                    code,
+                    started,
+                    finished: now,
+                };
+            }
+        }
+        let failed = self
+            .containers
+            .iter()
+            .any(|c| matches!(c.state, RunState::Terminated { code, .. } if code != 0));
+        self.phase = if failed {
+            Phase::Failed
+        } else {
+            Phase::Succeeded
+        };
+        self.update_conditions(now);
     }
 
     fn container_ready(&self, c: &ContainerRun) -> bool {
@@ -721,6 +774,44 @@ mod tests {
         let s = run.status();
         assert_eq!(s["phase"], "Succeeded");
         assert_eq!(cond(&s, "Ready")["reason"], "PodCompleted");
+    }
+
+    #[test]
+    fn deleted_pods_stop_within_their_grace_or_are_killed() {
+        let p = pod(json!({ANN_STOP_AFTER: "5s"}), false);
+        let (script, errors) = Script::from_pod(&p);
+        assert!(errors.is_empty());
+        assert_eq!(script.stop_plan(30), (Duration::from_secs(5), false));
+        assert_eq!(script.stop_plan(2), (Duration::from_secs(2), true));
+        assert_eq!(Script::default().stop_plan(30), (DEFAULT_STOP_AFTER, false));
+        assert_eq!(Script::default().stop_plan(0), (Duration::ZERO, true));
+        let start = |ip| {
+            PodRun::start(
+                &p,
+                Ipv4Addr::new(10, 244, 0, ip),
+                "10.0.0.0",
+                ts(0),
+                ts(0),
+                true,
+            )
+        };
+        let mut killed = start(2);
+        killed.stop(&script, true, ts(2));
+        let s = killed.status();
+        assert_eq!(s["phase"], "Failed");
+        for c in s["containerStatuses"].as_array().unwrap() {
+            assert_eq!(c["state"]["terminated"]["exitCode"], KILLED_EXIT_CODE);
+            assert_eq!(c["ready"], false);
+        }
+        let mut stopped = start(3);
+        stopped.stop(&script, false, ts(1));
+        let s = stopped.status();
+        assert_eq!(s["phase"], "Succeeded");
+        assert_eq!(
+            s["containerStatuses"][0]["state"]["terminated"]["exitCode"],
+            0
+        );
+        assert_eq!(cond(&s, "Ready")["status"], "False");
     }
 
     #[test]

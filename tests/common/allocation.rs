@@ -556,7 +556,7 @@ pub fn flapping_policy_is_rate_limited(k: &Kubectl, ns: &str, plugin_ns: &str) {
 /// A preemptible job with an elastic collector task (min 1, max 4) and `replicas` collectors.
 fn elastic_job(name: &str, replicas: i32) -> String {
     format!(
-        "apiVersion: diengine.opendilab.org/v2alpha1\nkind: DIJob\nmetadata:\n  name: {name}\nspec:\n  preemptible: true\n  tasks:\n  - {{type: learner, name: learner, replicas: 1, template: {{spec: {{containers: [{{name: di-container, image: busybox, command: [sleep, \"3600\"], resources: {{requests: {{cpu: 500m, nvidia.com/gpu: 1}}}}}}]}}}}}}\n  - {{type: collector, name: collector, replicas: {replicas}, minReplicas: 1, maxReplicas: 4, template: {{spec: {{containers: [{{name: di-container, image: busybox, command: [sleep, \"3600\"], resources: {{requests: {{cpu: 500m}}}}}}]}}}}}}\n"
+        "apiVersion: diengine.opendilab.org/v2alpha1\nkind: DIJob\nmetadata:\n  name: {name}\nspec:\n  preemptible: true\n  tasks:\n  - {{type: learner, name: learner, replicas: 1, template: {{spec: {{containers: [{{name: di-container, image: busybox, command: [sleep, \"3600\"], resources: {{requests: {{cpu: 500m, nvidia.com/gpu: 1}}, limits: {{nvidia.com/gpu: 1}}}}}}]}}}}}}\n  - {{type: collector, name: collector, replicas: {replicas}, minReplicas: 1, maxReplicas: 4, template: {{spec: {{containers: [{{name: di-container, image: busybox, command: [sleep, \"3600\"], resources: {{requests: {{cpu: 500m}}}}}}]}}}}}}\n"
     )
 }
 

@@ -6,6 +6,7 @@
 pub mod allocation;
 pub mod controller;
 pub mod foundation;
+pub mod kubelet;
 pub mod webhook;
 
 use std::io::{BufRead, BufReader};
@@ -141,6 +142,15 @@ impl Kubectl {
         }
         cmd.args(args);
         cmd
+    }
+
+    /// Starts kubectl (e.g. a watch) with stdout piped; the caller kills it.
+    pub fn spawn(&self, args: &[&str]) -> Child {
+        self.command(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn kubectl")
     }
 
     /// Runs kubectl and returns its output whatever the exit status.
