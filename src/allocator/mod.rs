@@ -846,17 +846,21 @@ impl Allocator {
             let error = match failed {
                 Some(e) => {
                     self.count_fallback(&by, e.reason());
-                    clip(&e.to_string(), MAX_MESSAGE_BYTES)
+                    let error = clip(&e.to_string(), MAX_MESSAGE_BYTES);
+                    tracing::warn!(job = %key, policy = %by, reason = e.reason(), %error,
+                        "policy failed; the built-in policy places this job");
+                    error
                 }
                 None => {
+                    // Not the plugin's fault: a burst of admissions racing for the same room.
                     self.count_fallback(&by, CONTENDED);
+                    tracing::info!(job = %key, policy = %by, tries = PLUGIN_TRIES,
+                        "other jobs took the room of each policy answer; the built-in policy places this job");
                     format!(
                         "policy plugin {by}: other jobs took the room of each of its {PLUGIN_TRIES} answers"
                     )
                 }
             };
-            tracing::warn!(job = %key, policy = %by, %error,
-                "policy failed; the built-in policy places this job");
             fallback = Some(error);
         }
 
