@@ -327,7 +327,12 @@ async fn a_mutator_configmap_without_the_grants_its_change_needs_is_rejected() {
         assert!(note.contains(needle), "{needle}: {note}");
     }
     let (ctx, pod) = diorch::plugin::sample::pod("learner");
-    assert_eq!(registry.mutate_pod(&ctx, pod.clone()).await.unwrap(), pod);
+    // A Fail mutator (the default) that did not load blocks its pods: fail closed.
+    let blocked = registry.mutate_pod(&ctx, pod.clone()).await;
+    assert!(
+        matches!(blocked, Err(diorch::plugin::PluginError::NotLoaded { .. })),
+        "{blocked:?}"
+    );
 
     // Granted: loaded.
     let params = PatchParams::default();
