@@ -195,6 +195,8 @@ fn a_mutator_without_grants_cannot_take_over_the_pods_of_the_next_job() {
     ] {
         assert!(note.contains(needle), "{needle}: {note}");
     }
+    // A Fail mutator that did not load blocks its pods (fail closed): gone, it blocks nothing.
+    k.ok(&["delete", "configmap", "plugin-owner"]);
 
     // `later:` passes the load-time smoke call (rank 0) and asks on pods of rank 1 and above.
     scenario::upload(
