@@ -389,7 +389,14 @@ impl StatusWrites {
     /// a failed one's backoff).
     fn want(&mut self, name: &str, status: StatusMeta) {
         match self.pending.get_mut(name) {
-            Some(p) => p.status = status,
+            Some(p) => {
+                p.status = status;
+                // Idle (a standby's superseded write): start it; else the running write or
+                // the backoff decides when.
+                if !p.running && p.retry_at.is_none() {
+                    self.start(name);
+                }
+            }
             None => {
                 self.pending.insert(
                     name.to_string(),
