@@ -327,7 +327,12 @@ async fn a_mutator_configmap_without_the_grants_its_change_needs_is_rejected() {
         assert!(note.contains(needle), "{needle}: {note}");
     }
     let (ctx, pod) = diorch::plugin::sample::pod("learner");
-    assert_eq!(registry.mutate_pod(&ctx, pod.clone()).await.unwrap(), pod);
+    // A Fail mutator (the default) that did not load blocks its pods: fail closed.
+    let blocked = registry.mutate_pod(&ctx, pod.clone()).await;
+    assert!(
+        matches!(blocked, Err(diorch::plugin::PluginError::NotLoaded { .. })),
+        "{blocked:?}"
+    );
 
     // Granted: loaded.
     let params = PatchParams::default();
@@ -511,4 +516,249 @@ async fn fail_mutators_block_their_pods_and_budgets_are_enforced() {
     let _ = stop_tx.send(());
     watcher.await.unwrap();
     sandbox.stop().await;
+}
+
+/// An HTTP proxy to the sandbox that stops answering requests of a kind, as an API server (or
+/// the network to it) that stalls: a stalled request never gets an answer, not even after the
+/// stall is lifted. Watch streams can be cut: they deliver nothing more, not even their end.
+struct Stall {
+    url: String,
+    state: Arc<StallState>,
+}
+
+struct StallState {
+    client: kube::Client,
+    patches: std::sync::atomic::AtomicBool,
+    lists: std::sync::atomic::AtomicBool,
+    /// Requests that met a stall.
+    stalled: std::sync::atomic::AtomicUsize,
+    /// Watch streams are numbered as they start; those below this are cut.
+    watches: std::sync::atomic::AtomicU64,
+    cut_below: std::sync::atomic::AtomicU64,
+}
+
+impl Stall {
+    async fn start(client: kube::Client) -> Stall {
+        let state = Arc::new(StallState {
+            client,
+            patches: Default::default(),
+            lists: Default::default(),
+            stalled: Default::default(),
+            watches: Default::default(),
+            cut_below: Default::default(),
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let app = axum::Router::new()
+            .fallback(forward)
+            .with_state(state.clone());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        Stall { url, state }
+    }
+
+    fn client(&self) -> kube::Client {
+        diorch::sandbox::client_for(&self.url).unwrap()
+    }
+
+    fn stall_patches(&self, on: bool) {
+        self.state
+            .patches
+            .store(on, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    fn stall_lists(&self, on: bool) {
+        self.state
+            .lists
+            .store(on, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    fn stalled(&self) -> usize {
+        self.state.stalled.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Every watch stream open now goes silent for good (a dead connection).
+    fn cut_watches(&self) {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.state
+            .cut_below
+            .store(self.state.watches.load(SeqCst), SeqCst);
+    }
+}
+
+async fn forward(
+    axum::extract::State(state): axum::extract::State<Arc<StallState>>,
+    request: axum::extract::Request,
+) -> axum::response::Response {
+    use axum::response::IntoResponse as _;
+    use futures::StreamExt as _;
+    use http_body_util::BodyExt as _;
+    use std::sync::atomic::Ordering::SeqCst;
+    let (parts, body) = request.into_parts();
+    let watch = parts.uri.query().is_some_and(|q| q.contains("watch=true"));
+    let stall = (parts.method == http::Method::PATCH && state.patches.load(SeqCst))
+        || (parts.method == http::Method::GET
+            && !watch
+            && parts.uri.path().contains("/configmaps")
+            && state.lists.load(SeqCst));
+    if stall {
+        state.stalled.fetch_add(1, SeqCst);
+        std::future::pending::<()>().await;
+    }
+    let body = axum::body::to_bytes(body, usize::MAX).await.unwrap();
+    let request = http::Request::from_parts(parts, kube::client::Body::from(body.to_vec()));
+    let response = match state.client.send(request).await {
+        Ok(response) => response,
+        Err(e) => return (http::StatusCode::BAD_GATEWAY, e.to_string()).into_response(),
+    };
+    if !watch {
+        return response.map(axum::body::Body::new);
+    }
+    let number = state.watches.fetch_add(1, SeqCst);
+    let (parts, body) = response.into_parts();
+    let frames = futures::stream::unfold(body.into_data_stream(), move |mut inner| {
+        let state = state.clone();
+        async move {
+            let item = inner.next().await;
+            if number < state.cut_below.load(SeqCst) {
+                std::future::pending::<()>().await;
+            }
+            item.map(|item| (item, inner))
+        }
+    });
+    http::Response::from_parts(parts, axum::body::Body::from_stream(frames))
+}
+
+/// Short bounds, so a stall shows within the test.
+fn short_limits() -> diorch::plugin::watch::ApiLimits {
+    diorch::plugin::watch::ApiLimits {
+        call_timeout: Duration::from_secs(1),
+        watch_timeout: Duration::from_secs(2),
+        retry: Duration::from_millis(100),
+        max_retry: Duration::from_millis(500),
+    }
+}
+
+/// A sandbox, a stalling proxy in front of it, and a registry fed by a watcher that reaches the
+/// API server through the proxy only (stopped when the returned sender drops).
+async fn behind_a_stall() -> (
+    diorch::sandbox::RunningSandbox,
+    Stall,
+    Arc<PluginRegistry>,
+    tokio::sync::oneshot::Sender<()>,
+) {
+    let sandbox = diorch::sandbox::launch(diorch::sandbox::SandboxOptions {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        kubeconfig_out: None,
+        cluster: None,
+        auth: Default::default(),
+    })
+    .await
+    .unwrap();
+    let stall = Stall::start(sandbox.client().unwrap()).await;
+    let registry = Arc::new(PluginRegistry::new(
+        PluginHost::new(HostConfig::default()).unwrap(),
+        NativePolicy::BinPack,
+    ));
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(diorch::plugin::watch::run_with(
+        stall.client(),
+        "default",
+        registry.clone(),
+        diorch::leader::Leadership::always(),
+        short_limits(),
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    (sandbox, stall, registry, stop)
+}
+
+async fn upload(cms: &Api<ConfigMap>, name: &str, component: &str) {
+    let spec = PluginSpec::new(name, PluginKind::Policy);
+    let cm = spec::to_configmap(&spec, wasm(component), Some("default"));
+    cms.create(&PostParams::default(), &cm).await.unwrap();
+}
+
+async fn until_loaded(registry: &PluginRegistry, name: &str) -> String {
+    until(
+        &format!("plugin {name} loaded"),
+        Duration::from_secs(20),
+        async || registry.wasm_policy(name).map(|p| p.sha256().to_string()),
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_writes_that_stall_hold_up_no_load_and_land_once_the_api_server_answers() {
+    let (sandbox, stall, registry, _stop) = behind_a_stall().await;
+    let cms: Api<ConfigMap> = Api::namespaced(sandbox.client().unwrap(), "default");
+    stall.stall_patches(true);
+    upload(&cms, "packer", "binpack").await;
+    let packer = until_loaded(&registry, "packer").await;
+    until(
+        "a status write to stall",
+        Duration::from_secs(20),
+        async || (stall.stalled() >= 1).then_some(()),
+    )
+    .await;
+    // The watch loop is not waiting on that write: the next upload loads.
+    upload(&cms, "spreader", "spread").await;
+    let spreader = until_loaded(&registry, "spreader").await;
+    // Written once the API server answers again, without any new event on the ConfigMaps.
+    stall.stall_patches(false);
+    until_shown(&cms, "plugin-packer", "Loaded", Some(&packer[..12])).await;
+    until_shown(&cms, "plugin-spreader", "Loaded", Some(&spreader[..12])).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_list_that_stalls_is_given_up_and_the_watcher_lists_again() {
+    let sandbox = diorch::sandbox::launch(diorch::sandbox::SandboxOptions {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        kubeconfig_out: None,
+        cluster: None,
+        auth: Default::default(),
+    })
+    .await
+    .unwrap();
+    let cms: Api<ConfigMap> = Api::namespaced(sandbox.client().unwrap(), "default");
+    upload(&cms, "packer", "binpack").await;
+    let stall = Stall::start(sandbox.client().unwrap()).await;
+    stall.stall_lists(true);
+    let registry = Arc::new(PluginRegistry::new(
+        PluginHost::new(HostConfig::default()).unwrap(),
+        NativePolicy::BinPack,
+    ));
+    let (_stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(diorch::plugin::watch::run_with(
+        stall.client(),
+        "default",
+        registry.clone(),
+        diorch::leader::Leadership::always(),
+        short_limits(),
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    until(
+        "the first list to stall",
+        Duration::from_secs(20),
+        async || (stall.stalled() >= 1).then_some(()),
+    )
+    .await;
+    stall.stall_lists(false);
+    let packer = until_loaded(&registry, "packer").await;
+    until_shown(&cms, "plugin-packer", "Loaded", Some(&packer[..12])).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_that_goes_silent_is_taken_for_dead_and_watched_again() {
+    let (sandbox, stall, registry, _stop) = behind_a_stall().await;
+    let cms: Api<ConfigMap> = Api::namespaced(sandbox.client().unwrap(), "default");
+    upload(&cms, "packer", "binpack").await;
+    until_loaded(&registry, "packer").await;
+    // The open watch delivers nothing more, not even its end (the server's close is lost).
+    stall.cut_watches();
+    upload(&cms, "spreader", "spread").await;
+    // Noticed within the watch timeout (2 s) + 5 s: watched again, the upload is seen.
+    until_loaded(&registry, "spreader").await;
 }

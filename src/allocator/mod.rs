@@ -46,6 +46,14 @@ pub const POLICY_ANNOTATION: &str = "diorch.io/policy";
 /// write never landed, e.g. the job was edited meanwhile); the next reconcile asks again.
 const UNCONFIRMED_TTL: Duration = Duration::from_secs(120);
 
+/// Policy plugin answers one admission asks for while other admissions keep taking the room
+/// each answer needs; then the built-in policy decides under the lock (always terminates, and
+/// the job is placed if anything fits, as when a plugin fails).
+const PLUGIN_TRIES: usize = 3;
+
+/// The fallback reason (`diorch_allocator_fallbacks_total{result}`) when every try went stale.
+const CONTENDED: &str = "Contended";
+
 /// How the allocator chooses a policy and re-plans.
 #[derive(Clone, Debug)]
 pub struct Settings {
@@ -91,6 +99,9 @@ struct Ledger {
     proposals: HashMap<String, Proposal>,
     /// When re-planning last moved each job.
     last_moved: HashMap<String, Instant>,
+    /// Jobs whose admission is in a policy call (without the lock), and whether the job was
+    /// released meanwhile (it ended or was deleted: its answer must not be held).
+    calling: HashMap<String, bool>,
 }
 
 /// Where the allocator gets its policies: the plugin registry (or a test double).
@@ -344,6 +355,9 @@ impl Allocator {
         if !active {
             let freed = ledger.book.release(&key).is_some();
             ledger.proposals.remove(&key);
+            if let Some(released) = ledger.calling.get_mut(&key) {
+                *released = true;
+            }
             drop(ledger);
             if freed {
                 self.wake_waiting().await;
@@ -378,6 +392,9 @@ impl Allocator {
             let mut ledger = self.ledger.lock().await;
             ledger.proposals.remove(&key);
             ledger.last_moved.remove(&key);
+            if let Some(released) = ledger.calling.get_mut(&key) {
+                *released = true;
+            }
             ledger.book.release(&key).is_some()
         };
         if freed {
@@ -437,34 +454,41 @@ impl Allocator {
     /// One re-plan of every placed preemptible job, grouped by policy (groups with the
     /// highest-priority job first; each sees the others where they are). Applies the changed
     /// allocations through the controller and returns the decisions.
+    ///
+    /// A policy plugin's `optimize` is called without the ledger lock; its plan is applied
+    /// only if every job of the group is still where the plan started from and, when the
+    /// ledger changed meanwhile, the plan still fits what is free now. Else nothing of that
+    /// group moves in this pass (counted as `stale`) and another pass follows shortly.
     pub async fn optimize_once(&self) -> Vec<optimize::Decision> {
         let started = Instant::now();
-        let mut ledger = self.ledger.lock().await;
-        if !ledger.seeded {
-            self.seed(&mut ledger);
-        }
-        // Placed, active, preemptible jobs with nothing in flight.
         let mut groups: HashMap<Option<String>, Vec<DIJob>> = HashMap::new();
-        for cached in self.jobs.state() {
-            let Ok(job) = cached.decode() else { continue };
-            if validate::validate(&job).is_err() {
-                continue;
+        {
+            let mut ledger = self.ledger.lock().await;
+            if !ledger.seeded {
+                self.seed(&mut ledger);
             }
-            let key = job_key(&job);
-            let placed = ledger.book.get(&key).is_some_and(|h| h.confirmed);
-            if !job.spec.preemptible
-                || needs_allocation(&job)
-                || !placed
-                || ledger.proposals.contains_key(&key)
-                || job
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.phase)
-                    .is_some_and(crate::api::Phase::is_terminal)
-            {
-                continue;
+            // Placed, active, preemptible jobs with nothing in flight.
+            for cached in self.jobs.state() {
+                let Ok(job) = cached.decode() else { continue };
+                if validate::validate(&job).is_err() {
+                    continue;
+                }
+                let key = job_key(&job);
+                let placed = ledger.book.get(&key).is_some_and(|h| h.confirmed);
+                if !job.spec.preemptible
+                    || needs_allocation(&job)
+                    || !placed
+                    || ledger.proposals.contains_key(&key)
+                    || job
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.phase)
+                        .is_some_and(crate::api::Phase::is_terminal)
+                {
+                    continue;
+                }
+                groups.entry(self.policy_name(&job)).or_default().push(job);
             }
-            groups.entry(self.policy_name(&job)).or_default().push(job);
         }
         let mut groups: Vec<(Option<String>, Vec<DIJob>)> = groups.into_iter().collect();
         let top = |jobs: &[DIJob]| {
@@ -477,153 +501,204 @@ impl Allocator {
 
         let mut decisions = Vec::new();
         for (requested, jobs) in groups {
-            let keys: HashSet<String> = jobs.iter().map(job_key).collect();
-            let nodes = self.model_nodes_without(&ledger, &keys);
-            let node_index = view::node_index(&nodes);
-            let now = jiff::Timestamp::now();
-            let mut models: Vec<(plugin::Job, &DIJob)> = jobs
-                .iter()
-                .map(|j| {
-                    let age = j.metadata.creation_timestamp.as_ref().map_or(0, |t| {
-                        u64::try_from(now.duration_since(t.0).as_secs()).unwrap_or(0)
-                    });
-                    (view::model_job(j, &node_index, age), j)
-                })
-                .collect();
-            // Highest priority first, then oldest.
-            models.sort_by(|a, b| {
-                b.0.priority
-                    .cmp(&a.0.priority)
-                    .then(b.0.age_seconds.cmp(&a.0.age_seconds))
-                    .then(a.0.key.cmp(&b.0.key))
-            });
-            let current: HashMap<String, Vec<String>> = models
-                .iter()
-                .map(|(m, j)| (m.key.clone(), confirmed_slots(j)))
-                .collect();
-            let previous: Vec<plugin::JobPlan> = models
-                .iter()
-                .map(|(m, _)| plugin::JobPlan {
-                    job: m.key.clone(),
-                    nodes: current.get(&m.key).cloned().unwrap_or_default(),
-                    replicas: None,
-                })
-                .collect();
-            let job_models: Arc<[plugin::Job]> = models
-                .iter()
-                .map(|(m, _)| m.clone())
-                .collect::<Vec<_>>()
-                .into();
-            let nodes: Arc<[plugin::Node]> = nodes.into();
-
-            let builtin = self.policies.builtin();
-            let policy: Arc<dyn SchedulingPolicy> = requested
-                .as_deref()
-                .and_then(|name| self.policies.named(name))
-                .unwrap_or_else(|| Arc::new(builtin));
-            let by = policy.describe();
-            let mut answer = policy
-                .optimize(job_models.clone(), nodes.clone(), previous.clone())
-                .await;
-            if let Ok(plan) = &answer
-                && let Err(e) = plugin::checks::plan_capacity(&by, &job_models, &nodes, plan)
-            {
-                answer = Err(e);
-            }
-            let (by, plan) = match answer {
-                Ok(plan) => (by, plan),
-                Err(e) => {
-                    self.count_fallback(&by, &e);
-                    let error = clip(&e.to_string(), MAX_MESSAGE_BYTES);
-                    tracing::warn!(policy = %by, reason = e.reason(), %error,
-                        "optimize failed; the built-in policy re-plans instead");
-                    let fallback = builtin
-                        .optimize_now(&job_models, &nodes, &previous)
-                        .and_then(|plan| {
-                            plugin::checks::plan_capacity(
-                                &builtin.describe(),
-                                &job_models,
-                                &nodes,
-                                &plan,
-                            )
-                            .map(|()| plan)
-                        });
-                    match fallback {
-                        Ok(plan) => (builtin.describe(), plan),
-                        Err(e) => {
-                            tracing::warn!(error = %e, "the built-in policy cannot re-plan either; nothing moves");
-                            continue;
-                        }
-                    }
-                }
-            };
-            let counts: HashMap<String, Vec<u32>> = models
-                .iter()
-                .map(|(m, _)| (m.key.clone(), m.tasks.iter().map(|t| t.replicas).collect()))
-                .collect();
-            let group = optimize::decide(
-                &plan,
-                &current,
-                &counts,
-                &ledger.last_moved,
-                Instant::now(),
-                self.settings.min_reschedule_interval,
-            );
-            for decision in &group {
-                let result = match decision {
-                    optimize::Decision::Move {
-                        job,
-                        slots,
-                        replicas,
-                        moved,
-                    } => {
-                        if let Some((_, dijob)) = models.iter().find(|(m, _)| &m.key == job) {
-                            let key = job.clone();
-                            let sized = match replicas {
-                                Some(counts) => {
-                                    crate::controller::build::with_task_replicas(dijob, counts)
-                                }
-                                None => (*dijob).clone(),
-                            };
-                            ledger.book.hold(
-                                key.clone(),
-                                Held {
-                                    uid: dijob.metadata.uid.clone().unwrap_or_default(),
-                                    usage: usage_of(&sized, slots),
-                                    slots: slots.clone(),
-                                    confirmed: true,
-                                    since: Instant::now(),
-                                },
-                            );
-                            ledger.proposals.insert(
-                                key.clone(),
-                                Proposal {
-                                    slots: slots.clone(),
-                                    replicas: replicas.clone(),
-                                    by: by.clone(),
-                                },
-                            );
-                            ledger.last_moved.insert(key, Instant::now());
-                            let _ = self.retry.unbounded_send(job_ref(dijob));
-                        }
-                        tracing::info!(job = %job, policy = %by, moved, "re-plan moves the job");
-                        "moved"
-                    }
-                    optimize::Decision::Suppressed { job, retry_in } => {
-                        tracing::info!(job = %job, policy = %by, ?retry_in,
-                            "re-plan would move the job again too soon; it stays");
-                        "suppressed"
-                    }
-                };
-                self.count_decision(&by, result);
-            }
-            decisions.extend(group);
+            decisions.extend(self.optimize_group(requested.as_deref(), &jobs).await);
         }
         self.metrics
             .allocator
             .optimize_duration
             .observe(started.elapsed().as_secs_f64());
         decisions
+    }
+
+    /// Re-plans one policy's group and applies the plan (see [`Allocator::optimize_once`]).
+    async fn optimize_group(
+        &self,
+        requested: Option<&str>,
+        jobs: &[DIJob],
+    ) -> Vec<optimize::Decision> {
+        let mut ledger = self.ledger.lock().await;
+        let keys: HashSet<String> = jobs.iter().map(job_key).collect();
+        let nodes = self.model_nodes_without(&ledger, &keys);
+        let node_index = view::node_index(&nodes);
+        let now = jiff::Timestamp::now();
+        let mut models: Vec<(plugin::Job, &DIJob)> = jobs
+            .iter()
+            .map(|j| {
+                let age = j.metadata.creation_timestamp.as_ref().map_or(0, |t| {
+                    u64::try_from(now.duration_since(t.0).as_secs()).unwrap_or(0)
+                });
+                (view::model_job(j, &node_index, age), j)
+            })
+            .collect();
+        // Highest priority first, then oldest.
+        models.sort_by(|a, b| {
+            b.0.priority
+                .cmp(&a.0.priority)
+                .then(b.0.age_seconds.cmp(&a.0.age_seconds))
+                .then(a.0.key.cmp(&b.0.key))
+        });
+        let current: HashMap<String, Vec<String>> = models
+            .iter()
+            .map(|(m, j)| (m.key.clone(), confirmed_slots(j)))
+            .collect();
+        let previous: Vec<plugin::JobPlan> = models
+            .iter()
+            .map(|(m, _)| plugin::JobPlan {
+                job: m.key.clone(),
+                nodes: current.get(&m.key).cloned().unwrap_or_default(),
+                replicas: None,
+            })
+            .collect();
+        let job_models: Arc<[plugin::Job]> = models
+            .iter()
+            .map(|(m, _)| m.clone())
+            .collect::<Vec<_>>()
+            .into();
+        let mut nodes: Arc<[plugin::Node]> = nodes.into();
+
+        let builtin = self.policies.builtin();
+        let mut answer = None;
+        if let Some(policy) = requested.and_then(|name| self.policies.named(name)) {
+            let by = policy.describe();
+            let version = ledger.book.version();
+            drop(ledger);
+            let mut plan = policy
+                .optimize(job_models.clone(), nodes.clone(), previous.clone())
+                .await;
+            if let Ok(p) = &plan
+                && let Err(e) = plugin::checks::plan_capacity(&by, &job_models, &nodes, p)
+            {
+                plan = Err(e);
+            }
+            ledger = self.ledger.lock().await;
+            // Every job where the plan started from: held as confirmed, on the same nodes, no
+            // re-plan in flight (a job that ended, was deleted or resized meanwhile is not).
+            let moved_on = current.iter().any(|(key, slots)| {
+                ledger.proposals.contains_key(key)
+                    || !ledger
+                        .book
+                        .get(key)
+                        .is_some_and(|h| h.confirmed && &h.slots == slots)
+            });
+            if moved_on {
+                return self.stale_group(&by, "a job of the group changed during the call");
+            }
+            if ledger.book.version() != version {
+                if let Ok(p) = &plan {
+                    let named = p.iter().flat_map(|e| e.nodes.iter().map(String::as_str));
+                    let fresh = self.model_nodes_named(&ledger, &keys, named);
+                    if let Err(e) = plugin::checks::plan_capacity(&by, &job_models, &fresh, p) {
+                        return self.stale_group(&by, &e.to_string());
+                    }
+                }
+                // A fallback below plans on what is free now.
+                nodes = self.model_nodes_without(&ledger, &keys).into();
+            }
+            match plan {
+                Ok(plan) => answer = Some((by, plan)),
+                Err(e) => {
+                    self.count_fallback(&by, e.reason());
+                    let error = clip(&e.to_string(), MAX_MESSAGE_BYTES);
+                    tracing::warn!(policy = %by, reason = e.reason(), %error,
+                        "optimize failed; the built-in policy re-plans instead");
+                }
+            }
+        }
+        // The built-in policy (by choice or as the fallback), under the lock.
+        let (by, plan) = match answer {
+            Some(answer) => answer,
+            None => {
+                let plan = builtin
+                    .optimize_now(&job_models, &nodes, &previous)
+                    .and_then(|plan| {
+                        plugin::checks::plan_capacity(
+                            &builtin.describe(),
+                            &job_models,
+                            &nodes,
+                            &plan,
+                        )
+                        .map(|()| plan)
+                    });
+                match plan {
+                    Ok(plan) => (builtin.describe(), plan),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "the built-in policy cannot re-plan either; nothing moves");
+                        return Vec::new();
+                    }
+                }
+            }
+        };
+        let counts: HashMap<String, Vec<u32>> = models
+            .iter()
+            .map(|(m, _)| (m.key.clone(), m.tasks.iter().map(|t| t.replicas).collect()))
+            .collect();
+        let group = optimize::decide(
+            &plan,
+            &current,
+            &counts,
+            &ledger.last_moved,
+            Instant::now(),
+            self.settings.min_reschedule_interval,
+        );
+        for decision in &group {
+            let result = match decision {
+                optimize::Decision::Move {
+                    job,
+                    slots,
+                    replicas,
+                    moved,
+                } => {
+                    if let Some((_, dijob)) = models.iter().find(|(m, _)| &m.key == job) {
+                        let key = job.clone();
+                        let sized = match replicas {
+                            Some(counts) => {
+                                crate::controller::build::with_task_replicas(dijob, counts)
+                            }
+                            None => (*dijob).clone(),
+                        };
+                        ledger.book.hold(
+                            key.clone(),
+                            Held {
+                                uid: dijob.metadata.uid.clone().unwrap_or_default(),
+                                usage: usage_of(&sized, slots),
+                                slots: slots.clone(),
+                                confirmed: true,
+                                since: Instant::now(),
+                            },
+                        );
+                        ledger.proposals.insert(
+                            key.clone(),
+                            Proposal {
+                                slots: slots.clone(),
+                                replicas: replicas.clone(),
+                                by: by.clone(),
+                            },
+                        );
+                        ledger.last_moved.insert(key, Instant::now());
+                        let _ = self.retry.unbounded_send(job_ref(dijob));
+                    }
+                    tracing::info!(job = %job, policy = %by, moved, "re-plan moves the job");
+                    "moved"
+                }
+                optimize::Decision::Suppressed { job, retry_in } => {
+                    tracing::info!(job = %job, policy = %by, ?retry_in,
+                        "re-plan would move the job again too soon; it stays");
+                    "suppressed"
+                }
+            };
+            self.count_decision(&by, result);
+        }
+        group
+    }
+
+    /// A plugin's plan that went stale during its call: nothing of its group moves now; the
+    /// next pass (asked for at once) plans from what is there then.
+    fn stale_group(&self, by: &str, why: &str) -> Vec<optimize::Decision> {
+        tracing::info!(policy = %by, why = %clip(why, MAX_MESSAGE_BYTES),
+            "the cluster changed during optimize; the plan is dropped and made again");
+        self.count_decision(by, "stale");
+        self.replan.notify_one();
+        Vec::new()
     }
 
     fn count_decision(&self, policy: &str, result: &str) {
@@ -637,13 +712,13 @@ impl Allocator {
             .inc();
     }
 
-    fn count_fallback(&self, policy: &str, e: &PluginError) {
+    fn count_fallback(&self, policy: &str, reason: &str) {
         self.metrics
             .allocator
             .fallbacks
             .get_or_create(&AllocationLabels {
                 policy: policy_label(policy),
-                result: e.reason().to_string(),
+                result: reason.to_string(),
             })
             .inc();
     }
@@ -661,10 +736,31 @@ impl Allocator {
 
     /// Places `job` (all replicas or none). Returns the same answer again while the
     /// reservation it made is not yet in the job's status.
+    ///
+    /// A policy plugin is called without the ledger lock (its call is bounded by its deadline,
+    /// but the wait for a call slot is not, and every other admission would wait meanwhile).
+    /// If the ledger changed during the call, the answer is checked again against what is free
+    /// now, and a stale one is asked for again, at most [`PLUGIN_TRIES`] times; then the
+    /// built-in policy decides under the lock, as it does when the plugin fails. The built-in
+    /// policy is not a plugin call (microseconds): it always runs under the lock.
     pub async fn admit(&self, job: &DIJob) -> Admission {
         let key = job_key(job);
         let uid = job.metadata.uid.clone().unwrap_or_default();
         let want = view::slot_pods(job).len();
+        let age = job.metadata.creation_timestamp.as_ref().map_or(0, |t| {
+            u64::try_from(jiff::Timestamp::now().duration_since(t.0).as_secs()).unwrap_or(0)
+        });
+        let requested = self.policy_name(job);
+        let builtin = self.policies.builtin();
+        let (plugin, mut fallback): (Option<Arc<dyn SchedulingPolicy>>, Option<String>) =
+            match requested.as_deref() {
+                None => (None, None),
+                Some(name) => match self.policies.named(name) {
+                    Some(p) => (Some(p), None),
+                    None => (None, Some(format!("policy plugin {name} is not loaded"))),
+                },
+            };
+
         let mut ledger = self.ledger.lock().await;
         if !ledger.seeded {
             self.seed(&mut ledger);
@@ -687,32 +783,94 @@ impl Allocator {
             };
         }
 
+        if let Some(policy) = plugin {
+            let by = policy.describe();
+            let mut tries = 0;
+            let failed = loop {
+                if tries == PLUGIN_TRIES {
+                    break None;
+                }
+                tries += 1;
+                let nodes = self.model_nodes(&ledger, &key);
+                let node_index = view::node_index(&nodes);
+                let model = Arc::new(view::model_job(job, &node_index, age));
+                let nodes: Arc<[plugin::Node]> = nodes.into();
+                let version = ledger.book.version();
+                // Waiting already: a job that frees room during the call wakes this one, which
+                // may then fit though the answer below says it does not.
+                ledger.waiting.insert(job_ref(job));
+                ledger.calling.insert(key.clone(), false);
+                drop(ledger);
+
+                let started = Instant::now();
+                let mut answer = policy.allocate(model.clone(), nodes.clone()).await;
+                if let Ok(slots) = &answer
+                    && let Err(e) = plugin::checks::capacity(&by, &model, &nodes, slots)
+                {
+                    answer = Err(e);
+                }
+                self.metrics
+                    .allocator
+                    .call_duration
+                    .observe(started.elapsed().as_secs_f64());
+
+                ledger = self.ledger.lock().await;
+                if ledger.calling.remove(&key) == Some(true) {
+                    // Deleted or finished during the call: nothing to place, nothing to hold.
+                    ledger.waiting.remove(&job_ref(job));
+                    return Admission::Waiting {
+                        message: "the job ended or was deleted during placement".to_string(),
+                        by,
+                    };
+                }
+                match answer {
+                    Ok(slots) => {
+                        if ledger.book.version() != version
+                            && let Err(e) = self.fits_now(&ledger, &key, &by, &model, &slots)
+                        {
+                            // Another admission took room this answer needs: ask again.
+                            tracing::debug!(job = %key, policy = %by, tries, error = %e,
+                                "the cluster changed during the policy call; asking again");
+                            continue;
+                        }
+                        return self.place(&mut ledger, job, slots, &by, None);
+                    }
+                    Err(e) if is_no_fit(&e) => {
+                        return self.wait(&mut ledger, job, &model, &nodes, &e, &by);
+                    }
+                    Err(e) => break Some(e),
+                }
+            };
+            // A failing plugin must not stall admission, nor one whose answers keep going
+            // stale: the built-in policy answers.
+            let error = match failed {
+                Some(e) => {
+                    self.count_fallback(&by, e.reason());
+                    let error = clip(&e.to_string(), MAX_MESSAGE_BYTES);
+                    tracing::warn!(job = %key, policy = %by, reason = e.reason(), %error,
+                        "policy failed; the built-in policy places this job");
+                    error
+                }
+                None => {
+                    // Not the plugin's fault: a burst of admissions racing for the same room.
+                    self.count_fallback(&by, CONTENDED);
+                    tracing::info!(job = %key, policy = %by, tries = PLUGIN_TRIES,
+                        "other jobs took the room of each policy answer; the built-in policy places this job");
+                    format!(
+                        "policy plugin {by}: other jobs took the room of each of its {PLUGIN_TRIES} answers"
+                    )
+                }
+            };
+            fallback = Some(error);
+        }
+
+        // The built-in policy, under the lock: what it sees cannot change under it.
         let nodes = self.model_nodes(&ledger, &key);
         let node_index = view::node_index(&nodes);
-        let age = job.metadata.creation_timestamp.as_ref().map_or(0, |t| {
-            u64::try_from(jiff::Timestamp::now().duration_since(t.0).as_secs()).unwrap_or(0)
-        });
         let model = view::model_job(job, &node_index, age);
-        let need = view::describe_need(&model);
-        let model = Arc::new(model);
-        let nodes: Arc<[plugin::Node]> = nodes.into();
-
-        let requested = self.policy_name(job);
-        let builtin = self.policies.builtin();
-        let (policy, mut fallback): (Arc<dyn SchedulingPolicy>, Option<String>) =
-            match requested.as_deref() {
-                None => (Arc::new(builtin), None),
-                Some(name) => match self.policies.named(name) {
-                    Some(p) => (p, None),
-                    None => (
-                        Arc::new(builtin),
-                        Some(format!("policy plugin {name} is not loaded")),
-                    ),
-                },
-            };
-        let by = policy.describe();
+        let by = builtin.describe();
         let started = Instant::now();
-        let mut answer = policy.allocate(model.clone(), nodes.clone()).await;
+        let mut answer = builtin.allocate_now(&model, &nodes);
         if let Ok(slots) = &answer
             && let Err(e) = plugin::checks::capacity(&by, &model, &nodes, slots)
         {
@@ -722,73 +880,91 @@ impl Allocator {
             .allocator
             .call_duration
             .observe(started.elapsed().as_secs_f64());
-        let plugin_failed =
-            fallback.is_none() && requested.is_some() && matches!(&answer, Err(e) if !is_no_fit(e));
-        let (by, answer) = match answer {
-            Err(e) if plugin_failed => {
-                // A failing plugin must not stall admission: the built-in policy answers.
-                self.count_fallback(&by, &e);
-                let error = clip(&e.to_string(), MAX_MESSAGE_BYTES);
-                tracing::warn!(job = %key, policy = %by, reason = e.reason(), %error,
-                    "policy failed; the built-in policy places this job");
-                fallback = Some(error);
-                let mut answer = builtin.allocate_now(&model, &nodes);
-                if let Ok(slots) = &answer
-                    && let Err(e) =
-                        plugin::checks::capacity(&builtin.describe(), &model, &nodes, slots)
-                {
-                    answer = Err(e);
-                }
-                (builtin.describe(), answer)
-            }
-            other => (by, other),
+        match answer {
+            Ok(slots) => self.place(&mut ledger, job, slots, &by, fallback),
+            Err(e) => self.wait(&mut ledger, job, &model, &nodes, &e, &by),
+        }
+    }
+
+    /// Whether `slots`, answered for `key`, still fit what is free now (only the nodes they
+    /// name are modelled: O(slots + held by `key`)).
+    fn fits_now(
+        &self,
+        ledger: &Ledger,
+        key: &str,
+        by: &str,
+        model: &plugin::Job,
+        slots: &[String],
+    ) -> Result<(), PluginError> {
+        let keys = HashSet::from([key.to_string()]);
+        let nodes = self.model_nodes_named(ledger, &keys, slots.iter().map(String::as_str));
+        plugin::checks::capacity(by, model, &nodes, slots)
+    }
+
+    /// Records `slots` as `job`'s reservation.
+    fn place(
+        &self,
+        ledger: &mut Ledger,
+        job: &DIJob,
+        slots: Vec<String>,
+        by: &str,
+        fallback: Option<String>,
+    ) -> Admission {
+        let key = job_key(job);
+        let held = Held {
+            uid: job.metadata.uid.clone().unwrap_or_default(),
+            usage: usage_of(job, &slots),
+            slots: slots.clone(),
+            confirmed: false,
+            since: Instant::now(),
         };
-        let admission = match answer {
-            Ok(slots) => {
-                let held = Held {
-                    uid,
-                    usage: usage_of(job, &slots),
-                    slots: slots.clone(),
-                    confirmed: false,
-                    since: now,
-                };
-                ledger.book.hold(key.clone(), held);
-                ledger.waiting.remove(&job_ref(job));
-                Admission::Placed {
-                    nodes: slots,
-                    by: by.clone(),
-                    fallback,
-                    replan: false,
-                    replicas: None,
-                }
-            }
-            Err(e) => {
-                // The policy's own words: bounded here, and again where they are written.
-                let why = match &e {
-                    PluginError::Refused {
-                        error: PolicyError::NoFit(m),
-                        ..
-                    } => clip(m, MAX_MESSAGE_BYTES),
-                    other => clip(&other.to_string(), MAX_MESSAGE_BYTES),
-                };
-                ledger.waiting.insert(job_ref(job));
-                Admission::Waiting {
-                    message: format!(
-                        "waiting for capacity: {need} do not all fit ({}); {why}",
-                        view::describe_free(&nodes)
-                    ),
-                    by: by.clone(),
-                }
-            }
+        ledger.book.hold(key.clone(), held);
+        ledger.waiting.remove(&job_ref(job));
+        let result = if fallback.is_none() {
+            "placed"
+        } else {
+            "placed_by_fallback"
         };
-        let result = match &admission {
-            Admission::Placed { fallback: None, .. } => "placed",
-            Admission::Placed { .. } => "placed_by_fallback",
-            Admission::Waiting { .. } => "waiting",
-        };
-        self.count_decision(&by, result);
+        self.count_decision(by, result);
         tracing::info!(job = %key, policy = %by, result, "allocation decided");
-        admission
+        Admission::Placed {
+            nodes: slots,
+            by: by.to_string(),
+            fallback,
+            replan: false,
+            replicas: None,
+        }
+    }
+
+    /// Tells `job` to wait for capacity (`e` says why; `nodes` is what the policy saw).
+    fn wait(
+        &self,
+        ledger: &mut Ledger,
+        job: &DIJob,
+        model: &plugin::Job,
+        nodes: &[plugin::Node],
+        e: &PluginError,
+        by: &str,
+    ) -> Admission {
+        // The policy's own words: bounded here, and again where they are written.
+        let why = match e {
+            PluginError::Refused {
+                error: PolicyError::NoFit(m),
+                ..
+            } => clip(m, MAX_MESSAGE_BYTES),
+            other => clip(&other.to_string(), MAX_MESSAGE_BYTES),
+        };
+        ledger.waiting.insert(job_ref(job));
+        self.count_decision(by, "waiting");
+        tracing::info!(job = %job_key(job), policy = %by, result = "waiting", "allocation decided");
+        Admission::Waiting {
+            message: format!(
+                "waiting for capacity: {} do not all fit ({}); {why}",
+                view::describe_need(model),
+                view::describe_free(nodes)
+            ),
+            by: by.to_string(),
+        }
     }
 
     /// Fills the ledger from the cached jobs once, so allocations made before a restart count.
@@ -845,6 +1021,25 @@ impl Allocator {
         // A stable order: the same cluster gives a policy the same input.
         nodes.sort_by(|a, b| a.name.cmp(&b.name));
         nodes
+    }
+
+    /// [`Allocator::model_nodes_without`] for the nodes `names` only (each once; unknown ones
+    /// left out, so an answer naming a node that went away does not fit).
+    fn model_nodes_named<'a>(
+        &self,
+        ledger: &Ledger,
+        keys: &HashSet<String>,
+        names: impl IntoIterator<Item = &'a str>,
+    ) -> Vec<plugin::Node> {
+        let used = ledger.book.used_without(keys);
+        let names: std::collections::BTreeSet<&str> = names.into_iter().collect();
+        names
+            .into_iter()
+            .filter_map(|name| {
+                let node = self.nodes.get(&ObjectRef::new(name))?;
+                Some(view::model_node(&node, used.on(name).as_deref()))
+            })
+            .collect()
     }
 }
 
@@ -1365,6 +1560,309 @@ mod tests {
                 "case {i}"
             );
         }
+    }
+
+    /// A policy that, on each call, says so on `entered` and waits for a permit on `release`
+    /// before answering: bin-pack on what it was given (allocate), or its next plan (optimize).
+    struct Gated {
+        entered: tokio::sync::mpsc::UnboundedSender<()>,
+        release: Arc<tokio::sync::Semaphore>,
+        calls: Arc<std::sync::atomic::AtomicUsize>,
+        plans: std::sync::Mutex<Vec<Vec<JobPlan>>>,
+    }
+
+    /// The test's side of a [`Gated`] policy.
+    struct Gate {
+        entered: tokio::sync::mpsc::UnboundedReceiver<()>,
+        release: Arc<tokio::sync::Semaphore>,
+        calls: Arc<std::sync::atomic::AtomicUsize>,
+    }
+
+    impl Gate {
+        /// Waits until a call is in the policy (fails the test after a minute: a deadlock).
+        async fn entered(&mut self) {
+            tokio::time::timeout(Duration::from_secs(60), self.entered.recv())
+                .await
+                .expect("a policy call within a minute")
+                .expect("policy alive");
+        }
+
+        fn release_one(&self) {
+            self.release.add_permits(1);
+        }
+
+        fn calls(&self) -> usize {
+            self.calls.load(std::sync::atomic::Ordering::SeqCst)
+        }
+    }
+
+    fn gated(plans: Vec<Vec<JobPlan>>) -> (Gated, Gate) {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let release = Arc::new(tokio::sync::Semaphore::new(0));
+        let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        (
+            Gated {
+                entered: tx,
+                release: release.clone(),
+                calls: calls.clone(),
+                plans: std::sync::Mutex::new(plans),
+            },
+            Gate {
+                entered: rx,
+                release,
+                calls,
+            },
+        )
+    }
+
+    impl Gated {
+        fn wait(&self) -> impl Future<Output = ()> + Send + 'static {
+            self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let _ = self.entered.send(());
+            let release = self.release.clone();
+            async move {
+                release.acquire().await.expect("gate open").forget();
+            }
+        }
+    }
+
+    impl SchedulingPolicy for Gated {
+        fn describe(&self) -> String {
+            "gated@1".into()
+        }
+        fn allocate(
+            &self,
+            job: Arc<Job>,
+            nodes: Arc<[plugin::Node]>,
+        ) -> BoxFuture<'static, Result<Vec<String>, PluginError>> {
+            let wait = self.wait();
+            async move {
+                wait.await;
+                NativePolicy::BinPack.allocate_now(&job, &nodes)
+            }
+            .boxed()
+        }
+        fn optimize(
+            &self,
+            _: Arc<[Job]>,
+            _: Arc<[plugin::Node]>,
+            _: Vec<JobPlan>,
+        ) -> BoxFuture<'static, Result<Vec<JobPlan>, PluginError>> {
+            let wait = self.wait();
+            let mut plans = self.plans.lock().expect("plans");
+            let plan = if plans.is_empty() {
+                vec![]
+            } else {
+                plans.remove(0)
+            };
+            async move {
+                wait.await;
+                Ok(plan)
+            }
+            .boxed()
+        }
+    }
+
+    /// The harness with `policy` loaded as `gated`.
+    fn gated_harness(n: usize, policy: Gated) -> Harness {
+        let mut h = harness(n, vec![], None);
+        let policies = Fake(HashMap::from([(
+            "gated".to_string(),
+            Arc::new(policy) as Arc<dyn SchedulingPolicy>,
+        )]));
+        let (allocator, retries) = Allocator::new(
+            Arc::new(policies),
+            h.allocator.nodes.clone(),
+            h.allocator.pods.clone(),
+            h.allocator.jobs.clone(),
+            Settings::default(),
+            h.metrics.clone(),
+        );
+        h.allocator = allocator;
+        h.retries = retries;
+        h
+    }
+
+    /// Admits `job` on a task of its own (the policy call may be parked at a gate).
+    fn admit_in_background(h: &Harness, job: DIJob) -> tokio::task::JoinHandle<Admission> {
+        let allocator = h.allocator.clone();
+        tokio::spawn(async move { allocator.admit(&job).await })
+    }
+
+    /// Admits `job` here; a minute without an answer fails the test (it waits for a lock
+    /// that a parked policy call holds).
+    async fn admit_now(h: &Harness, job: &DIJob) -> Admission {
+        tokio::time::timeout(Duration::from_secs(60), h.allocator.admit(job))
+            .await
+            .expect("admitted while another job's policy call is parked")
+    }
+
+    #[tokio::test]
+    async fn a_parked_plugin_call_does_not_stop_other_admissions() {
+        let (policy, mut gate) = gated(vec![]);
+        let h = gated_harness(2, policy);
+        let a = admit_in_background(&h, job("a", 1, 8, Some("gated")));
+        gate.entered().await;
+        // The plugin call for a is parked (as behind a full call slot); b is admitted now.
+        let b = admit_now(&h, &job("b", 1, 8, None)).await;
+        assert_eq!(placed_nodes(&b).len(), 1);
+        // a's answer was made before b took its node; a still gets the other one.
+        gate.release.add_permits(PLUGIN_TRIES);
+        let a = a.await.expect("admission a");
+        let Admission::Placed { nodes, by, .. } = &a else {
+            panic!("{a:?}")
+        };
+        assert_eq!(by, "gated@1");
+        assert_ne!(nodes, &placed_nodes(&b), "{a:?} and {b:?} share a node");
+    }
+
+    #[tokio::test]
+    async fn a_stale_plugin_answer_is_checked_again_and_exactly_one_job_gets_the_last_room() {
+        let (policy, mut gate) = gated(vec![]);
+        let mut h = gated_harness(1, policy);
+        let a = admit_in_background(&h, job("a", 1, 8, Some("gated")));
+        gate.entered().await;
+        // The plugin answers n0 for a; meanwhile b takes all of n0.
+        assert_eq!(
+            placed_nodes(&admit_now(&h, &job("b", 1, 8, None)).await),
+            ["n0"]
+        );
+        gate.release_one();
+        // a's answer no longer fits: the plugin is asked again, sees n0 full and says no-fit.
+        gate.entered().await;
+        gate.release_one();
+        let a = a.await.expect("admission a");
+        let Admission::Waiting { by, message } = &a else {
+            panic!("a placed on b's room: {a:?}")
+        };
+        assert_eq!(by, "gated@1");
+        assert!(message.contains("free: 0 GPUs"), "{message}");
+        assert_eq!(gate.calls(), 2);
+        // a waits like any job told to: b's end wakes it, and it is placed.
+        h.allocator.forget("ns", "b").await;
+        assert_eq!(
+            h.retries.next().await,
+            Some(ObjectRef::new("a").within("ns"))
+        );
+        let again = admit_in_background(&h, job("a", 1, 8, Some("gated")));
+        gate.entered().await;
+        gate.release_one();
+        assert_eq!(placed_nodes(&again.await.expect("admission a")), ["n0"]);
+    }
+
+    #[tokio::test]
+    async fn a_stale_answer_that_still_fits_is_taken_without_asking_again() {
+        let (policy, mut gate) = gated(vec![]);
+        let h = gated_harness(1, policy);
+        let a = admit_in_background(&h, job("a", 1, 4, Some("gated")));
+        gate.entered().await;
+        assert_eq!(
+            placed_nodes(&admit_now(&h, &job("b", 1, 4, None)).await),
+            ["n0"]
+        );
+        gate.release_one();
+        assert_eq!(placed_nodes(&a.await.expect("admission a")), ["n0"]);
+        assert_eq!(gate.calls(), 1);
+    }
+
+    #[tokio::test]
+    async fn answers_that_keep_going_stale_give_way_to_the_built_in_policy() {
+        let (policy, mut gate) = gated(vec![]);
+        let h = gated_harness(PLUGIN_TRIES + 1, policy);
+        let a = admit_in_background(&h, job("a", 1, 8, Some("gated")));
+        // During each call another job takes the node the plugin is choosing.
+        for i in 0..PLUGIN_TRIES {
+            gate.entered().await;
+            placed_nodes(&admit_now(&h, &job(&format!("b{i}"), 1, 8, None)).await);
+            gate.release_one();
+        }
+        let a = a.await.expect("admission a");
+        let Admission::Placed {
+            nodes,
+            by,
+            fallback,
+            ..
+        } = &a
+        else {
+            panic!("{a:?}")
+        };
+        assert_eq!(by, "builtin-binpack");
+        assert_eq!(nodes, &[format!("n{PLUGIN_TRIES}")]);
+        assert!(
+            fallback
+                .as_deref()
+                .is_some_and(|f| f.contains("took the room")),
+            "{fallback:?}"
+        );
+        assert_eq!(gate.calls(), PLUGIN_TRIES);
+        assert!(metric(
+            &h,
+            "diorch_allocator_fallbacks_total{policy=\"gated\",result=\"Contended\"} 1"
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_job_deleted_during_its_policy_call_holds_nothing() {
+        let (policy, mut gate) = gated(vec![]);
+        let h = gated_harness(1, policy);
+        let a = admit_in_background(&h, job("a", 1, 8, Some("gated")));
+        gate.entered().await;
+        tokio::time::timeout(Duration::from_secs(60), h.allocator.forget("ns", "a"))
+            .await
+            .expect("forgotten while its policy call is parked");
+        gate.release_one();
+        assert!(matches!(
+            a.await.expect("admission a"),
+            Admission::Waiting { .. }
+        ));
+        // Nothing of a is held: b gets the node.
+        assert_eq!(
+            placed_nodes(&admit_now(&h, &job("b", 1, 8, None)).await),
+            ["n0"]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_parked_optimize_call_does_not_stop_admissions_and_its_stale_plan_is_dropped() {
+        // The plan moves a from n0 to n1; while it is being made, b takes n1.
+        let (policy, mut gate) = gated(vec![vec![plan("ns/a", &["n1"])]]);
+        let mut h = gated_harness(2, policy);
+        let a = running("a", &["n0"], 8, Some("gated"));
+        cache(&mut h, &a);
+        assert_eq!(h.allocator.consult(&a).await, None);
+        let allocator = h.allocator.clone();
+        let pass = tokio::spawn(async move { allocator.optimize_once().await });
+        gate.entered().await;
+        assert_eq!(
+            placed_nodes(&admit_now(&h, &job("b", 1, 8, None)).await),
+            ["n1"]
+        );
+        gate.release_one();
+        assert_eq!(pass.await.expect("optimize pass"), vec![]);
+        assert!(metric(&h, "result=\"stale\"} 1"));
+        // a stays where it is: nothing proposed.
+        assert_eq!(h.allocator.consult(&a).await, None);
+    }
+
+    #[tokio::test]
+    async fn a_plan_that_still_fits_after_the_ledger_changed_is_applied() {
+        let (policy, mut gate) = gated(vec![vec![plan("ns/a", &["n2"])]]);
+        let mut h = gated_harness(3, policy);
+        let a = running("a", &["n0"], 8, Some("gated"));
+        cache(&mut h, &a);
+        h.allocator.consult(&a).await;
+        let allocator = h.allocator.clone();
+        let pass = tokio::spawn(async move { allocator.optimize_once().await });
+        gate.entered().await;
+        // b takes room, but not a's target.
+        assert_eq!(
+            placed_nodes(&admit_now(&h, &job("b", 1, 8, None)).await),
+            ["n1"]
+        );
+        gate.release_one();
+        assert!(
+            matches!(&pass.await.expect("optimize pass")[..], [optimize::Decision::Move { slots, .. }] if slots == &["n2"]),
+        );
     }
 
     #[test]

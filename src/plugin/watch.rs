@@ -14,9 +14,17 @@
 //!   `refused: <cause>; serving <sha256 prefix>` / `...; no version serves`.
 //!
 //! These are merge patches of metadata only, sent when the ConfigMap does not already show them;
-//! a failed write is logged and retried on the ConfigMap's next event. They cannot cause a
+//! a failed or timed-out write is logged and tried again with backoff (1 s doubling to 30 s)
+//! until it lands, the ConfigMap goes, or a newer status replaces it. They cannot cause a
 //! reload: the spec parser reads none of them, so the update they trigger compares equal to
 //! what was applied (and an invalid spec is remembered by a digest of `data` and `binaryData`).
+//!
+//! No API call stalls the watch loop: status writes and Events run on tasks of their own, and
+//! every request the watcher's client makes is bounded ([`ApiLimits::call_timeout`]): a list
+//! page, a get, a patch or an Event write until its whole body is read, a watch until its
+//! response headers. The watch stream itself asks the server to end it after
+//! [`ApiLimits::watch_timeout`], and kube-runtime's watcher treats a stream silent for that
+//! plus 5 s as a dead connection and watches again from the last resource version.
 //!
 //! Fail closed: once every ConfigMap of the first list was applied the watcher tells the registry
 //! ([`PluginRegistry::first_load_done`]), so pod mutations that waited for it proceed; an
@@ -29,8 +37,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
 
-use futures::StreamExt as _;
+use futures::future::BoxFuture;
+use futures::{FutureExt as _, StreamExt as _};
+use http_body_util::BodyExt as _;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Patch, PatchParams};
@@ -50,6 +62,38 @@ const NOTE_CAP: usize = 1000;
 const STATUS_CAP: usize = 1000;
 /// Hex digits of the sha256 in the version label (a label value is at most 63 characters).
 const VERSION_DIGITS: usize = 12;
+/// Event writes at once; more are dropped (logged): Events explain, the status is the record.
+const EVENTS_IN_FLIGHT: usize = 16;
+/// ConfigMaps per list page: a component is up to 16 MiB, so a page stays readable within
+/// [`ApiLimits::call_timeout`] on a slow link.
+const LIST_PAGE: u32 = 8;
+
+/// Bounds on the watcher's API calls.
+#[derive(Clone, Debug)]
+pub struct ApiLimits {
+    /// Every request but a watch stream's body: headers and whole body of a list page, get,
+    /// status patch or Event write; a watch's response headers.
+    pub call_timeout: Duration,
+    /// Server-side timeout of each watch request (whole seconds); a stream silent for this
+    /// plus 5 s is taken for a dead connection by kube-runtime's watcher.
+    pub watch_timeout: Duration,
+    /// First wait before a failed status write is tried again; doubles up to `max_retry`.
+    pub retry: Duration,
+    pub max_retry: Duration,
+}
+
+impl Default for ApiLimits {
+    fn default() -> Self {
+        ApiLimits {
+            call_timeout: Duration::from_secs(10),
+            // Re-watching every minute costs one request; a dead connection is noticed within
+            // 65 s instead of kube's default 295 s.
+            watch_timeout: Duration::from_secs(60),
+            retry: Duration::from_secs(1),
+            max_retry: Duration::from_secs(30),
+        }
+    }
+}
 
 /// A valid spec and bytes last handed to the registry from one ConfigMap, loaded or not, so
 /// relists and no-op updates (the watcher's own status writes included) do not reload.
@@ -98,7 +142,7 @@ impl Tracked {
 }
 
 /// The three status keys as the ConfigMap should show them.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 struct StatusMeta {
     state: &'static str,
     version: Option<String>,
@@ -190,8 +234,28 @@ pub async fn run(
     leader: crate::leader::Leadership,
     shutdown: impl Future<Output = ()>,
 ) {
+    run_with(
+        client,
+        namespace,
+        registry,
+        leader,
+        ApiLimits::default(),
+        shutdown,
+    )
+    .await;
+}
+
+/// [`run`] with the given bounds on API calls.
+pub async fn run_with(
+    client: Client,
+    namespace: &str,
+    registry: Arc<PluginRegistry>,
+    leader: crate::leader::Leadership,
+    limits: ApiLimits,
+    shutdown: impl Future<Output = ()>,
+) {
+    let client = bounded(client, limits.call_timeout);
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
-    let writer = api.clone();
     let recorder = Recorder::new(
         client,
         Reporter {
@@ -199,12 +263,21 @@ pub async fn run(
             instance: None,
         },
     );
-    let stream =
-        watcher::watcher(api, watcher::Config::default().labels(PLUGIN_LABEL)).default_backoff();
+    let config = watcher::Config::default()
+        .labels(PLUGIN_LABEL)
+        .page_size(LIST_PAGE)
+        .timeout(u32::try_from(limits.watch_timeout.as_secs().max(1)).unwrap_or(u32::MAX));
+    let stream = watcher::watcher(api.clone(), config).default_backoff();
+    let mut out = Outbox {
+        status: StatusWrites::new(api, limits.clone()),
+        events: EventWrites {
+            recorder,
+            limits,
+            running: tokio::task::JoinSet::new(),
+        },
+    };
     let ctx = Ctx {
         registry: &registry,
-        recorder: &recorder,
-        api: &writer,
         leader: &leader,
     };
     let mut stream = std::pin::pin!(stream);
@@ -213,14 +286,23 @@ pub async fn run(
     let mut relisted: BTreeSet<String> = BTreeSet::new();
     let mut published_as_leader = false;
     loop {
+        let retry_at = out.status.next_retry();
         let event = tokio::select! {
             () = &mut shutdown => return,
             () = leader.acquired(), if !published_as_leader => {
                 // Statuses reached while standing by were not written: write them now.
                 published_as_leader = true;
                 for (name, entry) in &tracked {
-                    publish_status(&ctx, entry, name).await;
+                    publish_status(&ctx, &mut out.status, entry, name);
                 }
+                continue;
+            }
+            Some(done) = out.status.running.join_next(), if !out.status.running.is_empty() => {
+                out.status.finished(done, &leader);
+                continue;
+            }
+            () = sleep_until(retry_at), if retry_at.is_some() => {
+                out.status.retry_due(&leader);
                 continue;
             }
             event = stream.next() => event,
@@ -233,7 +315,7 @@ pub async fn run(
             Some(Ok(WatchEvent::Init)) => relisted.clear(),
             Some(Ok(WatchEvent::InitApply(cm))) => {
                 relisted.insert(cm.name_any());
-                apply(&ctx, &mut tracked, &cm).await;
+                apply(&ctx, &mut out, &mut tracked, &cm).await;
             }
             Some(Ok(WatchEvent::InitDone)) => {
                 // ConfigMaps deleted while the watch was down.
@@ -243,29 +325,277 @@ pub async fn run(
                     .cloned()
                     .collect();
                 for name in gone {
-                    forget(&registry, &mut tracked, &name).await;
+                    forget(&registry, &mut out, &mut tracked, &name).await;
                 }
                 registry.first_load_done();
             }
-            Some(Ok(WatchEvent::Apply(cm))) => apply(&ctx, &mut tracked, &cm).await,
+            Some(Ok(WatchEvent::Apply(cm))) => apply(&ctx, &mut out, &mut tracked, &cm).await,
             Some(Ok(WatchEvent::Delete(cm))) => {
-                forget(&registry, &mut tracked, &cm.name_any()).await;
+                forget(&registry, &mut out, &mut tracked, &cm.name_any()).await;
             }
         }
+    }
+}
+
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 
 /// What `apply` needs besides the state it updates.
 struct Ctx<'a> {
     registry: &'a PluginRegistry,
-    recorder: &'a Recorder,
-    api: &'a Api<ConfigMap>,
     /// Every replica loads plugins; only the leader writes their status and Events.
     leader: &'a crate::leader::Leadership,
 }
 
+/// The watcher's writes, each on a task of its own so none holds up the watch loop.
+struct Outbox {
+    status: StatusWrites,
+    events: EventWrites,
+}
+
+/// A status a ConfigMap should show and does not yet, as far as the watcher knows.
+struct Pending {
+    status: StatusMeta,
+    /// A write is running (its result decides what happens next).
+    running: bool,
+    /// When to try again after a failure (`None` while running or not failed).
+    retry_at: Option<tokio::time::Instant>,
+    backoff: Duration,
+}
+
+/// Status writes not yet landed, by ConfigMap name (one write per ConfigMap at a time).
+struct StatusWrites {
+    api: Api<ConfigMap>,
+    limits: ApiLimits,
+    pending: BTreeMap<String, Pending>,
+    running: tokio::task::JoinSet<(String, StatusMeta, Result<(), kube::Error>)>,
+}
+
+impl StatusWrites {
+    fn new(api: Api<ConfigMap>, limits: ApiLimits) -> StatusWrites {
+        StatusWrites {
+            api,
+            limits,
+            pending: BTreeMap::new(),
+            running: tokio::task::JoinSet::new(),
+        }
+    }
+
+    /// The ConfigMap `name` should show `status`: write it (now, or after a running write or
+    /// a failed one's backoff).
+    fn want(&mut self, name: &str, status: StatusMeta) {
+        match self.pending.get_mut(name) {
+            Some(p) => {
+                p.status = status;
+                // Idle (a standby's superseded write): start it; else the running write or
+                // the backoff decides when.
+                if !p.running && p.retry_at.is_none() {
+                    self.start(name);
+                }
+            }
+            None => {
+                self.pending.insert(
+                    name.to_string(),
+                    Pending {
+                        status,
+                        running: false,
+                        retry_at: None,
+                        backoff: self.limits.retry,
+                    },
+                );
+                self.start(name);
+            }
+        }
+    }
+
+    /// It shows what it should, or is gone: nothing to write.
+    fn drop_pending(&mut self, name: &str) {
+        self.pending.remove(name);
+    }
+
+    fn start(&mut self, name: &str) {
+        let Some(p) = self.pending.get_mut(name) else {
+            return;
+        };
+        p.running = true;
+        p.retry_at = None;
+        let (api, name, status) = (self.api.clone(), name.to_string(), p.status.clone());
+        let limit = self.limits.call_timeout;
+        self.running.spawn(async move {
+            let patch = status.patch();
+            let written = tokio::time::timeout(
+                limit,
+                api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)),
+            )
+            .await
+            .map_err(|_| timed_out(limit))
+            .and_then(|r| r.map(|_| ()));
+            (name, status, written)
+        });
+    }
+
+    /// A write ended: done, superseded (write the newer status), or failed (retry later).
+    fn finished(
+        &mut self,
+        done: Result<(String, StatusMeta, Result<(), kube::Error>), tokio::task::JoinError>,
+        leader: &crate::leader::Leadership,
+    ) {
+        // A write task only ends by returning (nothing aborts them but dropping the set).
+        let Ok((name, status, written)) = done else {
+            return;
+        };
+        let Some(p) = self.pending.get_mut(&name) else {
+            return;
+        };
+        p.running = false;
+        match written {
+            Ok(()) => {
+                tracing::debug!(configmap = %name, state = status.state,
+                    version = ?status.version, "plugin ConfigMap status written");
+                if p.status == status {
+                    self.pending.remove(&name);
+                } else if leader.is_leader() {
+                    self.start(&name);
+                }
+            }
+            Err(kube::Error::Api(e)) if e.code == 404 => {
+                self.pending.remove(&name);
+            }
+            Err(error) => {
+                let wait = p.backoff;
+                p.backoff = (p.backoff * 2).min(self.limits.max_retry);
+                p.retry_at = Some(tokio::time::Instant::now() + wait);
+                tracing::warn!(%error, configmap = %name, state = status.state, retry_in = ?wait,
+                    "cannot write the plugin status onto its ConfigMap; trying again");
+            }
+        }
+    }
+
+    /// When the next failed write is due again.
+    fn next_retry(&self) -> Option<tokio::time::Instant> {
+        self.pending.values().filter_map(|p| p.retry_at).min()
+    }
+
+    /// Starts the writes whose backoff is over (a standby leaves them to the leader).
+    fn retry_due(&mut self, leader: &crate::leader::Leadership) {
+        let now = tokio::time::Instant::now();
+        let due: Vec<String> = self
+            .pending
+            .iter()
+            .filter(|(_, p)| p.retry_at.is_some_and(|at| at <= now))
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in due {
+            if leader.is_leader() {
+                self.start(&name);
+            } else {
+                self.pending.remove(&name);
+            }
+        }
+    }
+}
+
+/// Event writes, bounded in time and in number at once.
+struct EventWrites {
+    recorder: Recorder,
+    limits: ApiLimits,
+    running: tokio::task::JoinSet<()>,
+}
+
+impl EventWrites {
+    fn publish(&mut self, event: Event, reference: k8s_openapi::api::core::v1::ObjectReference) {
+        while self.running.try_join_next().is_some() {}
+        if self.running.len() >= EVENTS_IN_FLIGHT {
+            tracing::warn!(reason = %event.reason, configmap = ?reference.name,
+                "too many plugin Events being written; this one is dropped");
+            return;
+        }
+        let (recorder, limit) = (self.recorder.clone(), self.limits.call_timeout);
+        self.running.spawn(async move {
+            let published = tokio::time::timeout(limit, recorder.publish(&event, &reference))
+                .await
+                .map_err(|_| timed_out(limit))
+                .and_then(|r| r);
+            if let Err(error) = published {
+                tracing::warn!(%error, configmap = ?reference.name, "cannot record plugin Event");
+            }
+        });
+    }
+}
+
+fn timed_out(limit: Duration) -> kube::Error {
+    kube::Error::Service(Box::new(std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        format!("no answer from the API server within {limit:?}"),
+    )))
+}
+
+/// `client` with every request bounded by `limit`: a watch until its response headers (its
+/// stream is the watcher's to time out), anything else until its whole body is read.
+fn bounded(client: Client, limit: Duration) -> Client {
+    let namespace = client.default_namespace().to_string();
+    Client::new(Bounded { client, limit }, namespace)
+}
+
+#[derive(Clone)]
+struct Bounded {
+    client: Client,
+    limit: Duration,
+}
+
+/// Whether a request is a watch (`?watch=true`, as kube-client sends it, or `watch=1`).
+fn is_watch(uri: &http::Uri) -> bool {
+    uri.query()
+        .is_some_and(|q| q.split('&').any(|p| p == "watch=true" || p == "watch=1"))
+}
+
+impl tower::Service<http::Request<kube::client::Body>> for Bounded {
+    type Response = http::Response<kube::client::Body>;
+    type Error = kube::Error;
+    type Future = BoxFuture<'static, Result<Self::Response, kube::Error>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), kube::Error>> {
+        // `Client::send` waits for its own readiness.
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: http::Request<kube::client::Body>) -> Self::Future {
+        let (client, limit) = (self.client.clone(), self.limit);
+        let watch = is_watch(request.uri());
+        async move {
+            let deadline = tokio::time::Instant::now() + limit;
+            let response = tokio::time::timeout_at(deadline, client.send(request))
+                .await
+                .map_err(|_| timed_out(limit))??;
+            if watch {
+                return Ok(response);
+            }
+            let (parts, body) = response.into_parts();
+            let bytes = tokio::time::timeout_at(deadline, body.collect())
+                .await
+                .map_err(|_| timed_out(limit))??
+                .to_bytes();
+            Ok(http::Response::from_parts(
+                parts,
+                kube::client::Body::from(bytes),
+            ))
+        }
+        .boxed()
+    }
+}
+
 /// The ConfigMap `name` is gone: unload what it served and lift what it blocked.
-async fn forget(registry: &PluginRegistry, tracked: &mut BTreeMap<String, Tracked>, name: &str) {
+async fn forget(
+    registry: &PluginRegistry,
+    out: &mut Outbox,
+    tracked: &mut BTreeMap<String, Tracked>,
+    name: &str,
+) {
+    out.status.drop_pending(name);
     let Some(entry) = tracked.remove(name) else {
         return;
     };
@@ -301,8 +631,8 @@ fn failing_closed(cm: &ConfigMap) -> Option<(String, Vec<String>)> {
     Some((name, task_types))
 }
 
-/// Writes the ConfigMap's status keys if it does not show them yet (leader only).
-async fn publish_status(ctx: &Ctx<'_>, entry: &Tracked, cm_name: &str) {
+/// Has the ConfigMap's status keys written if it does not show them yet (leader only).
+fn publish_status(ctx: &Ctx<'_>, writes: &mut StatusWrites, entry: &Tracked, cm_name: &str) {
     if !ctx.leader.is_leader() {
         return;
     }
@@ -315,25 +645,18 @@ async fn publish_status(ctx: &Ctx<'_>, entry: &Tracked, cm_name: &str) {
         .and_then(|s| s.sha256);
     let status = StatusMeta::new(&outcome, serving.as_deref());
     if status.shown_by(&entry.seen) {
+        writes.drop_pending(cm_name);
         return;
     }
-    let patched = ctx
-        .api
-        .patch(
-            cm_name,
-            &PatchParams::default(),
-            &Patch::Merge(&status.patch()),
-        )
-        .await;
-    match patched {
-        Ok(_) => tracing::debug!(configmap = %cm_name, state = status.state,
-            version = ?status.version, "plugin ConfigMap status written"),
-        Err(error) => tracing::warn!(%error, configmap = %cm_name, state = status.state,
-            "cannot write the plugin status onto its ConfigMap; retried on its next update"),
-    }
+    writes.want(cm_name, status);
 }
 
-async fn apply(ctx: &Ctx<'_>, tracked: &mut BTreeMap<String, Tracked>, cm: &ConfigMap) {
+async fn apply(
+    ctx: &Ctx<'_>,
+    out: &mut Outbox,
+    tracked: &mut BTreeMap<String, Tracked>,
+    cm: &ConfigMap,
+) {
     let cm_name = cm.name_any();
     let entry = tracked.entry(cm_name.clone()).or_default();
     entry.seen = ConfigMap {
@@ -404,7 +727,7 @@ async fn apply(ctx: &Ctx<'_>, tracked: &mut BTreeMap<String, Tracked>, cm: &Conf
         return;
     }
     // Status first: it is what `kubectl get` shows, the Event only explains it.
-    publish_status(ctx, entry, &cm_name).await;
+    publish_status(ctx, &mut out.status, entry, &cm_name);
     let Some(outcome) = attempt else {
         return;
     };
@@ -424,9 +747,7 @@ async fn apply(ctx: &Ctx<'_>, tracked: &mut BTreeMap<String, Tracked>, cm: &Conf
         note: Some(note),
         secondary: None,
     };
-    if let Err(error) = ctx.recorder.publish(&event, &cm.object_ref(&())).await {
-        tracing::warn!(%error, configmap = %cm_name, "cannot record plugin Event");
-    }
+    out.events.publish(event, cm.object_ref(&()));
 }
 
 #[cfg(test)]
