@@ -118,8 +118,9 @@ impl ServerMetrics {
 pub struct AllocationLabels {
     /// The policy's name without its version hash (`binpack`, `builtin-binpack`).
     pub policy: String,
-    /// Decisions: `placed`, `placed_by_fallback`, `waiting`, `moved`, `suppressed`; fallbacks:
-    /// the plugin error reason.
+    /// Decisions: `placed`, `placed_by_fallback`, `waiting`, `moved`, `suppressed`, `stale` (a
+    /// re-plan dropped because the ledger changed during its `optimize` call); fallbacks: the
+    /// plugin error reason, or `Contended` (answers that kept going stale during the call).
     pub result: String,
 }
 
