@@ -107,9 +107,12 @@ async fn each_capability_is_refused_at_load_naming_field_and_grant_and_loads_whe
             !status.healthy && status.sha256.is_none() && status.last_error == Some(text),
             "{mode}: {status:?}"
         );
-        // Nothing serves it: pods pass unmutated.
+        // Nothing serves it and its failurePolicy is Fail: its pods are refused, naming it
+        // (fail closed), never created unmutated.
         let (ctx, pod) = sample::pod("learner");
-        assert_eq!(reg.mutate_pod(&ctx, pod.clone()).await.unwrap(), pod);
+        let blocked = reg.mutate_pod(&ctx, pod.clone()).await.unwrap_err();
+        assert_eq!(blocked.reason(), "NotLoaded", "{mode}: {blocked}");
+        assert!(blocked.to_string().contains(mode), "{mode}: {blocked}");
 
         // The same ConfigMap with the grant: loaded, and the change applies.
         reg.apply(
