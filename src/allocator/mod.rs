@@ -803,16 +803,8 @@ impl Allocator {
                 drop(ledger);
 
                 let started = Instant::now();
-                let mut answer = policy.allocate(model.clone(), nodes.clone()).await;
-                if let Ok(slots) = &answer
-                    && let Err(e) = plugin::checks::capacity(&by, &model, &nodes, slots)
-                {
-                    answer = Err(e);
-                }
-                self.metrics
-                    .allocator
-                    .call_duration
-                    .observe(started.elapsed().as_secs_f64());
+                let answer = policy.allocate(model.clone(), nodes.clone()).await;
+                let answer = self.checked(&by, &model, &nodes, answer, started);
 
                 ledger = self.ledger.lock().await;
                 if ledger.calling.remove(&key) == Some(true) {
@@ -870,16 +862,8 @@ impl Allocator {
         let model = view::model_job(job, &node_index, age);
         let by = builtin.describe();
         let started = Instant::now();
-        let mut answer = builtin.allocate_now(&model, &nodes);
-        if let Ok(slots) = &answer
-            && let Err(e) = plugin::checks::capacity(&by, &model, &nodes, slots)
-        {
-            answer = Err(e);
-        }
-        self.metrics
-            .allocator
-            .call_duration
-            .observe(started.elapsed().as_secs_f64());
+        let answer = builtin.allocate_now(&model, &nodes);
+        let answer = self.checked(&by, &model, &nodes, answer, started);
         match answer {
             Ok(slots) => self.place(&mut ledger, job, slots, &by, fallback),
             Err(e) => self.wait(&mut ledger, job, &model, &nodes, &e, &by),
@@ -997,6 +981,25 @@ impl Allocator {
             );
         }
         ledger.seeded = true;
+    }
+
+    /// A policy's answer checked against the capacity it was shown, with the call's time
+    /// (check included) recorded.
+    fn checked(
+        &self,
+        by: &str,
+        job: &plugin::Job,
+        nodes: &[plugin::Node],
+        answer: Result<Vec<String>, PluginError>,
+        started: Instant,
+    ) -> Result<Vec<String>, PluginError> {
+        let answer = answer
+            .and_then(|slots| plugin::checks::capacity(by, job, nodes, &slots).map(|()| slots));
+        self.metrics
+            .allocator
+            .call_duration
+            .observe(started.elapsed().as_secs_f64());
+        answer
     }
 
     /// The cluster's nodes with free capacity as seen by `key`'s placement: allocatable minus
