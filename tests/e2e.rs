@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use common::allocation;
 use common::controller::{self as scenario, OperatorProcess};
-use common::{Kubectl, foundation, kubelet, webhook};
+use common::{Kubectl, foundation, ha, kubelet, webhook};
 
 /// The kubeconfig and a scratch directory; fails when DIORCH_E2E_KUBECONFIG is not set, since
 /// this only runs when asked for with `--include-ignored`.
@@ -324,4 +324,230 @@ fn e2e_gpu_placement() {
     foundation::create_namespace(&k, &ns);
     let _guard = NamespaceGuard(&k, &ns);
     allocation::flapping_policy_is_rate_limited(&k, &ns, &plugins);
+}
+
+/// Leader election on a real API server (`tests/ha.rs` runs the same on the sandbox): two
+/// `diorch run --leader-elect` with their Lease in the scenario's namespace (so it goes with
+/// it); exactly one leads and reconciles, a SIGKILLed leader's work goes to the standby once
+/// the lease expires with no pod re-created or lost, SIGTERM releases the lease and exits 0;
+/// then a leader whose Lease another holder takes stops.
+#[test]
+#[ignore = "needs a real cluster: set DIORCH_E2E_KUBECONFIG and run with --include-ignored (scripts/e2e.sh)"]
+fn e2e_leader_election() {
+    let (kubeconfig, scratch) = target();
+    let k = Kubectl::new(&kubeconfig, scratch.path());
+    install_crd(&k);
+    let ns = format!("diorch-e2e-leader-{}", std::process::id());
+    foundation::create_namespace(&k, &ns);
+    let _guard = NamespaceGuard(&k, &ns);
+    let _one = ONE_OPERATOR.lock().unwrap_or_else(|e| e.into_inner());
+    ha::one_leader_reconciles_a_standby_takes_over_and_sigterm_releases_the_lease(
+        &k,
+        &ns,
+        &kubeconfig,
+    );
+    // The same Lease, released above, is taken by a new leader and then by an intruder. Which
+    // of the leader's two checks notices first (its watch of the Lease, or its renewal at most
+    // 2 s later) depends on when the intruder writes, so only the stop is asserted here.
+    ha::a_leader_that_loses_its_lease_stops(&k, &ns, &kubeconfig);
+}
+
+/// Cluster-scoped objects a test created, by label: deleting its namespace leaves them.
+struct ClusterObjectsGuard<'a>(&'a Kubectl, String);
+
+impl Drop for ClusterObjectsGuard<'_> {
+    fn drop(&mut self) {
+        let _ = self.0.run(&[
+            "delete",
+            "clusterrole,clusterrolebinding",
+            "-l",
+            &self.1,
+            "--ignore-not-found",
+        ]);
+    }
+}
+
+/// The kinds of `deploy/base` that grant rights: its RBAC objects and ServiceAccounts.
+const RBAC_KINDS: &[&str] = &[
+    "ServiceAccount",
+    "Role",
+    "RoleBinding",
+    "ClusterRole",
+    "ClusterRoleBinding",
+];
+
+/// `deploy/base` rendered by kustomize into namespace `ns`, every name suffixed with `-suffix`
+/// (so a cluster's own install of diorch is left alone) and labelled `diorch.io/e2e=suffix`,
+/// keeping only [`RBAC_KINDS`]: the install's rights as its manifests state them, with the
+/// subjects and role references rewritten along (kustomize does both).
+fn deploy_rbac(k: &Kubectl, scratch: &Path, ns: &str, suffix: &str) -> String {
+    let overlay = scratch.join("rbac-overlay");
+    std::fs::create_dir_all(&overlay).expect("overlay dir");
+    let overlay = std::fs::canonicalize(&overlay).expect("overlay path");
+    let base = std::fs::canonicalize(common::repo_root().join("deploy/base")).expect("deploy/base");
+    // kustomize takes no absolute path for a base: reach it from the overlay through the root.
+    let up = overlay
+        .components()
+        .filter(|c| matches!(c, std::path::Component::Normal(_)))
+        .map(|_| "..")
+        .collect::<Vec<_>>()
+        .join("/");
+    let base = format!("{up}{}", base.display());
+    std::fs::write(
+        overlay.join("kustomization.yaml"),
+        format!(
+            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nnamespace: {ns}\nnameSuffix: -{suffix}\nlabels:\n- pairs: {{diorch.io/e2e: {suffix}}}\nresources:\n- {base}\n"
+        ),
+    )
+    .expect("write kustomization");
+    let rendered = k.ok(&["kustomize", overlay.to_str().expect("utf-8 path")]);
+    let kept: Vec<&str> = rendered
+        .split("\n---\n")
+        .filter(|doc| {
+            doc.lines()
+                .any(|l| RBAC_KINDS.iter().any(|kind| l == format!("kind: {kind}")))
+        })
+        .collect();
+    assert!(
+        kept.iter().any(|d| d.contains("kind: ClusterRoleBinding"))
+            && kept.iter().any(|d| d.contains("kind: RoleBinding")),
+        "no bindings rendered from deploy/base: {rendered}"
+    );
+    kept.join("\n---\n")
+}
+
+/// A kubeconfig for the cluster of `k`'s (its server and TLS settings) that authenticates with
+/// `token` only.
+fn token_kubeconfig(k: &Kubectl, path: &Path, token: &str) {
+    let admin: serde_json::Value =
+        serde_json::from_str(&k.ok(&["config", "view", "--minify", "--flatten", "-o", "json"]))
+            .expect("kubeconfig JSON");
+    let config = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "e2e", "cluster": admin["clusters"][0]["cluster"]}],
+        "users": [{"name": "token", "user": {"token": token}}],
+        "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": "token"}}],
+        "current-context": "e2e",
+    });
+    std::fs::write(path, config.to_string()).expect("write kubeconfig");
+}
+
+/// Whether a log line reports a refused API call (kube's error carries the reason `Forbidden`,
+/// the message "... is forbidden: User ... cannot ...", and the code 403).
+fn reports_forbidden(line: &str) -> bool {
+    line.to_ascii_lowercase().contains("forbidden")
+        || ["code: 403", "403 Forbidden", "status: 403"]
+            .iter()
+            .any(|s| line.contains(s))
+}
+
+/// Least privilege on a real API server: `diorch run` with a ServiceAccount token bound only
+/// by `deploy/base`'s RBAC (rendered into the test's namespace), run with the flags of
+/// `deploy/base/deployment.yaml` that involve the API (leader election and plugins in its own
+/// namespace, `--server-auth job-pods`), is driven through the scenarios that exercise most of
+/// its API surface; no call it makes answers 401 or 403, none is logged as forbidden, and the
+/// calls those scenarios must make were made. `/metrics` and the replica API are called with a
+/// second ServiceAccount bound to the install's caller ClusterRoles, so the operator's
+/// TokenReviews and SubjectAccessReviews are among the checked calls.
+#[test]
+#[ignore = "needs a real cluster: set DIORCH_E2E_KUBECONFIG and run with --include-ignored (scripts/e2e.sh)"]
+fn e2e_rbac_least_privilege() {
+    let (kubeconfig, scratch) = target();
+    require(
+        "DIORCH_E2E_GPU_NODES",
+        "4 ready nodes with 8 free nvidia.com/gpu each",
+        "e2e_rbac_least_privilege",
+    );
+    let k = Kubectl::new(&kubeconfig, scratch.path());
+    install_crd(&k);
+    let pid = std::process::id();
+    let (ns, suffix) = (format!("diorch-e2e-rbac-{pid}"), format!("e2e-{pid}"));
+    foundation::create_namespace(&k, &ns);
+    let _guard = NamespaceGuard(&k, &ns);
+    let _cluster = ClusterObjectsGuard(&k, format!("diorch.io/e2e={suffix}"));
+    let n = k.in_namespace(&ns);
+    n.ok_stdin(
+        &["apply", "-f", "-"],
+        &deploy_rbac(&k, scratch.path(), &ns, &suffix),
+    );
+    let operator_sa = format!("diorch-{suffix}");
+    // The binding holds: the operator may create pods, and may not read secrets.
+    let can = |verb: &str, what: &str| {
+        let user = format!("system:serviceaccount:{ns}:{operator_sa}");
+        let out = k.run(&[
+            "auth",
+            "can-i",
+            verb,
+            what,
+            "--all-namespaces",
+            "--as",
+            &user,
+        ]);
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    assert_eq!(can("create", "pods"), "yes");
+    assert_eq!(can("list", "secrets"), "no");
+    // A caller of the replica API and of /metrics, with the install's caller roles.
+    let client = "replica-client";
+    n.ok_stdin(
+        &["apply", "-f", "-"],
+        &format!(
+            "apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: {client}\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata:\n  name: {client}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: diorch-replica-client-{suffix}}}\nsubjects:\n- {{kind: ServiceAccount, name: {client}, namespace: {ns}}}\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata:\n  name: diorch-metrics-reader-{suffix}\n  labels: {{diorch.io/e2e: {suffix}}}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: diorch-metrics-reader-{suffix}}}\nsubjects:\n- {{kind: ServiceAccount, name: {client}, namespace: {ns}}}\n"
+        ),
+    );
+    let token = |sa: &str| {
+        n.ok(&["create", "token", sa, "--duration", "1h"])
+            .trim()
+            .to_string()
+    };
+    let (operator_token, client_token) = (token(&operator_sa), token(client));
+    let operator_kubeconfig = scratch.path().join("operator.kubeconfig");
+    token_kubeconfig(&k, &operator_kubeconfig, &operator_token);
+
+    let addr = ha::free_local_addr();
+    let _one = ONE_OPERATOR.lock().unwrap_or_else(|e| e.into_inner());
+    let operator = OperatorProcess::start_with(
+        &operator_kubeconfig,
+        &[
+            "--metric-addr",
+            &addr,
+            "--leader-elect",
+            "--leader-election-namespace",
+            &ns,
+            "--plugin-namespace",
+            &ns,
+            "--server-auth",
+            "job-pods",
+            "--plugin-max-calls",
+            "2",
+        ],
+    );
+    ha::wait_until("the operator to lead", scenario::T, || ha::leads(&operator));
+    ha::exercise_the_api_surface(&k, &ns, &ns, &operator.api_url(), Some(&client_token));
+
+    let metrics = ha::scrape_as(&addr, Some(&client_token));
+    let responses = ha::api_responses(&metrics);
+    let refused: Vec<_> = responses
+        .iter()
+        .filter(|(_, code)| code == "401" || code == "403")
+        .collect();
+    assert!(
+        refused.is_empty(),
+        "API calls refused with deploy/base's RBAC (fix deploy/base/rbac.yaml and src/rbac.rs): {refused:?}"
+    );
+    let forbidden: Vec<String> = operator
+        .lines()
+        .into_iter()
+        .filter(|l| reports_forbidden(l))
+        .collect();
+    assert!(forbidden.is_empty(), "{forbidden:#?}");
+    ha::assert_calls_granted_and_seen(
+        &ha::api_calls(&metrics),
+        &[
+            ("coordination.k8s.io", "leases", "create"),
+            ("authentication.k8s.io", "tokenreviews", "create"),
+            ("authorization.k8s.io", "subjectaccessreviews", "create"),
+        ],
+    );
 }

@@ -9,54 +9,10 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::controller::{self as scenario, OperatorProcess};
-use common::{Kubectl, SandboxProcess, allocation, foundation};
-
-const LEASE: &str = "4s";
-const LEASE_DURATION: Duration = Duration::from_secs(4);
-
-fn elected(sandbox: &SandboxProcess) -> OperatorProcess {
-    elected_via(&sandbox.kubeconfig)
-}
-
-fn elected_via(kubeconfig: &std::path::Path) -> OperatorProcess {
-    OperatorProcess::start_with(
-        kubeconfig,
-        &[
-            "--leader-elect",
-            "--leader-election-namespace",
-            "default",
-            "--leader-elect-lease-duration",
-            LEASE,
-            "--leader-elect-renew-grace",
-            "2s",
-        ],
-    )
-}
-
-fn leads(operator: &OperatorProcess) -> bool {
-    operator
-        .lines()
-        .iter()
-        .any(|l| l.contains("became the leader"))
-}
-
-fn holder(k: &Kubectl) -> String {
-    k.ok(&[
-        "get",
-        "lease",
-        "diorch-leader",
-        "-o",
-        "jsonpath={.spec.holderIdentity}",
-    ])
-}
-
-/// Names and uids of the job's live pods.
-fn pods(k: &Kubectl, job: &str) -> Vec<String> {
-    scenario::pods(k, job)
-        .into_iter()
-        .map(|(name, pod)| format!("{name}={}", pod["metadata"]["uid"].as_str().unwrap_or("")))
-        .collect()
-}
+use common::ha::{
+    LEASE, LEASE_DURATION, api_calls, elected, free_local_addr, leads, scrape, wait_until,
+};
+use common::{Kubectl, SandboxProcess, allocation, foundation, ha};
 
 /// A sandbox started with `args`, the DIJob CRD installed, and kubectl in `default`.
 fn sandbox_with_crd(args: &[&str]) -> (SandboxProcess, Kubectl) {
@@ -66,90 +22,14 @@ fn sandbox_with_crd(args: &[&str]) -> (SandboxProcess, Kubectl) {
     (sandbox, k)
 }
 
-/// `127.0.0.1:<a port free now>`, for an operator's metrics endpoint.
-fn free_local_addr() -> String {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("port");
-    format!("127.0.0.1:{port}")
-}
-
-fn wait_until(what: &str, within: Duration, mut done: impl FnMut() -> bool) -> Duration {
-    let started = Instant::now();
-    while !done() {
-        assert!(started.elapsed() < within, "{what}: not within {within:?}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    started.elapsed()
-}
-
 #[test]
 fn one_leader_reconciles_a_standby_takes_over_and_sigterm_releases_the_lease() {
     let (sandbox, k) = sandbox_with_crd(&["--nodes", "4", "--pod-start-delay", "100ms"]);
-    let first = elected(&sandbox);
-    let second = elected(&sandbox);
-    wait_until("a leader", scenario::T, || leads(&first) || leads(&second));
-    let (leader, standby) = if leads(&first) {
-        (first, second)
-    } else {
-        (second, first)
-    };
-    assert!(!leads(&standby), "two leaders");
-
-    // Only the leader reconciles.
-    scenario::apply(&k, &scenario::standard_job("ha", ""));
-    scenario::wait_phase(&k, "ha", "Running");
-    let reconciled = |o: &OperatorProcess| {
-        o.lines()
-            .iter()
-            .any(|l| l.contains("reconciled") && l.contains("job=default/ha"))
-    };
-    assert!(reconciled(&leader), "{:#?}", leader.lines());
-    assert!(!reconciled(&standby), "{:#?}", standby.lines());
-    let before = pods(&k, "ha");
-    assert_eq!(before.len(), 4, "{before:?}");
-
-    // The leader dies without releasing: the standby takes over once the lease expires.
-    let held_by = holder(&k);
-    leader.kill();
-    let killed = Instant::now();
-    wait_until("the standby to lead", LEASE_DURATION * 3, || {
-        leads(&standby)
-    });
-    let takeover = killed.elapsed();
-    println!("takeover after the leader was killed: {takeover:?} (lease {LEASE})");
-    assert_ne!(holder(&k), held_by);
-    // It reconciles what it inherited without touching the pods, and runs new work.
-    scenario::apply(&k, &scenario::standard_job("after", ""));
-    scenario::wait_phase(&k, "after", "Running");
-    assert_eq!(pods(&k, "ha"), before, "pods were re-created or lost");
-    assert_eq!(pods(&k, "after").len(), 4);
-    assert!(
-        standby
-            .lines()
-            .iter()
-            .any(|l| l.contains("reconciled") && l.contains("job=default/after"))
+    ha::one_leader_reconciles_a_standby_takes_over_and_sigterm_releases_the_lease(
+        &k,
+        "default",
+        &sandbox.kubeconfig,
     );
-
-    // SIGTERM: in-flight work finishes, the lease is released, the process exits 0.
-    let mut standby = standby;
-    let status = standby
-        .terminate(Duration::from_secs(20))
-        .expect("exited within 20 s");
-    assert!(status.success(), "{status:?}: {:#?}", standby.lines());
-    // It stopped leading before it drained, and released the lease after.
-    let lines = standby.lines();
-    let at = |what: &str| lines.iter().position(|l| l.contains(what));
-    let (stepped_down, released) = (
-        at("stopped leading; finishing in-flight reconciles"),
-        at("released the lease"),
-    );
-    assert!(
-        stepped_down.is_some() && released.is_some() && stepped_down < released,
-        "{lines:#?}"
-    );
-    assert_eq!(holder(&k), "", "the lease is free for the next replica");
 }
 
 /// A plugin uploaded while no replica leads is loaded by the standby, which may not write its
@@ -226,56 +106,9 @@ fn a_standby_that_takes_over_writes_the_plugin_status_it_could_not_write() {
 #[test]
 fn a_leader_that_loses_its_lease_stops_at_once() {
     let (sandbox, k) = sandbox_with_crd(&["--nodes", "1"]);
-    let mut leader = elected(&sandbox);
-    wait_until("a leader", scenario::T, || leads(&leader));
-    // Another holder takes the lease (as a replica with a skewed clock, or an admin, could).
-    let now = jiff::Timestamp::now()
-        .strftime("%Y-%m-%dT%H:%M:%S%.6fZ")
-        .to_string();
-    k.ok(&[
-        "patch",
-        "lease",
-        "diorch-leader",
-        "--type=merge",
-        "-p",
-        &format!(
-            r#"{{"spec":{{"holderIdentity":"intruder","renewTime":"{now}","leaseDurationSeconds":60}}}}"#
-        ),
-    ]);
-    let started = Instant::now();
-    let mut status = None;
-    while status.is_none() && started.elapsed() < LEASE_DURATION * 3 {
-        status = leader.try_exit();
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let status = status.expect("the leader stopped");
-    let stopped = started.elapsed();
-    println!("the leader stopped {stopped:?} after another holder took its lease");
+    let (stopped, _) = ha::a_leader_that_loses_its_lease_stops(&k, "default", &sandbox.kubeconfig);
     // It watches its Lease: it need not wait for its next renewal (2 s here) to notice.
     assert!(stopped < Duration::from_millis(1500), "{stopped:?}");
-    assert!(!status.success());
-    assert!(
-        leader
-            .lines()
-            .iter()
-            .any(|l| l.contains("lost the leader lease; stopped so that no write follows")),
-        "{:#?}",
-        leader.lines()
-    );
-}
-
-/// `GET /metrics` over a plain TCP connection.
-fn scrape(addr: &str) -> String {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(addr).expect("connect to /metrics");
-    write!(
-        stream,
-        "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )
-    .expect("request");
-    let mut out = String::new();
-    stream.read_to_string(&mut out).expect("response");
-    out
 }
 
 #[test]
@@ -392,9 +225,9 @@ fn a_leader_cut_off_from_the_api_server_stops_before_a_standby_takes_over() {
         text.replace(server, &partition.addr.to_string()),
     )
     .expect("write kubeconfig");
-    let mut leader = elected_via(&kubeconfig);
+    let mut leader = elected(&kubeconfig, "default");
     wait_until("a leader", scenario::T, || leads(&leader));
-    let standby = elected(&sandbox);
+    let standby = elected(&sandbox.kubeconfig, "default");
     wait_until("the standby to wait", scenario::T, || {
         standby
             .lines()
@@ -435,28 +268,11 @@ fn a_leader_cut_off_from_the_api_server_stops_before_a_standby_takes_over() {
     );
 }
 
-/// The operator's API calls as its audit layer counted them: (group, resource, verb) of every
-/// `diorch_kube_api_requests_total` series that names a resource.
-fn api_calls(metrics: &str) -> std::collections::BTreeSet<(String, String, String)> {
-    let label = |line: &str, name: &str| -> String {
-        line.split(&format!("{name}=\""))
-            .nth(1)
-            .and_then(|rest| rest.split('"').next())
-            .unwrap_or_default()
-            .to_string()
-    };
-    metrics
-        .lines()
-        .filter(|l| l.starts_with("diorch_kube_api_requests_total{"))
-        .map(|l| (label(l, "group"), label(l, "resource"), label(l, "verb")))
-        .filter(|(_, resource, _)| !resource.is_empty())
-        .collect()
-}
-
 /// The RBAC check that needs no reading of the code: run the operator through the controller,
 /// allocator, replica API, plugin watcher and leader election scenarios, and compare every API
 /// call its client made with `src/rbac.rs` (which a unit test keeps equal to
-/// `deploy/base/rbac.yaml`).
+/// `deploy/base/rbac.yaml`). `tests/e2e.rs` runs the same scenarios on a real API server with
+/// the operator holding only those rights.
 #[test]
 fn every_api_call_the_operator_makes_is_granted_by_the_rbac_manifest() {
     let sandbox = allocation::gpu_sandbox();
@@ -472,73 +288,8 @@ fn every_api_call_the_operator_makes_is_granted_by_the_rbac_manifest() {
             "default",
         ],
     );
-    let clear = |ns: &str| {
-        k.in_namespace(ns)
-            .ok(&["delete", "dijobs", "--all", "--wait=true"]);
-        wait_until("the pods to go", scenario::T, || {
-            k.in_namespace(ns)
-                .ok(&["get", "pods", "-o", "name"])
-                .trim()
-                .is_empty()
-        });
-    };
-    // A policy plugin loads (status labels, Event) and places a preemptible job.
-    let d = k.in_namespace("default");
-    allocation::upload(
-        &d,
-        &allocation::plugin_file("spread"),
-        "team",
-        "policy",
-        &[],
-    );
-    allocation::wait_event(&d, "ConfigMap", "plugin-team", "PluginLoaded", 1);
-    scenario::apply(&d, &allocation::gpu_job("spread", "team", 4, 1));
-    allocation::wait_allocated(&d, "spread", "True");
-    scenario::wait_phase(&d, "spread", "Running");
-    clear("default");
-    allocation::replica_api_scales_a_preemptible_job(&k, "default", &operator.api_url());
-    clear("default");
-    scenario::scales_up_and_down(&k, "default");
-
-    let calls = api_calls(&scrape(&addr));
-    let granted: std::collections::BTreeSet<(String, String, String)> = diorch::rbac::PERMISSIONS
-        .iter()
-        .flat_map(|p| {
-            p.verbs
-                .iter()
-                .map(|v| (p.group.to_string(), p.resource.to_string(), v.to_string()))
-        })
-        .collect();
-    let refused: Vec<_> = calls.difference(&granted).collect();
-    assert!(
-        refused.is_empty(),
-        "calls a cluster would refuse (add them to src/rbac.rs and deploy/base/rbac.yaml): {refused:?}"
-    );
-    let unexercised: Vec<_> = granted.difference(&calls).collect();
-    println!("granted, not exercised by these scenarios: {unexercised:?}");
-    // The audit saw the calls these scenarios must make (so the comparison means something).
-    for (group, resource, verb) in [
-        ("", "pods", "create"),
-        ("", "pods", "delete"),
-        ("", "pods", "watch"),
-        ("", "services", "create"),
-        ("", "nodes", "watch"),
-        ("", "configmaps", "watch"),
-        ("", "configmaps", "patch"),
-        ("diengine.opendilab.org", "dijobs", "watch"),
-        ("events.k8s.io", "events", "create"),
-        ("coordination.k8s.io", "leases", "patch"),
-        ("coordination.k8s.io", "leases", "watch"),
-    ] {
-        let call = (group.to_string(), resource.to_string(), verb.to_string());
-        assert!(calls.contains(&call), "{call:?} not seen in {calls:?}");
-    }
-    assert!(
-        calls
-            .iter()
-            .any(|(g, r, _)| g == "diengine.opendilab.org" && r == "dijobs/status"),
-        "{calls:?}"
-    );
+    ha::exercise_the_api_surface(&k, "default", "default", &operator.api_url(), None);
+    ha::assert_calls_granted_and_seen(&api_calls(&scrape(&addr)), &[]);
 }
 
 /// `diorch_reconcile_queue_depth`: with one worker, jobs submitted together wait in the queue;

@@ -400,12 +400,25 @@ pub fn gang_scheduled_job_gets_a_podgroup(k: &Kubectl, ns: &str, scheduler_name:
 /// POST adds collectors (allocated, created, the job back to Running), DELETE removes the
 /// highest ranks; going past maxReplicas is refused with the bounds.
 pub fn replica_api_scales_a_preemptible_job(k: &Kubectl, ns: &str, api: &str) {
+    replica_api_scales_a_preemptible_job_as(k, ns, api, None);
+}
+
+/// [`replica_api_scales_a_preemptible_job`] with every call carrying `token` as its bearer token
+/// (for an operator run with `--server-auth kubernetes` or `job-pods`).
+pub fn replica_api_scales_a_preemptible_job_as(
+    k: &Kubectl,
+    ns: &str,
+    api: &str,
+    token: Option<&str>,
+) {
+    let http =
+        |method: &str, path: &str, body: &str| scenario::http_as(api, method, path, body, token);
     let k = k.in_namespace(ns);
     let manifest = "apiVersion: diengine.opendilab.org/v2alpha1\nkind: DIJob\nmetadata:\n  name: elastic\nspec:\n  preemptible: true\n  tasks:\n  - {type: learner, name: learner, replicas: 1, template: {spec: {containers: [{name: di-container, image: busybox, command: [sleep, \"3600\"], resources: {requests: {cpu: 100m}}}]}}}\n  - {type: collector, name: collector, replicas: 2, minReplicas: 1, maxReplicas: 4, template: {spec: {containers: [{name: di-container, image: busybox, command: [sleep, \"3600\"], resources: {requests: {cpu: 100m}}}]}}}\n";
     scenario::apply(&k, manifest);
     scenario::wait_phase(&k, "elastic", "Running");
     let path = format!("/v2alpha1/job/{ns}.elastic/replicas");
-    let (status, body) = scenario::http(api, "POST", &path, r#"{"replicas": 2}"#);
+    let (status, body) = http("POST", &path, r#"{"replicas": 2}"#);
     assert_eq!(
         (status, body["message"].as_str()),
         (200, Some("successfully add replicas")),
@@ -427,7 +440,7 @@ pub fn replica_api_scales_a_preemptible_job(k: &Kubectl, ns: &str, api: &str) {
         "5"
     );
     placement(&k, "elastic");
-    let (status, body) = scenario::http(api, "POST", &path, r#"{"replicas": 1}"#);
+    let (status, body) = http("POST", &path, r#"{"replicas": 1}"#);
     assert_eq!(status, 400, "{body}");
     assert!(
         body["message"]
@@ -435,7 +448,7 @@ pub fn replica_api_scales_a_preemptible_job(k: &Kubectl, ns: &str, api: &str) {
             .is_some_and(|m| m.contains("may run 1 to 4")),
         "{body}"
     );
-    let (status, body) = scenario::http(api, "DELETE", &path, r#"{"replicas": 3}"#);
+    let (status, body) = http("DELETE", &path, r#"{"replicas": 3}"#);
     assert_eq!(
         (status, body["message"].as_str()),
         (200, Some("successfully delete replicas")),
@@ -446,8 +459,10 @@ pub fn replica_api_scales_a_preemptible_job(k: &Kubectl, ns: &str, api: &str) {
     // Two clients add one collector each at the same time: both count (optimistic concurrency).
     let calls: Vec<_> = (0..2)
         .map(|_| {
-            let (api, path) = (api.to_string(), path.clone());
-            std::thread::spawn(move || scenario::http(&api, "POST", &path, r#"{"replicas": 1}"#))
+            let (api, path, token) = (api.to_string(), path.clone(), token.map(String::from));
+            std::thread::spawn(move || {
+                scenario::http_as(&api, "POST", &path, r#"{"replicas": 1}"#, token.as_deref())
+            })
         })
         .collect();
     for call in calls {
@@ -462,8 +477,7 @@ pub fn replica_api_scales_a_preemptible_job(k: &Kubectl, ns: &str, api: &str) {
     scenario::wait_phase(&k, "elastic", "Running");
     // Scale in by name: exactly that pod goes, the others keep their names and ranks.
     let before = scenario::pods(&k, "elastic");
-    let (status, body) =
-        scenario::http(api, "DELETE", &path, r#"{"pods": ["elastic-collector-1"]}"#);
+    let (status, body) = http("DELETE", &path, r#"{"pods": ["elastic-collector-1"]}"#);
     assert_eq!(status, 200, "{body}");
     let left: Vec<String> = [
         "elastic-learner-0",
@@ -487,11 +501,10 @@ pub fn replica_api_scales_a_preemptible_job(k: &Kubectl, ns: &str, api: &str) {
     }
     scenario::wait_phase(&k, "elastic", "Running");
     // A name that is not a replica: refused, nothing changes.
-    let (status, body) =
-        scenario::http(api, "DELETE", &path, r#"{"pods": ["elastic-collector-1"]}"#);
+    let (status, body) = http("DELETE", &path, r#"{"pods": ["elastic-collector-1"]}"#);
     assert_eq!(status, 400, "{body}");
     // Growing again appends a new rank; the removed name is not reused.
-    let (status, body) = scenario::http(api, "POST", &path, r#"{"replicas": 1}"#);
+    let (status, body) = http("POST", &path, r#"{"replicas": 1}"#);
     assert_eq!(status, 200, "{body}");
     let mut grown = left.clone();
     grown.push("elastic-collector-3".to_string());

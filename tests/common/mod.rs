@@ -6,6 +6,7 @@
 pub mod allocation;
 pub mod controller;
 pub mod foundation;
+pub mod ha;
 pub mod kubelet;
 pub mod webhook;
 
