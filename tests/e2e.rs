@@ -349,7 +349,7 @@ fn e2e_leader_election() {
     // The same Lease, released above, is taken by a new leader and then by an intruder. Which
     // of the leader's two checks notices first (its watch of the Lease, or its renewal at most
     // 2 s later) depends on when the intruder writes, so only the stop is asserted here.
-    ha::a_leader_that_loses_its_lease_stops(&k, &ns, &kubeconfig);
+    ha::a_leader_that_loses_its_lease_stops(&k, &ns, &kubeconfig, ha::LEASE_DURATION);
 }
 
 /// Cluster-scoped objects a test created, by label: deleting its namespace leaves them.

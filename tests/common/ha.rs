@@ -33,6 +33,11 @@ pub const TAKEOVER_BOUND: Duration = Duration::from_secs(
 
 /// `diorch run --leader-elect` with the short lease, its Lease in `lease_namespace`.
 pub fn elected(kubeconfig: &Path, lease_namespace: &str) -> OperatorProcess {
+    elected_with(kubeconfig, lease_namespace, LEASE)
+}
+
+/// `diorch run --leader-elect` with a lease of `lease` (renewed 2 s before it expires).
+pub fn elected_with(kubeconfig: &Path, lease_namespace: &str, lease: &str) -> OperatorProcess {
     OperatorProcess::start_with(
         kubeconfig,
         &[
@@ -40,7 +45,7 @@ pub fn elected(kubeconfig: &Path, lease_namespace: &str) -> OperatorProcess {
             "--leader-election-namespace",
             lease_namespace,
             "--leader-elect-lease-duration",
-            LEASE,
+            lease,
             "--leader-elect-renew-grace",
             "2s",
         ],
@@ -207,15 +212,17 @@ pub fn one_leader_reconciles_a_standby_takes_over_and_sigterm_releases_the_lease
 }
 
 /// A leader whose Lease another holder takes (as a replica with a skewed clock, or an admin,
-/// could) stops with a non-zero exit and says why. Returns how long after the change it stopped,
-/// and whether its watch of the Lease noticed (rather than its own next renewal).
+/// could) stops with a non-zero exit and says why. `lease` is its lease duration (the renewal
+/// comes 2 s before it ends). Returns how long after the change it stopped, and whether its
+/// watch of the Lease noticed (rather than its own next renewal).
 pub fn a_leader_that_loses_its_lease_stops(
     k: &Kubectl,
     ns: &str,
     kubeconfig: &Path,
+    lease: Duration,
 ) -> (Duration, bool) {
     let k = k.in_namespace(ns);
-    let mut leader = elected(kubeconfig, ns);
+    let mut leader = elected_with(kubeconfig, ns, &format!("{}s", lease.as_secs()));
     wait_until("a leader", scenario::T, || leads(&leader));
     let now = jiff::Timestamp::now()
         .strftime("%Y-%m-%dT%H:%M:%S%.6fZ")
@@ -233,7 +240,7 @@ pub fn a_leader_that_loses_its_lease_stops(
     let started = Instant::now();
     let mut status = None;
     // At the latest its own renewal, at most a lease duration later, finds the other holder.
-    while status.is_none() && started.elapsed() < LEASE_DURATION + SCHEDULING_ALLOWANCE {
+    while status.is_none() && started.elapsed() < lease + SCHEDULING_ALLOWANCE {
         status = leader.try_exit();
         std::thread::sleep(Duration::from_millis(50));
     }
