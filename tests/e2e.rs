@@ -186,6 +186,13 @@ fn e2e_sandbox_api_scenarios() {
     drop(guard);
     passed("crud");
 
+    let ns = format!("diorch-e2e-api-errors-{pid}");
+    foundation::create_namespace(&k, &ns);
+    let guard = NamespaceGuard(&k, &ns);
+    rt.block_on(api::status_errors_and_resource_version_rules(&client, &ns));
+    drop(guard);
+    passed("errors");
+
     let ns = format!("diorch-e2e-api-old-{pid}");
     let group = format!("old-{pid}.e2e.diorch.io");
     foundation::create_namespace(&k, &ns);

@@ -53,8 +53,9 @@ impl Server {
         }
     }
 
+    /// A client without kube's default retries, as the e2e suite uses (`api::client_for_url`).
     fn client(&self) -> kube::Client {
-        diorch::sandbox::client_for(&self.url).unwrap()
+        api::client_for_url(&self.url)
     }
 
     fn kubectl(&self) -> Kubectl {
@@ -80,6 +81,12 @@ impl Drop for Server {
 async fn crud_watch_order_resume_conflicts_and_dry_run() {
     let server = Server::start(10_000);
     api::crud_watch_order_resume_conflicts_and_dry_run(&server.client(), "default").await;
+}
+
+#[tokio::test]
+async fn status_errors_and_resource_version_rules() {
+    let server = Server::start(10_000);
+    api::status_errors_and_resource_version_rules(&server.client(), "default").await;
 }
 
 #[tokio::test]

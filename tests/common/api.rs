@@ -32,15 +32,26 @@ pub const T: Duration = Duration::from_secs(180);
 /// Bound for one watch event the scenario caused.
 const EVENT: Duration = Duration::from_secs(60);
 
-/// A `kube::Client` for the cluster of a kubeconfig file (its current context).
+/// A `kube::Client` for the cluster of a kubeconfig file (its current context), without
+/// kube's default retries: the scenarios check the server's first answer, and a retried 504
+/// would take minutes.
 pub async fn client_from_kubeconfig(path: &Path) -> kube::Client {
     let kubeconfig = kube::config::Kubeconfig::read_from(path).expect("read kubeconfig");
-    let config = kube::Config::from_custom_kubeconfig(
+    let mut config = kube::Config::from_custom_kubeconfig(
         kubeconfig,
         &kube::config::KubeConfigOptions::default(),
     )
     .await
     .expect("kubeconfig");
+    config.default_retry = false;
+    kube::Client::try_from(config).expect("client")
+}
+
+/// A `kube::Client` for a plain-HTTP server URL (the sandbox), without kube's default retries
+/// ([`client_from_kubeconfig`]).
+pub fn client_for_url(url: &str) -> kube::Client {
+    let mut config = kube::Config::new(url.parse().expect("server URL"));
+    config.default_retry = false;
     kube::Client::try_from(config).expect("client")
 }
 
@@ -321,6 +332,227 @@ pub async fn crud_watch_order_resume_conflicts_and_dry_run(client: &kube::Client
         next_event(&mut sel_watch, &names).await,
         ("DELETED", "other".to_string())
     );
+}
+
+/// A raw request through the client (for what the typed API cannot send); the body as JSON.
+async fn raw(
+    client: &kube::Client,
+    method: &str,
+    path: &str,
+    content_type: &str,
+    body: &str,
+) -> kube::Result<serde_json::Value> {
+    let req = http::Request::builder()
+        .method(method)
+        .uri(path)
+        .header("Content-Type", content_type)
+        .body(body.as_bytes().to_vec())
+        .expect("request");
+    client.request(req).await
+}
+
+/// Status errors and resourceVersion rules: delete preconditions, a list at a resourceVersion the
+/// server has not reached, bad option and patch values, finalizers on a deleting object, and
+/// the shape of lists (built-in kinds' items carry no apiVersion/kind).
+pub async fn status_errors_and_resource_version_rules(client: &kube::Client, ns: &str) {
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    let path = format!("/api/v1/namespaces/{ns}/configmaps");
+    let p = cms
+        .create(&PostParams::default(), &cm("p", json!({})))
+        .await
+        .expect("create p");
+    let uid = p.metadata.uid.clone().expect("uid");
+    let rv = p
+        .metadata
+        .resource_version
+        .clone()
+        .expect("resourceVersion");
+
+    // Delete preconditions are checked before anything else, naming the resource by kind.
+    let err = cms
+        .delete(
+            "p",
+            &DeleteParams::default().preconditions(kube::api::Preconditions {
+                uid: Some("wrong".into()),
+                resource_version: None,
+            }),
+        )
+        .await
+        .unwrap_err();
+    assert_status(
+        &err,
+        409,
+        "Conflict",
+        &format!(
+            "Operation cannot be fulfilled on ConfigMap \"p\": the UID in the precondition (wrong) does not match the UID in record ({uid}). The object might have been deleted and then recreated"
+        ),
+    );
+    let err = cms
+        .delete(
+            "p",
+            &DeleteParams::default().preconditions(kube::api::Preconditions {
+                uid: None,
+                resource_version: Some("1".into()),
+            }),
+        )
+        .await
+        .unwrap_err();
+    assert_status(
+        &err,
+        409,
+        "Conflict",
+        &format!(
+            "Operation cannot be fulfilled on ConfigMap \"p\": the ResourceVersion in the precondition (1) does not match the ResourceVersion in record ({rv}). The object might have been modified"
+        ),
+    );
+
+    // A list at a resourceVersion the server has not reached: 504 (after up to 3 s of waiting on
+    // a real server), for the client to retry.
+    let future = rv.parse::<u64>().expect("numeric resourceVersion") + 1_000_000;
+    let err = raw(
+        client,
+        "GET",
+        &format!("{path}?resourceVersion={future}"),
+        "application/json",
+        "",
+    )
+    .await
+    .unwrap_err();
+    assert_status(
+        &err,
+        504,
+        "Timeout",
+        &format!("Timeout: Too large resource version: {future}, current: "),
+    );
+    let details = status(&err).details.clone().expect("details");
+    assert_eq!(details.retry_after_seconds, 1, "{details:?}");
+    assert_eq!(
+        details.causes[0].reason, "ResourceVersionTooLarge",
+        "{details:?}"
+    );
+
+    // Bad values of options and patches.
+    let err = raw(
+        client,
+        "POST",
+        &format!("{path}?dryRun=Yes"),
+        "application/json",
+        r#"{"metadata":{"name":"d"}}"#,
+    )
+    .await
+    .unwrap_err();
+    assert_status(
+        &err,
+        422,
+        "Invalid",
+        r#"CreateOptions.meta.k8s.io "" is invalid: dryRun: Unsupported value: []string{"Yes"}: supported values: "All""#,
+    );
+    let err = cms
+        .patch(
+            "p",
+            &PatchParams::default(),
+            &Patch::<()>::Json(
+                serde_json::from_value(json!([{"op": "test", "path": "/data/k", "value": "no"}]))
+                    .expect("json patch"),
+            ),
+        )
+        .await
+        .unwrap_err();
+    // The patch's own error is not in the Status (NewGenericServerResponse drops it).
+    assert_status(
+        &err,
+        422,
+        "Invalid",
+        "the server rejected our request due to an error in our request",
+    );
+    assert!(
+        status(&err)
+            .details
+            .as_ref()
+            .is_none_or(|d| d.causes.is_empty()),
+        "{err:?}"
+    );
+    let err = raw(client, "PATCH", &format!("{path}/p"), "text/plain", "{}")
+        .await
+        .unwrap_err();
+    assert_status(
+        &err,
+        415,
+        "UnsupportedMediaType",
+        "415: Unsupported Media Type",
+    );
+    let err = raw(
+        client,
+        "GET",
+        &format!("{path}?limit=1&continue=garbage"),
+        "application/json",
+        "",
+    )
+    .await
+    .unwrap_err();
+    assert_status(
+        &err,
+        400,
+        "BadRequest",
+        "invalid continue token: continue key is not valid: ",
+    );
+
+    // Lists: built-in kinds' items carry no apiVersion/kind.
+    let list = raw(client, "GET", &path, "application/json", "")
+        .await
+        .expect("list");
+    assert_eq!(list["kind"], "ConfigMapList");
+    let item = list["items"]
+        .as_array()
+        .and_then(|items| items.iter().find(|i| i["metadata"]["name"] == "p"))
+        .expect("p listed");
+    assert!(
+        item.get("kind").is_none() && item.get("apiVersion").is_none(),
+        "{item}"
+    );
+
+    // Finalizers on a deleting object: none can be added; removing the last one deletes it, and
+    // the update answers the object as written.
+    let mut held = cm("held", json!({}));
+    held.metadata.finalizers = Some(vec!["example.com/hold".into()]);
+    cms.create(&PostParams::default(), &held)
+        .await
+        .expect("create held");
+    let deleting = cms
+        .delete("held", &DeleteParams::default())
+        .await
+        .expect("delete held")
+        .left()
+        .expect("a held object is answered, still there");
+    assert!(deleting.metadata.deletion_timestamp.is_some());
+    assert_eq!(deleting.metadata.deletion_grace_period_seconds, Some(0));
+    let err = cms
+        .patch(
+            "held",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"metadata": {"finalizers": ["example.com/hold", "example.com/more"]}}),
+            ),
+        )
+        .await
+        .unwrap_err();
+    assert_status(
+        &err,
+        422,
+        "Invalid",
+        r#"ConfigMap "held" is invalid: metadata.finalizers: Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers []string{"example.com/more"}"#,
+    );
+    let released = cms
+        .patch(
+            "held",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .expect("drop the finalizer");
+    assert_eq!(released.metadata.finalizers, None, "{released:?}");
+    assert!(released.metadata.deletion_timestamp.is_some());
+    assert!(cms.get_opt("held").await.expect("get").is_none());
 }
 
 /// A watch from a resourceVersion the server holds no events for any more is answered with an
