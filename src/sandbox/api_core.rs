@@ -1686,8 +1686,8 @@ impl Api {
                 if deleting {
                     return Ok(self.delete_response(info, &current, false));
                 }
+                // kube-apiserver's namespace storage sets only the timestamp and the phase.
                 meta_mut(&mut new).insert("deletionTimestamp".into(), json!(now_rfc3339()));
-                meta_mut(&mut new).insert("deletionGracePeriodSeconds".into(), json!(0));
                 new["status"]["phase"] = json!("Terminating");
                 if o.dry_run {
                     return Ok(self.delete_response(info, &Arc::new(new), false));

@@ -793,9 +793,19 @@ pub async fn namespace_deletion_and_terminating_namespace(
     cms.create(&PostParams::default(), &held)
         .await
         .expect("create held");
-    nss.delete(doomed, &DeleteParams::default())
+    let deleting = nss
+        .delete(doomed, &DeleteParams::default())
         .await
-        .expect("delete namespace");
+        .expect("delete namespace")
+        .left()
+        .expect("a deleted namespace is answered, Terminating");
+    assert!(
+        deleting.metadata.deletion_timestamp.is_some(),
+        "{deleting:?}"
+    );
+    assert_eq!(deleting.metadata.deletion_grace_period_seconds, None);
+    let phase = deleting.status.as_ref().and_then(|s| s.phase.as_deref());
+    assert_eq!(phase, Some("Terminating"));
     let err = cms
         .create(&PostParams::default(), &cm("late", json!({})))
         .await
