@@ -21,7 +21,7 @@ run_suite() {
         tee "$target_dir/e2e-output.txt" || status=$?
     end=$(date +%s)
     echo "== e2e scenarios run against $DIORCH_E2E_KUBECONFIG:"
-    grep -E '^(test e2e_|e2e_controller: scenario .* passed)' "$target_dir/e2e-output.txt" || true
+    grep -E '^(test e2e_|e2e_(controller|sandbox_api): scenario .* passed)' "$target_dir/e2e-output.txt" || true
     echo "== e2e suite: exit status $status in $((end - start)) s"
     return "$status"
 }

@@ -471,10 +471,15 @@ impl Api {
                 })?;
                 (rv, items, None)
             } else {
-                if !rv_param.is_empty() {
-                    parse_rv(rv_param)?;
-                }
+                let wanted = if rv_param.is_empty() {
+                    0
+                } else {
+                    parse_rv(rv_param)?
+                };
                 let (rv, items) = self.store.list(&res, ns);
+                if wanted > rv {
+                    return Err(ApiError::too_large_resource_version(wanted, rv));
+                }
                 (rv, items, None)
             };
         let filtered = opts.label.is_some() || opts.field.is_some();
@@ -1301,9 +1306,14 @@ impl Api {
                 });
             }
             let result = if Self::should_remove(&new) {
-                self.store.remove(&res, &key, cur_rv).inspect(|last| {
-                    self.after_remove(info, last);
-                })
+                // Answered with the update as written (its last finalizer gone), as
+                // kube-apiserver's deleteWithoutFinalizers does; the DELETED event carries the
+                // last stored state.
+                let written = Arc::new(new);
+                self.store
+                    .remove(&res, &key, cur_rv)
+                    .inspect(|last| self.after_remove(info, last))
+                    .map(|_| written)
             } else {
                 self.store.replace(&res, cur_rv, new).inspect(|stored| {
                     if is_crd(info) {
@@ -1641,15 +1651,17 @@ impl Api {
             let Some(current) = self.store.get(&res, &key) else {
                 return Err(ApiError::not_found(&info.group, &info.plural, name));
             };
+            // kube-apiserver checks delete preconditions early (rest.BeforeDelete), naming the
+            // resource by its kind.
             if let Some(uid) = o.uid.as_deref().filter(|u| !u.is_empty()) {
                 let actual = meta_str(&current, "uid");
                 if uid != actual {
                     return Err(ApiError::conflict(
                         &info.group,
-                        &info.plural,
+                        &info.kind,
                         name,
                         &format!(
-                            "Precondition failed: UID in precondition: {uid}, UID in object meta: {actual}"
+                            "the UID in the precondition ({uid}) does not match the UID in record ({actual}). The object might have been deleted and then recreated"
                         ),
                     ));
                 }
@@ -1659,10 +1671,10 @@ impl Api {
                 if rv != actual {
                     return Err(ApiError::conflict(
                         &info.group,
-                        &info.plural,
+                        &info.kind,
                         name,
                         &format!(
-                            "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {actual}"
+                            "the ResourceVersion in the precondition ({rv}) does not match the ResourceVersion in record ({actual}). The object might have been modified"
                         ),
                     ));
                 }
@@ -1674,8 +1686,8 @@ impl Api {
                 if deleting {
                     return Ok(self.delete_response(info, &current, false));
                 }
+                // kube-apiserver's namespace storage sets only the timestamp and the phase.
                 meta_mut(&mut new).insert("deletionTimestamp".into(), json!(now_rfc3339()));
-                meta_mut(&mut new).insert("deletionGracePeriodSeconds".into(), json!(0));
                 new["status"]["phase"] = json!("Terminating");
                 if o.dry_run {
                     return Ok(self.delete_response(info, &Arc::new(new), false));
@@ -1925,7 +1937,11 @@ fn encode_continue(rv: u64, key: &ObjKey) -> String {
 }
 
 fn decode_continue(token: &str) -> Result<(u64, ObjKey), ApiError> {
-    let bad = || ApiError::bad_request(format!("continue key is not valid: {token}"));
+    let bad = || {
+        ApiError::bad_request(format!(
+            "invalid continue token: continue key is not valid: {token}"
+        ))
+    };
     let bytes: k8s_openapi::ByteString =
         serde_json::from_value(Value::String(token.to_string())).map_err(|_| bad())?;
     let v: Value = serde_json::from_slice(&bytes.0).map_err(|_| bad())?;

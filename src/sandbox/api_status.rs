@@ -142,6 +142,22 @@ impl ApiError {
         Self::new(410, "Expired", message)
     }
 
+    /// A list at a resourceVersion the server has not reached: kube-apiserver's watch cache
+    /// waits up to 3 s for it, then answers this. The sandbox has no lag to wait out.
+    pub fn too_large_resource_version(requested: u64, current: u64) -> Self {
+        ApiError {
+            code: 504,
+            reason: "Timeout",
+            message: format!(
+                "Timeout: Too large resource version: {requested}, current: {current}"
+            ),
+            details: Some(json!({
+                "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+                "retryAfterSeconds": 1,
+            })),
+        }
+    }
+
     pub fn unsupported_media_type(message: impl Into<String>) -> Self {
         Self::new(415, "UnsupportedMediaType", message)
     }

@@ -45,14 +45,15 @@ impl PatchType {
 }
 
 /// Why a patch was refused. `Display` is the message a real apiserver puts in its Status (for
-/// [`PatchError::Unprocessable`] that is the cause; see [`PatchError::to_status`]).
+/// [`PatchError::Unprocessable`] the apiserver's own error, which it leaves out of the Status;
+/// see [`PatchError::to_status`]).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PatchError {
     /// 400 BadRequest.
     #[error("{0}")]
     BadRequest(String),
     /// 422, built by the apiserver with `NewGenericServerResponse`: the Status message is generic
-    /// and this text is its only cause.
+    /// and this text is not in it (only logged).
     #[error("{0}")]
     Unprocessable(String),
     /// 413 RequestEntityTooLarge.
@@ -108,18 +109,17 @@ impl PatchError {
             "reason": self.reason(),
             "code": self.status_code(),
         });
-        if let (PatchError::Unprocessable(cause), Some(obj)) = (self, status.as_object_mut()) {
-            obj.insert(
-                "details".to_string(),
-                serde_json::json!({"causes": [{"reason": "UnexpectedServerResponse", "message": cause}]}),
-            );
+        // kube-apiserver builds this with NewGenericServerResponse(422, …, isUnexpectedResponse
+        // false): the patch's own error is dropped, `details` stays empty.
+        if let (PatchError::Unprocessable(_), Some(obj)) = (self, status.as_object_mut()) {
+            obj.insert("details".to_string(), serde_json::json!({}));
         }
         status
     }
 }
 
-/// The 415 error for a patch type the resource does not accept. The list is what this sandbox
-/// accepts: server-side apply is not implemented, so it is never listed.
+/// The 415 error for a patch type the resource does not accept, listing the ones it does as
+/// kube-apiserver does (server-side apply last).
 pub fn unsupported_media_type(api_version: &str, kind: &str) -> PatchError {
     let mut accepted = vec![
         PatchType::Json.content_type(),
@@ -128,6 +128,7 @@ pub fn unsupported_media_type(api_version: &str, kind: &str) -> PatchError {
     if is_strategic_kind(api_version, kind) {
         accepted.push(PatchType::StrategicMerge.content_type());
     }
+    accepted.push(PatchType::Apply.content_type());
     PatchError::UnsupportedMediaType(accepted.join(", "))
 }
 
@@ -2042,7 +2043,7 @@ mod tests {
         assert_eq!(err.status_code(), 415);
         assert_eq!(
             err.to_string(),
-            "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json"
+            "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"
         );
         assert!(is_strategic_kind("coordination.k8s.io/v1", "Lease"));
         assert!(!is_strategic_kind("apps/v1", "Deployment"));
@@ -2141,10 +2142,8 @@ mod tests {
             "the server rejected our request due to an error in our request"
         );
         assert_eq!(status["reason"], "Invalid");
-        assert_eq!(
-            status["details"]["causes"][0]["message"],
-            "testing value /metadata/name failed: test failed"
-        );
+        // kube-apiserver drops the patch's own error: empty details, no causes.
+        assert_eq!(status["details"], json!({}));
 
         let err = jp(
             doc.clone(),

@@ -141,7 +141,19 @@ fn bytes_response(code: u16, bytes: Vec<u8>, warnings: &[String]) -> Response {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        json_response(self.code, &self.to_status(), &[])
+        let mut resp = json_response(self.code, &self.to_status(), &[]);
+        // As kube-apiserver does: clients that retry (kube's default retry policy) wait that long.
+        let retry_after = self
+            .details
+            .as_ref()
+            .and_then(|d| d.get("retryAfterSeconds"))
+            .and_then(Value::as_u64)
+            .filter(|s| *s > 0);
+        if let Some(secs) = retry_after {
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        resp
     }
 }
 
@@ -184,7 +196,9 @@ fn parse_query(q: Option<&str>) -> HashMap<String, String> {
         .collect()
 }
 
-struct Query(HashMap<String, String>);
+/// The query parameters, and the kind of options the request's method takes (`CreateOptions`
+/// for POST...), named in errors about them.
+struct Query(HashMap<String, String>, &'static str);
 
 impl Query {
     fn get(&self, k: &str) -> Option<&str> {
@@ -205,9 +219,14 @@ impl Query {
         match self.get("dryRun") {
             None | Some("") => Ok(false),
             Some("All") => Ok(true),
-            Some(other) => Err(ApiError::bad_request(format!(
-                "Invalid dry run value: {other}. Valid values are: All"
-            ))),
+            Some(other) => Err(ApiError::invalid1(
+                "meta.k8s.io",
+                self.1,
+                "",
+                "dryRun",
+                "FieldValueNotSupported",
+                format!("Unsupported value: []string{{{other:?}}}: supported values: \"All\""),
+            )),
         }
     }
     fn write_options(&self) -> Result<WriteOptions, ApiError> {
@@ -360,7 +379,14 @@ async fn handle(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let query = Query(parse_query(uri.query()));
+    let options_kind = match method {
+        Method::POST => "CreateOptions",
+        Method::PUT => "UpdateOptions",
+        Method::PATCH => "PatchOptions",
+        Method::DELETE => "DeleteOptions",
+        _ => "ListOptions",
+    };
+    let query = Query(parse_query(uri.query()), options_kind);
     let path = uri.path().to_string();
     match dispatch(&state, &method, &path, &query, &headers, &body) {
         Ok(resp) => resp,
@@ -844,9 +870,13 @@ fn patch(
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
+    // A content type no patch route consumes is refused by kube-apiserver's router (go-restful)
+    // before the handler, in its own words; a known type the resource does not take (strategic
+    // merge on a custom resource) gets the handler's list (`patch::unsupported_media_type`).
     let Some(pt) = PatchType::from_content_type(ct) else {
-        let e = super::patch::unsupported_media_type(&info.api_version(), &info.kind);
-        return Err(ApiError::unsupported_media_type(e.to_string()));
+        let mut e = ApiError::unsupported_media_type("415: Unsupported Media Type");
+        e.details = Some(json!({}));
+        return Err(e);
     };
     if pt == PatchType::Apply
         && let Some(manager) = query.get("fieldManager").filter(|m| !m.is_empty())
@@ -891,16 +921,43 @@ fn encode_list(info: &ResourceInfo, out: &super::api_core::ListOut) -> Vec<u8> {
     let mut buf = serde_json::to_vec(&head).unwrap_or_default();
     buf.pop(); // the closing brace; items follow
     buf.extend_from_slice(b",\"items\":[");
+    // kube-apiserver's lists of built-in kinds carry no apiVersion/kind on their items (they
+    // are encoded from internal types); custom resources keep theirs.
+    let bare = !info.is_custom();
     for (i, item) in out.items.iter().enumerate() {
         if i > 0 {
             buf.push(b',');
         }
-        if serde_json::to_writer(&mut buf, &**item).is_err() {
+        let written = match &**item {
+            Value::Object(map) if bare => write_without_type_meta(&mut buf, map),
+            other => serde_json::to_writer(&mut buf, other),
+        };
+        if written.is_err() {
             buf.extend_from_slice(b"null");
         }
     }
     buf.extend_from_slice(b"]}");
     buf
+}
+
+/// Writes `map` as a JSON object, leaving out `apiVersion` and `kind`.
+fn write_without_type_meta(buf: &mut Vec<u8>, map: &Map<String, Value>) -> serde_json::Result<()> {
+    buf.push(b'{');
+    let mut first = true;
+    for (k, v) in map {
+        if k == "apiVersion" || k == "kind" {
+            continue;
+        }
+        if !first {
+            buf.push(b',');
+        }
+        first = false;
+        serde_json::to_writer(&mut *buf, k)?;
+        buf.push(b':');
+        serde_json::to_writer(&mut *buf, v)?;
+    }
+    buf.push(b'}');
+    Ok(())
 }
 
 struct WatchSpec {

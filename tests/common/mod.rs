@@ -4,6 +4,7 @@
 #![allow(dead_code)] // each test binary uses its own subset
 
 pub mod allocation;
+pub mod api;
 pub mod controller;
 pub mod foundation;
 pub mod ha;
@@ -181,6 +182,17 @@ impl Kubectl {
     /// Runs kubectl, asserting success; returns stdout.
     pub fn ok(&self, args: &[&str]) -> String {
         expect_success(args, self.run(args))
+    }
+
+    /// Runs kubectl with one more environment variable (e.g. `KUBE_EDITOR`), asserting
+    /// success; returns stdout.
+    pub fn ok_env(&self, args: &[&str], key: &str, value: &std::ffi::OsStr) -> String {
+        let out = self
+            .command(args)
+            .env(key, value)
+            .output()
+            .expect("run kubectl");
+        expect_success(args, out)
     }
 
     /// Runs kubectl with stdin, asserting success; returns stdout.
