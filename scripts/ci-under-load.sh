@@ -5,9 +5,10 @@
 #
 #   scripts/ci-under-load.sh [RUNS]
 #
-# The clone sits beside this repository (so `../shared` is the same as here). The first run builds
-# from scratch as CI does; later runs reuse its target directory (set DIORCH_LOAD_FRESH=1 to build
-# every run from scratch), since what they check is the tests under load, not the build.
+# The clone sits beside this repository (so `../shared` is the same as here), at
+# ../diorch-ci-under-load. When that clone is already there, it is moved to HEAD and its target
+# directory reused (what these runs check is the tests under load, not the build); otherwise the
+# first run builds from scratch as CI does. DIORCH_LOAD_FRESH=1 builds every run from scratch.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
@@ -24,10 +25,11 @@ stop_hogs() {
 trap stop_hogs EXIT
 
 for run in $(seq 1 "$runs"); do
-    if [ "$run" = 1 ] || [ -n "${DIORCH_LOAD_FRESH:-}" ]; then
+    if [ ! -d "$clone/.git" ] || [ -n "${DIORCH_LOAD_FRESH:-}" ]; then
         rm -rf "$clone"
         git clone --quiet "$repo" "$clone"
     fi
+    git -C "$clone" fetch --quiet "$repo" HEAD
     git -C "$clone" checkout --quiet --detach "$rev"
     for _ in $(seq 1 "$cores"); do
         yes >/dev/null &
