@@ -49,7 +49,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
-cargo build --locked --bin diorch
+# Builds the test and, with it, target/debug/diorch with the features `cargo test` unifies
+# (`cargo build --bin diorch` would build the binary a second time, without dev-dependencies).
+cargo test --locked --test e2e --no-run
 echo "== starting the control plane from $shared/kube in $kube_dir"
 kubeconfig=$("$shared/kube/up.sh" "$kube_dir")
 
