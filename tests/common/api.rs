@@ -960,21 +960,9 @@ pub fn kubectl_end_to_end(k: &Kubectl, ns: &str, group: &str, scratch: &Path) ->
     assert!(out.contains(&format!("widget.{group}/w created")), "{out}");
     assert!(k.ok_stdin(&["apply", "-f", "-"], &cr).contains("unchanged"));
     let table = k.ok(&["get", "wd"]);
-    let header: Vec<&str> = table
-        .lines()
-        .next()
-        .unwrap_or_default()
-        .split_whitespace()
-        .collect();
     // With printer columns declared, only NAME is added (no AGE), as kube-apiserver does.
-    assert_eq!(header, ["NAME", "SIZE"], "{table}");
-    let row: Vec<&str> = table
-        .lines()
-        .nth(1)
-        .unwrap_or_default()
-        .split_whitespace()
-        .collect();
-    assert_eq!(row, ["w", "2"], "{table}");
+    assert_eq!(super::table_row(&table, 0), ["NAME", "SIZE"], "{table}");
+    assert_eq!(super::table_row(&table, 1), ["w", "2"], "{table}");
     let unknown_field_error = k.fails_stdin(
         &["create", "-f", "-"],
         &format!(

@@ -36,12 +36,7 @@ pub fn samples_apply_and_print_columns(k: &Kubectl, ns: &str) {
         assert!(out.contains("dijob.diengine.opendilab.org/"), "{out}");
     }
     let table = k.ok(&["get", "dijobs"]);
-    let header: Vec<&str> = table
-        .lines()
-        .next()
-        .unwrap_or_default()
-        .split_whitespace()
-        .collect();
+    let header = super::table_row(&table, 0);
     assert_eq!(
         header,
         [

@@ -260,6 +260,16 @@ fn expect_failure(args: &[&str], out: Output) -> String {
 }
 
 /// Repository root, for `crds/` and `examples/`.
+/// The words of line `n` of a `kubectl get` table (0: the header).
+pub fn table_row(table: &str, n: usize) -> Vec<&str> {
+    table
+        .lines()
+        .nth(n)
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect()
+}
+
 pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
