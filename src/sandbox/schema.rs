@@ -1630,6 +1630,11 @@ fn is_date(s: &str) -> bool {
 }
 
 fn is_datetime(s: &str) -> bool {
+    // Every valid date-time is ASCII, and the byte offsets below are only char boundaries in
+    // ASCII text (`2024-01-01T00:00:0é` once sliced inside the `é` and panicked).
+    if !s.is_ascii() {
+        return false;
+    }
     let Some(t) = s.find(['T', 't', ' ']) else {
         return false;
     };
@@ -2849,5 +2854,65 @@ mod tests {
             msgs(&errs),
             vec![r#"status.phase: Unsupported value: "B": supported values: "A""#]
         );
+    }
+
+    /// Format checks run on any string a client sends: never a panic, and a non-ASCII
+    /// character never passes a format whose valid values are ASCII.
+    mod format_props {
+        use super::super::{format_known, format_ok};
+        use proptest::prelude::*;
+
+        const FORMATS: [&str; 16] = [
+            "byte",
+            "date",
+            "datetime",
+            "uuid",
+            "uuid3",
+            "uuid4",
+            "uuid5",
+            "ipv4",
+            "ipv6",
+            "cidr",
+            "mac",
+            "hostname",
+            "hexcolor",
+            "bsonobjectid",
+            "password",
+            "unknown",
+        ];
+
+        proptest! {
+            #[test]
+            fn any_unicode_string_is_checked_without_a_panic(
+                s in "\\PC{0,40}",
+                f in proptest::sample::select(FORMATS.to_vec()),
+            ) {
+                let ok = format_ok(f, &s);
+                if ok && format_known(f) && f != "password" {
+                    prop_assert!(s.is_ascii(), "{f} accepted {s:?}");
+                }
+            }
+
+            #[test]
+            fn date_times_with_a_character_cut_anywhere_are_refused_not_panicked_on(
+                prefix in 0usize..25,
+                c in "\\PC",
+            ) {
+                let valid = "2024-01-01T00:00:00.5+01:00";
+                let cut = prefix.min(valid.len());
+                let s = format!("{}{c}{}", &valid[..cut], &valid[cut..]);
+                let ok = format_ok("datetime", &s);
+                if !c.is_ascii() {
+                    prop_assert!(!ok, "{s:?}");
+                }
+            }
+        }
+
+        #[test]
+        fn the_reported_panic_is_a_refusal() {
+            assert!(!format_ok("datetime", "2024-01-01T00:00:0\u{e9}"));
+            assert!(!format_ok("datetime", "2024-01-01T00:00:00+1\u{e9}00"));
+            assert!(format_ok("datetime", "2024-01-01T00:00:00+01:00"));
+        }
     }
 }
