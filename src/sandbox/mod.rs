@@ -12,6 +12,7 @@ pub mod api_status;
 pub mod auth;
 pub mod cel;
 pub mod gc;
+pub mod gofmt;
 pub mod kubelet;
 pub mod openapi;
 pub mod patch;

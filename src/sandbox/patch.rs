@@ -6,6 +6,7 @@
 //! Pure functions over `serde_json::Value`: no store, no HTTP. The caller decodes, validates and
 //! stores the result; it must not depend on anything else here.
 
+use crate::sandbox::gofmt::go_float;
 use serde_json::{Map, Value};
 
 /// The patch formats a client may name in `Content-Type`.
@@ -179,33 +180,6 @@ fn go_v(v: &Value) -> String {
                 .join(" ")
         ),
     }
-}
-
-/// `strconv.FormatFloat(f, 'g', -1, 64)`, which is what `%v` prints for a float64.
-fn go_float(f: f64) -> String {
-    if f.is_nan() {
-        return "NaN".to_string();
-    }
-    if f.is_infinite() {
-        return if f > 0.0 { "+Inf" } else { "-Inf" }.to_string();
-    }
-    if f == 0.0 {
-        return "0".to_string();
-    }
-    // Shortest digits; like strconv's 'g' with precision -1, the exponent form is used when
-    // the exponent is below -4 or at least 6.
-    let sci = format!("{f:e}");
-    let (mantissa, exp) = sci.split_once('e').unwrap_or((sci.as_str(), "0"));
-    let exp: i32 = exp.parse().unwrap_or(0);
-    if !(-4..6).contains(&exp) {
-        return go_exp(mantissa, exp);
-    }
-    format!("{f}")
-}
-
-fn go_exp(mantissa: &str, exp: i32) -> String {
-    let sign = if exp < 0 { '-' } else { '+' };
-    format!("{mantissa}e{sign}{:02}", exp.abs())
 }
 
 /// `%s` of a decoded JSON value (non-strings get Go's `%!s(type=value)`).
@@ -2216,15 +2190,5 @@ mod tests {
             )
             .is_ok()
         );
-    }
-
-    #[test]
-    fn go_float_formatting() {
-        assert_eq!(go_float(1.5), "1.5");
-        assert_eq!(go_float(1e21), "1e+21");
-        assert_eq!(go_float(100000.0), "100000");
-        assert_eq!(go_float(1e6), "1e+06");
-        assert_eq!(go_float(1234567.0), "1.234567e+06");
-        assert_eq!(go_float(0.0001), "0.0001");
     }
 }

@@ -9,6 +9,7 @@
 //! Go iterates maps in random order, so a real server orders errors of sibling fields randomly;
 //! here siblings are visited in sorted key order, which is one of the orders a real server can give.
 
+use crate::sandbox::gofmt::go_float;
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 use std::fmt;
@@ -2396,38 +2397,6 @@ pub fn go_quote(s: &str) -> String {
     out
 }
 
-/// Go's `%v` of a float64 (shortest digits; exponent form below 1e-4 and from 1e6).
-fn go_float(f: f64) -> String {
-    if f.is_nan() {
-        return "NaN".into();
-    }
-    if f.is_infinite() {
-        return if f > 0.0 {
-            "+Inf".into()
-        } else {
-            "-Inf".into()
-        };
-    }
-    if f == 0.0 {
-        return if f.is_sign_negative() {
-            "-0".into()
-        } else {
-            "0".into()
-        };
-    }
-    let e = format!("{f:e}");
-    let Some((mant, exp)) = e.split_once('e') else {
-        return f.to_string();
-    };
-    let exp: i32 = exp.parse().unwrap_or(0);
-    if !(-4..6).contains(&exp) {
-        let sign = if exp < 0 { '-' } else { '+' };
-        format!("{mant}e{sign}{:02}", exp.abs())
-    } else {
-        f.to_string()
-    }
-}
-
 fn number_v(n: &serde_json::Number) -> String {
     match n.as_i64() {
         Some(i) => i.to_string(),
@@ -2811,10 +2780,6 @@ mod tests {
 
     #[test]
     fn value_rendering_and_composites() {
-        assert_eq!(go_float(1e6), "1e+06");
-        assert_eq!(go_float(123456.0), "123456");
-        assert_eq!(go_float(0.00001), "1e-05");
-        assert_eq!(go_float(2.5), "2.5");
         let s = StructuralSchema::compile(&json!({"type": "object", "properties": {
             "e": {"type": "integer", "enum": [1, 2]},
             "o": {"type": "object", "properties": {"a": {"type": "string"}}, "oneOf": [{"required": ["a"]}, {"required": ["b"]}]},

@@ -10,6 +10,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::sandbox::gofmt::go_float;
 use jiff::Timestamp;
 use serde_json::{Map, Value, json};
 
@@ -1304,24 +1305,6 @@ fn print_result(value: &Value) -> Option<String> {
     }
 }
 
-/// Go's `%v` for a float64: shortest representation, exponent form outside [1e-4, 1e21).
-fn go_float(f: f64) -> String {
-    if f == 0.0 || (1e-4..1e21).contains(&f.abs()) {
-        return f.to_string();
-    }
-    let s = format!("{f:e}");
-    match s.split_once('e') {
-        Some((mantissa, exp)) => {
-            let (sign, digits) = match exp.strip_prefix('-') {
-                Some(d) => ('-', d),
-                None => ('+', exp),
-            };
-            format!("{mantissa}e{sign}{digits:0>2}")
-        }
-        None => s,
-    }
-}
-
 /// `cellForJSONValue` of the CRD table convertor.
 fn typed_cell(type_: &str, value: &Value, now: Timestamp) -> Value {
     match type_ {
@@ -1899,12 +1882,5 @@ mod tests {
         assert_eq!(eval_jsonpath(&obj, ".spec.containers[*].missing"), None);
         assert_eq!(eval_jsonpath(&obj, "status.phase"), None);
         assert_eq!(eval_jsonpath(&obj, ".spec..name"), None);
-    }
-
-    #[test]
-    fn go_float_formatting() {
-        assert_eq!(go_float(1.5), "1.5");
-        assert_eq!(go_float(1e21), "1e+21");
-        assert_eq!(go_float(0.00001), "1e-05");
     }
 }
