@@ -15,6 +15,8 @@ pub mod gc;
 pub mod gofmt;
 pub mod kubelet;
 pub mod openapi;
+#[cfg(test)]
+mod parse_props;
 pub mod patch;
 pub mod registry;
 pub mod schema;
