@@ -8,7 +8,7 @@
 use clap::Parser;
 use futures::StreamExt;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, PostParams};
+use kube::api::Api;
 use kube::runtime::wait::{await_condition, conditions};
 use kube::runtime::watcher;
 
@@ -88,7 +88,7 @@ async fn install_webhooks(
                 w.client_config.ca_bundle = ca.clone();
             }
             Api::<MutatingWebhookConfiguration>::all(client.clone())
-                .create(&PostParams::default(), &c)
+                .create(&crate::writes::post_params(), &c)
                 .await
                 .map_err(|e| fail(&e))?;
         } else {
@@ -98,7 +98,7 @@ async fn install_webhooks(
                 w.client_config.ca_bundle = ca.clone();
             }
             Api::<ValidatingWebhookConfiguration>::all(client.clone())
-                .create(&PostParams::default(), &c)
+                .create(&crate::writes::post_params(), &c)
                 .await
                 .map_err(|e| fail(&e))?;
         }
@@ -135,7 +135,7 @@ pub async fn run(sandbox: &RunningSandbox) -> Result<(), DemoError> {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let crd = dijob_crd();
     let crd_name = crd.metadata.name.clone().unwrap_or_default();
-    match crds.create(&PostParams::default(), &crd).await {
+    match crds.create(&crate::writes::post_params(), &crd).await {
         Ok(_) => {}
         Err(kube::Error::Api(status)) if status.code == 409 => {}
         Err(e) => return Err(DemoError::InstallCrd(e)),
@@ -204,7 +204,7 @@ pub async fn run(sandbox: &RunningSandbox) -> Result<(), DemoError> {
     let (listed, is_listed) = tokio::sync::oneshot::channel();
     let following = tokio::spawn(follow(jobs.clone(), name.clone(), listed));
     let _ = is_listed.await;
-    match jobs.create(&PostParams::default(), &job).await {
+    match jobs.create(&crate::writes::post_params(), &job).await {
         Ok(_) => {
             say!("submitted DIJob default/{name} (DI-orchestrator's atari-dqn-dist sample)")
         }

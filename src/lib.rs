@@ -15,3 +15,4 @@ pub mod resources;
 pub mod sandbox;
 pub mod server;
 pub mod webhook;
+pub mod writes;

@@ -127,7 +127,7 @@ fn e2e_controller() {
     install_crd(&k);
     let _one = ONE_OPERATOR.lock().unwrap_or_else(|e| e.into_inner());
     let _operator = OperatorProcess::start(&kubeconfig);
-    let scenarios: [(&str, Scenario); 8] = [
+    let scenarios: [(&str, Scenario); 9] = [
         ("lifecycle", scenario::runs_to_success),
         ("backoff", scenario::failing_worker_restarts_then_fails),
         ("cleanup", scenario::clean_pod_policies),
@@ -136,6 +136,7 @@ fn e2e_controller() {
         ("rolling", scenario::template_edit_rolls_pods),
         ("cascade", scenario::deleting_the_job_cascades),
         ("validation", scenario::validation_cases),
+        ("fieldmanager", writes_name_their_field_manager),
     ];
     for (name, run) in scenarios {
         let ns = format!("diorch-e2e-{name}-{}", std::process::id());
@@ -236,6 +237,58 @@ fn e2e_sandbox_api_scenarios() {
     api::kubectl_end_to_end(&k, &ns, &group, scratch.path());
     drop((proto, crd, guard));
     passed("kubectl");
+}
+
+/// Every write of the operator names its field manager (`diorch`): on a real server the pods
+/// and the service it created, and the job status it wrote, list `diorch` in `managedFields`
+/// (the sandbox records them for apply only, so this scenario is the real server's).
+fn writes_name_their_field_manager(k: &Kubectl, ns: &str) {
+    let k = k.in_namespace(ns);
+    scenario::apply(&k, &scenario::standard_job("managed", ""));
+    k.wait_for(
+        &["get", "dijob", "managed", "-o", "jsonpath={.status.phase}"],
+        scenario::T,
+        |phase| !phase.is_empty(),
+    );
+    let managers = |what: &str, path: &str| {
+        k.wait_for(
+            &[
+                "get",
+                what,
+                "-l",
+                "diengine/job=managed",
+                "-o",
+                &format!("jsonpath={path}"),
+            ],
+            scenario::T,
+            |out| out.split_whitespace().count() >= 1,
+        )
+    };
+    let created = "{.items[*].metadata.managedFields[?(@.operation==\"Update\")].manager}";
+    let pods = k.wait_for(
+        &["get", "pods", "-l", "diengine/job=managed", "-o", "name"],
+        scenario::T,
+        |out| out.lines().count() == 4,
+    );
+    assert_eq!(pods.lines().count(), 4, "{pods}");
+    for what in ["pods", "services"] {
+        let out = managers(what, created);
+        assert!(
+            out.split_whitespace().any(|m| m == "diorch"),
+            "{what} not managed by diorch: {out:?}"
+        );
+    }
+    let status = k.ok(&[
+        "get",
+        "dijob",
+        "managed",
+        "-o",
+        "jsonpath={.metadata.managedFields[*].manager}",
+    ]);
+    assert!(
+        status.split_whitespace().any(|m| m == "diorch"),
+        "the job's status writes name no manager: {status:?}"
+    );
 }
 
 fn free_port() -> u16 {

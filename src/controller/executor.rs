@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use futures::{FutureExt, StreamExt, future};
 use k8s_openapi::api::core::v1::{ObjectReference, Pod, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{DeleteParams, ListParams, Patch, Preconditions};
 use kube::runtime::controller::{self, Action as Requeue, Controller};
 use kube::runtime::events::{Event, EventType as KubeEventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -525,12 +525,16 @@ async fn reconcile_inner(job: &DIJob, ctx: &Context) -> Result<Requeue, Error> {
                 source,
             })?;
         ctx.throttle.acquire().await;
-        bounded(jobs.patch(&name, &PatchParams::default(), &Patch::<()>::Json(patch)))
-            .await
-            .map_err(|source| Error::Patch {
-                job: key.clone(),
-                source,
-            })?;
+        bounded(jobs.patch(
+            &name,
+            &crate::writes::patch_params(),
+            &Patch::<()>::Json(patch),
+        ))
+        .await
+        .map_err(|source| Error::Patch {
+            job: key.clone(),
+            source,
+        })?;
         tracing::info!(job = %key, actions = %plan.summary(), "reconciled");
         ctx.count("ok");
         return Ok(Requeue::await_change());
@@ -614,7 +618,7 @@ async fn write_status(
     };
     ctx.throttle.acquire().await;
     let name = job.metadata.name.as_deref().unwrap_or_default();
-    match bounded(jobs.replace_status(name, &PostParams::default(), &update)).await {
+    match bounded(jobs.replace_status(name, &crate::writes::post_params(), &update)).await {
         Ok(_) => Ok(true),
         Err(err) if is_status(&err, 409) => {
             tracing::debug!(job = %job_key(job), "status conflict; replanning from the newer job");
@@ -713,13 +717,15 @@ async fn execute(ctx: &Context, job: &DIJob, key: &str, plan: &Plan) -> Outcome 
                 Action::CreatePod(pod) => {
                     let name = pod.metadata.name.clone().unwrap_or_default();
                     let (kind, result) = match mutate(ctx, job, pod).await {
-                        Ok(pod) => match bounded(pods.create(&PostParams::default(), &pod)).await {
-                            Ok(_) => ("create", Ok(())),
-                            Err(err) if is_status(&err, 409) => {
-                                already_exists(&pods, &name, job_uid, err).await
+                        Ok(pod) => {
+                            match bounded(pods.create(&crate::writes::post_params(), &pod)).await {
+                                Ok(_) => ("create", Ok(())),
+                                Err(err) if is_status(&err, 409) => {
+                                    already_exists(&pods, &name, job_uid, err).await
+                                }
+                                Err(err) => ("create", Err(err)),
                             }
-                            Err(err) => ("create", Err(err)),
-                        },
+                        }
                         Err(e) => ("mutate", Err(kube::Error::Service(Box::new(e)))),
                     };
                     // Only a create that happened (or found this very pod) awaits its event.
@@ -749,7 +755,7 @@ async fn execute(ctx: &Context, job: &DIJob, key: &str, plan: &Plan) -> Outcome 
                 }
                 Action::CreateService(svc) => {
                     let name = svc.metadata.name.clone().unwrap_or_default();
-                    let result = bounded(services.create(&PostParams::default(), svc))
+                    let result = bounded(services.create(&crate::writes::post_params(), svc))
                         .await
                         .map(|_| ());
                     ctx.count_action("create_service");
@@ -932,12 +938,12 @@ async fn ensure_pod_group(
         Api::namespaced_with(ctx.client.clone(), namespace, &resource);
     let object: kube::api::DynamicObject =
         serde_json::from_value(group.clone()).map_err(kube::Error::SerdeError)?;
-    match bounded(api.create(&PostParams::default(), &object)).await {
+    match bounded(api.create(&crate::writes::post_params(), &object)).await {
         Ok(_) => Ok(()),
         Err(err) if is_status(&err, 409) => {
             let name = group["metadata"]["name"].as_str().unwrap_or_default();
             let patch = serde_json::json!({"spec": {"minMember": group["spec"]["minMember"]}});
-            bounded(api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)))
+            bounded(api.patch(name, &crate::writes::patch_params(), &Patch::Merge(&patch)))
                 .await
                 .map(|_| ())
         }

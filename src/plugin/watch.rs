@@ -45,7 +45,7 @@ use futures::{FutureExt as _, StreamExt as _};
 use http_body_util::BodyExt as _;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{Patch, PatchParams};
+use kube::api::Patch;
 use kube::runtime::WatchStreamExt as _;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::watcher::{self, Event as WatchEvent};
@@ -429,7 +429,7 @@ impl StatusWrites {
             let patch = status.patch();
             let written = tokio::time::timeout(
                 limit,
-                api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)),
+                api.patch(&name, &crate::writes::patch_params(), &Patch::Merge(&patch)),
             )
             .await
             .map_err(|_| timed_out(limit))

@@ -34,7 +34,6 @@ use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec, UserInf
 use k8s_openapi::api::authorization::v1::{
     NonResourceAttributes, ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
 };
-use kube::api::PostParams;
 use kube::{Api, Client};
 use sha2::{Digest, Sha256};
 use tokio::sync::Semaphore;
@@ -244,7 +243,7 @@ impl KubernetesAuth {
             ..TokenReview::default()
         };
         let status = tokens
-            .create(&PostParams::default(), &review)
+            .create(&crate::writes::post_params(), &review)
             .await?
             .status
             .unwrap_or_default();
@@ -299,7 +298,7 @@ impl KubernetesAuth {
         };
         let reviews: Api<SubjectAccessReview> = Api::all(self.client.clone());
         let status = reviews
-            .create(&PostParams::default(), &sar)
+            .create(&crate::writes::post_params(), &sar)
             .await?
             .status
             .unwrap_or_default();

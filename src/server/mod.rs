@@ -30,7 +30,7 @@ use axum::http::{Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use kube::api::{Patch, PatchParams};
+use kube::api::Patch;
 use kube::{Api, Client};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -743,7 +743,7 @@ async fn write_status(
     what: &str,
 ) -> Result<(), ApiError> {
     let jobs: Api<DIJob> = Api::namespaced(state.client.clone(), &id.namespace);
-    let params = PatchParams::default();
+    let params = crate::writes::patch_params();
     let merge = Patch::Merge(patch);
     let write = jobs.patch_status(&id.name, &params, &merge);
     let Ok(result) = tokio::time::timeout(WRITE_TIMEOUT, write).await else {

@@ -15,7 +15,7 @@ use base64::Engine;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Client;
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ObjectMeta, PostParams};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ObjectMeta};
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
     KeyUsagePurpose,
@@ -435,7 +435,9 @@ async fn write_secret(
                 .labels
                 .get_or_insert_with(Default::default)
                 .extend(labels);
-            secrets.replace(name, &PostParams::default(), &s).await?;
+            secrets
+                .replace(name, &crate::writes::post_params(), &s)
+                .await?;
         }
         other => {
             if other.is_some() {
@@ -451,7 +453,7 @@ async fn write_secret(
                 data: Some(data),
                 ..Default::default()
             };
-            secrets.create(&PostParams::default(), &s).await?;
+            secrets.create(&crate::writes::post_params(), &s).await?;
         }
     }
     Ok(())
@@ -532,7 +534,10 @@ async fn patch_ca(
         if stale == 0 {
             return Ok(Some(format!("already current ({count} webhooks)")));
         }
-        match api.replace(name, &PostParams::default(), &config).await {
+        match api
+            .replace(name, &crate::writes::post_params(), &config)
+            .await
+        {
             Ok(_) => return Ok(Some(format!("patched ({stale} of {count} webhooks)"))),
             Err(kube::Error::Api(e)) if e.code == 409 => continue,
             Err(source) => {
