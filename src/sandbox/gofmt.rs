@@ -31,7 +31,7 @@ pub fn go_float(f: f64) -> String {
 mod tests {
     use super::go_float;
 
-    /// Values and what Go 1.22's `fmt.Sprint(float64(v))` prints for them.
+    /// Values and what Go's `%v` prints for them (strconv's 'g' with the shortest precision).
     #[test]
     fn prints_as_go_does() {
         for (f, want) in [
