@@ -313,30 +313,6 @@ impl Drop for WebhookGuard<'_> {
     }
 }
 
-/// `diorch webhook-cert --host 127.0.0.1 --out-dir dir` against the cluster.
-fn webhook_cert(kubeconfig: &Path, dir: &Path) -> String {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_diorch"))
-        .args(["webhook-cert", "--kubeconfig"])
-        .arg(kubeconfig)
-        .arg("--out-dir")
-        .arg(dir)
-        .args([
-            "--host",
-            "127.0.0.1",
-            "--webhook-configuration",
-            "diorch-e2e",
-        ])
-        .output()
-        .expect("run diorch webhook-cert");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
-}
-
 /// The admission scenarios with the webhooks registered by URL to a `diorch run` started here on
 /// 127.0.0.1 (`examples/webhook-local.yaml`, caBundle from `diorch webhook-cert`): the API
 /// server must reach 127.0.0.1, so the cluster's API server must run on this machine. For a
@@ -361,7 +337,11 @@ fn e2e_admission() {
         &["apply", "-f", "-"],
         &webhook::local_configurations(name, &format!("https://127.0.0.1:{port}"), "Fail"),
     );
-    let report = webhook_cert(&kubeconfig, &certs);
+    let report = webhook::webhook_cert(
+        &kubeconfig,
+        &certs,
+        &["--webhook-configuration", "diorch-e2e"],
+    );
     assert!(
         report.contains("validatingwebhookconfiguration diorch-e2e: caBundle patched"),
         "{report}"

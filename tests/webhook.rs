@@ -4,7 +4,6 @@
 
 mod common;
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::controller::{self as scenario, OperatorProcess};
@@ -16,25 +15,6 @@ fn free_port() -> u16 {
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .expect("free port")
-}
-
-fn webhook_cert(kubeconfig: &Path, dir: &Path, extra: &[&str]) -> String {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_diorch"))
-        .args(["webhook-cert", "--kubeconfig"])
-        .arg(kubeconfig)
-        .arg("--out-dir")
-        .arg(dir)
-        .args(["--host", "127.0.0.1"])
-        .args(extra)
-        .output()
-        .expect("run diorch webhook-cert");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
 }
 
 struct Cluster {
@@ -60,7 +40,7 @@ impl Cluster {
             ),
         );
         let certs = tempfile::tempdir().expect("tempdir");
-        let first = webhook_cert(&sandbox.kubeconfig, certs.path(), &[]);
+        let first = admission::webhook_cert(&sandbox.kubeconfig, certs.path(), &[]);
         assert!(first.contains("new certificate"), "{first}");
         assert!(
             first.contains(
@@ -138,13 +118,13 @@ fn a_rotated_certificate_is_served_without_a_restart() {
             .contains(&message)
     );
     // Run again: the certificate is valid, so nothing changes.
-    let again = webhook_cert(&cluster.sandbox.kubeconfig, cluster.certs.path(), &[]);
+    let again = admission::webhook_cert(&cluster.sandbox.kubeconfig, cluster.certs.path(), &[]);
     assert!(again.contains("kept"), "{again}");
     assert!(again.contains("caBundle already current"), "{again}");
     // Force a new CA and certificate. The running operator serves the old certificate until it
     // re-reads the files (every 2 s; in a cluster, until the kubelet projects the Secret), so
     // the caBundle trusts both CAs until the next run: no admission call fails meanwhile.
-    let renewed = webhook_cert(
+    let renewed = admission::webhook_cert(
         &cluster.sandbox.kubeconfig,
         cluster.certs.path(),
         &["--renew-before-days", "400"],
@@ -182,7 +162,7 @@ fn a_rotated_certificate_is_served_without_a_restart() {
         std::thread::sleep(Duration::from_millis(200));
     }
     // The next run keeps the new certificate and drops the old CA; calls still succeed.
-    let next = webhook_cert(&cluster.sandbox.kubeconfig, cluster.certs.path(), &[]);
+    let next = admission::webhook_cert(&cluster.sandbox.kubeconfig, cluster.certs.path(), &[]);
     assert!(next.contains("kept"), "{next}");
     assert!(next.contains("caBundle patched"), "{next}");
     let err = k.fails_stdin(&["create", "-f", "-"], &manifest);

@@ -152,3 +152,24 @@ pub fn updates_are_checked(k: &Kubectl, ns: &str) {
         "learner none"
     );
 }
+
+/// `diorch webhook-cert --host 127.0.0.1 --out-dir dir` against the cluster of `kubeconfig`,
+/// with `extra` flags; its report (stdout). Fails the test when the command fails.
+pub fn webhook_cert(kubeconfig: &std::path::Path, dir: &std::path::Path, extra: &[&str]) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_diorch"))
+        .args(["webhook-cert", "--kubeconfig"])
+        .arg(kubeconfig)
+        .arg("--out-dir")
+        .arg(dir)
+        .args(["--host", "127.0.0.1"])
+        .args(extra)
+        .output()
+        .expect("run diorch webhook-cert");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
