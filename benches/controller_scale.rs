@@ -18,9 +18,9 @@ use kube::api::{ListParams, PostParams, WatchEvent, WatchParams};
 use kube::{Api, Client};
 
 use common::{Operator, Sandbox, env_usize, rss_mib};
-use diorch::api::DIJob;
-use diorch::controller::build::{self, BuildContext, ReplicaSlot};
-use diorch::controller::ranks::RankTable;
+use diorch_core::api::DIJob;
+use diorch_core::build::{self, BuildContext, ReplicaSlot};
+use diorch_core::ranks::RankTable;
 
 fn job(i: usize) -> DIJob {
     let task = |t: &str, r: i32| {
@@ -65,7 +65,7 @@ fn direct_objects(i: usize) -> (Vec<Pod>, Service) {
 
 async fn install_crd(client: &Client) -> anyhow::Result<()> {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    crds.create(&PostParams::default(), &diorch::api::crd::dijob_crd())
+    crds.create(&PostParams::default(), &diorch_core::api::crd::dijob_crd())
         .await?;
     tokio::time::sleep(Duration::from_millis(300)).await;
     Ok(())

@@ -31,7 +31,7 @@ fn wasm(name: &str) -> anyhow::Result<Vec<u8>> {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let swaps = env_usize("SWAPS", 20);
-    let sandbox = diorch::sandbox::launch(diorch::sandbox::SandboxOptions {
+    let sandbox = diorch_sandbox::launch(diorch_sandbox::SandboxOptions {
         listen: "127.0.0.1:0".parse()?,
         kubeconfig_out: None,
         cluster: None,

@@ -19,7 +19,7 @@ use kube::api::{ListParams, PostParams, WatchEvent, WatchParams};
 use kube::{Api, Client};
 
 use common::{Operator, Sandbox, env_usize};
-use diorch::api::DIJob;
+use diorch_core::api::DIJob;
 
 fn job(name: &str) -> DIJob {
     serde_json::from_value(serde_json::json!({
@@ -86,7 +86,7 @@ async fn run(n: usize, nodes: usize, wasm: bool, concurrency: usize) -> anyhow::
         "64",
     ])?;
     let crds: Api<CustomResourceDefinition> = Api::all(sandbox.client.clone());
-    crds.create(&PostParams::default(), &diorch::api::crd::dijob_crd())
+    crds.create(&PostParams::default(), &diorch_core::api::crd::dijob_crd())
         .await?;
     let mut extra = vec!["--optimize-period", "0s"];
     if wasm {

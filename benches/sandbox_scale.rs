@@ -18,7 +18,7 @@ use kube::Api;
 use kube::api::{ListParams, PostParams, WatchEvent, WatchParams};
 
 use common::{env_usize, rss_mib};
-use diorch::api::DIJob;
+use diorch_core::api::DIJob;
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     if sorted.is_empty() {
@@ -65,7 +65,7 @@ async fn main() -> anyhow::Result<()> {
     let idle_rss = rss_mib(pid);
 
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    crds.create(&PostParams::default(), &diorch::api::crd::dijob_crd())
+    crds.create(&PostParams::default(), &diorch_core::api::crd::dijob_crd())
         .await?;
     tokio::time::sleep(Duration::from_millis(200)).await;
 

@@ -6,7 +6,7 @@
 #   `--skip <test>`; see tests/e2e.rs).
 # - Otherwise against the real control plane in ../shared/kube (or $DIORCH_SHARED/kube):
 #   starts it in target/kube, registers 4 simulated nodes of 8 GPUs with
-#   `diorch sandbox --attach`, runs every scenario, then stops both.
+#   `diorch-sandbox serve --attach`, runs every scenario, then stops both.
 # - Neither: prints that the e2e suite was skipped, and exits 0 (exit code 0, nothing "passed").
 # Extra arguments go to the test binary (e.g. `--skip e2e_gpu_placement`).
 set -euo pipefail
@@ -52,24 +52,26 @@ trap cleanup EXIT
 # Builds the test and, with it, target/debug/diorch with the features `cargo test` unifies
 # (`cargo build --bin diorch` would build the binary a second time, without dev-dependencies).
 cargo test --locked --test e2e --no-run
+# The nodes' player: the sandbox crate's binary (never part of the operator's).
+cargo build --locked -p diorch-sandbox --bin diorch-sandbox
 echo "== starting the control plane from $shared/kube in $kube_dir"
 kubeconfig=$("$shared/kube/up.sh" "$kube_dir")
 
 # The simulated nodes and their kubelet, beside the real kube-scheduler.
-RUST_LOG=${RUST_LOG:-info} "$target_dir/debug/diorch" sandbox --attach --kubeconfig "$kubeconfig" \
+RUST_LOG=${RUST_LOG:-info} "$target_dir/debug/diorch-sandbox" serve --attach --kubeconfig "$kubeconfig" \
     --nodes 4 --node-gpus 8 >"$kube_dir/log/attach.out" 2>"$kube_dir/log/attach.log" &
 attach_pid=$!
 for _ in $(seq 1 600); do
     grep -q '^sandbox attached: ' "$kube_dir/log/attach.out" 2>/dev/null && break
     if ! kill -0 "$attach_pid" 2>/dev/null; then
-        echo "error: diorch sandbox --attach stopped; its log:" >&2
+        echo "error: diorch-sandbox serve --attach stopped; its log:" >&2
         tail -20 "$kube_dir/log/attach.log" >&2
         exit 1
     fi
     sleep 0.1
 done
 if ! grep -q '^sandbox attached: ' "$kube_dir/log/attach.out"; then
-    echo "error: diorch sandbox --attach did not register its nodes within 60 s" >&2
+    echo "error: diorch-sandbox serve --attach did not register its nodes within 60 s" >&2
     exit 1
 fi
 cat "$kube_dir/log/attach.out"

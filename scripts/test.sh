@@ -34,7 +34,7 @@ bash scripts/build-plugins.sh
 (cd plugins && cargo test --locked --workspace)
 
 # tests/e2e.rs is #[ignore]d here (reported as ignored): scripts/e2e.sh runs it below.
-cargo test --locked "$@"
+cargo test --locked --workspace "$@"
 
 if [ "$#" -gt 0 ]; then
     echo "note: the real-cluster e2e suite was SKIPPED: test filters were given; run bash scripts/e2e.sh"

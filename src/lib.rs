@@ -1,18 +1,14 @@
 //! diorch: a Kubernetes operator for DI-engine's distributed RL jobs (DIJob v2alpha1).
 
 pub mod allocator;
-pub mod api;
 pub mod audit;
 pub mod controller;
-pub mod demo;
 pub mod events;
 pub mod leader;
 pub mod metrics;
 pub mod operator;
 pub mod plugin;
 pub mod rbac;
-pub mod resources;
-pub mod sandbox;
 pub mod server;
 pub mod webhook;
 pub mod writes;

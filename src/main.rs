@@ -1,6 +1,6 @@
-//! The `diorch` command: the operator, its CRD, and a no-cluster sandbox to try it in.
+//! The `diorch` command: the operator, its CRD, its webhooks' certificate, the plugin tools and
+//! the replica API client. The sandbox and the demo are `diorch-sandbox` (crates/sandbox).
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -36,12 +36,6 @@ enum LogFormat {
 enum Command {
     /// Print the DIJob CustomResourceDefinition (YAML), e.g. `diorch crd | kubectl apply -f -`.
     Crd,
-    /// Run an in-memory Kubernetes API server with simulated nodes, scheduler and kubelet, and
-    /// write a kubeconfig for it; runs until Ctrl-C.
-    Sandbox(SandboxArgs),
-    /// Start a sandbox, install the DIJob CRD, submit DI-orchestrator's atari-dqn-dist sample and
-    /// show what to try next with kubectl; runs until Ctrl-C.
-    Demo(SandboxArgs),
     /// Wasm plugin tools: check a component, print its ConfigMap.
     Plugin {
         #[command(subcommand)]
@@ -106,53 +100,6 @@ enum ReplicasAction {
     Profile { job: String, data: String },
 }
 
-#[derive(clap::Args)]
-struct SandboxArgs {
-    /// Address to serve the API on (plain HTTP; port 0 picks a free port).
-    #[arg(long, default_value = "127.0.0.1:0")]
-    listen: std::net::SocketAddr,
-    /// Where to write the kubeconfig for the sandbox.
-    #[arg(long, default_value = "diorch-sandbox.kubeconfig")]
-    kubeconfig_out: PathBuf,
-    /// Serve the API only: no simulated nodes, scheduler or kubelet.
-    #[arg(long, conflicts_with = "attach")]
-    no_cluster: bool,
-    /// Serve no API: register the simulated nodes on another API server (--kubeconfig) and
-    /// play their kubelet there, beside its own kube-scheduler. Prints `sandbox attached: ...`
-    /// once the nodes are Ready; stops on SIGINT/SIGTERM and leaves the nodes registered.
-    #[arg(long, requires = "kubeconfig")]
-    attach: bool,
-    /// With --attach: the kubeconfig of the API server to attach to.
-    #[arg(long, requires = "attach")]
-    kubeconfig: Option<PathBuf>,
-    /// With --attach: the kubeconfig context to use.
-    #[arg(long, requires = "attach")]
-    context: Option<String>,
-    /// Tokens and permissions TokenReview and SubjectAccessReview answer from (YAML; format in
-    /// src/sandbox/auth.rs and the README). Without it every token is refused.
-    #[arg(long)]
-    auth_file: Option<PathBuf>,
-    #[command(flatten)]
-    cluster: diorch::sandbox::kubelet::ClusterArgs,
-}
-
-impl SandboxArgs {
-    fn options(self) -> anyhow::Result<diorch::sandbox::SandboxOptions> {
-        let auth = match &self.auth_file {
-            Some(path) => {
-                diorch::sandbox::auth::AuthConfig::load(path).map_err(|e| anyhow::anyhow!(e))?
-            }
-            None => Default::default(),
-        };
-        Ok(diorch::sandbox::SandboxOptions {
-            auth,
-            listen: self.listen,
-            kubeconfig_out: Some(self.kubeconfig_out),
-            cluster: (!self.no_cluster).then_some(self.cluster),
-        })
-    }
-}
-
 /// Prints a line to stdout, ignoring a closed stdout (a pipe whose reader went away must not
 /// panic the process, as `println!` would).
 macro_rules! say {
@@ -205,60 +152,12 @@ async fn shutdown_signal() {
     tracing::info!("shutdown signal received: finishing in-flight work");
 }
 
-/// Runs a sandbox (with the demo on top, if asked) until Ctrl-C. The first stdout line is the
-/// `sandbox ready: <url> kubeconfig <path>` line that scripts and tests wait for.
-async fn serve_sandbox(args: SandboxArgs, demo: bool) -> anyhow::Result<()> {
-    if args.attach {
-        if demo {
-            anyhow::bail!("diorch demo runs its own sandbox: --attach is for diorch sandbox");
-        }
-        return attach_sandbox(args).await;
-    }
-    let sandbox = diorch::sandbox::launch(args.options()?).await?;
-    let kubeconfig = sandbox.kubeconfig_display();
-    say!("sandbox ready: {} kubeconfig {kubeconfig}", sandbox.url());
-    if demo {
-        diorch::demo::run(&sandbox).await?;
-    } else {
-        say!("try: kubectl --kubeconfig {kubeconfig} get nodes");
-    }
-    shutdown_signal().await;
-    sandbox.stop().await;
-    Ok(())
-}
-
-/// `diorch sandbox --attach`: the simulated nodes and kubelet on another API server, until
-/// SIGINT/SIGTERM. Its first stdout line, `sandbox attached: <n> nodes on <url>`, says the nodes
-/// are registered and Ready.
-async fn attach_sandbox(args: SandboxArgs) -> anyhow::Result<()> {
-    let target = operator::ClusterTarget {
-        kubeconfig: args.kubeconfig,
-        context: args.context,
-    };
-    let conn = operator::connect(&target).await?;
-    let url = conn.url.clone();
-    let nodes = args.cluster.nodes;
-    diorch::sandbox::kubelet::run_attached(
-        conn.client,
-        args.cluster,
-        |names| {
-            tracing::info!(server = %url, nodes = ?names, "sandbox kubelets attached");
-            say!("sandbox attached: {nodes} nodes on {url}");
-        },
-        shutdown_signal(),
-    )
-    .await?;
-    Ok(())
-}
-
 async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Crd => {
-            print!("{}", diorch::api::crd::dijob_crd_yaml()?);
+            print!("{}", diorch_core::api::crd::dijob_crd_yaml()?);
             Ok(())
         }
-        Command::Sandbox(args) => serve_sandbox(args, false).await,
-        Command::Demo(args) => serve_sandbox(args, true).await,
         Command::Plugin { command } => diorch::plugin::cli::run(command).await,
         Command::Run { cluster, args } => {
             let conn = operator::connect(&cluster.target()).await?;

@@ -13,12 +13,15 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config};
 use tracing::{info, warn};
 
-use crate::api::DIJob;
-use crate::controller::build::{BuildContext, Gang, GangKind};
+use crate::allocator::Allocator;
 use crate::controller::executor::{self, Settings};
 use crate::metrics::Metrics;
 use crate::plugin::registry::PluginRegistry;
 use crate::plugin::{HostConfig, Limits, NativePolicy, PluginHost};
+use diorch_core::api::DIJob;
+use diorch_core::build::{BuildContext, Gang, GangKind};
+use diorch_core::placement::ObjectKey;
+use futures::StreamExt as _;
 
 /// Why the operator could not start or stopped.
 #[derive(Debug, thiserror::Error)]
@@ -170,7 +173,7 @@ pub async fn preflight(conn: &Connection) -> Result<(), OperatorError> {
 #[derive(Clone, Debug, clap::Args)]
 pub struct RunArgs {
     /// Cluster DNS domain of services, used in the FQDNs of `DI_NODES`.
-    #[arg(long, default_value = crate::controller::naming::DEFAULT_SERVICE_DOMAIN)]
+    #[arg(long, default_value = diorch_core::naming::DEFAULT_SERVICE_DOMAIN)]
     pub service_domain_name: String,
     /// URL of the replica API that workers get in `DI_SERVER_URL`.
     #[arg(
@@ -263,7 +266,7 @@ pub struct RunArgs {
     /// Gang scheduler: every job gets a PodGroup (minMember = its replicas, owned by the job)
     /// and its pods that scheduler's schedulerName, so no job ever starts partially. Unset, the
     /// allocator's all-or-nothing admission of preemptible jobs still prevents partial starts.
-    #[arg(long, value_enum)]
+    #[arg(long, value_parser = gang_kind_parser())]
     pub gang_scheduler: Option<GangKind>,
     /// schedulerName of the gang scheduler (default: `volcano`, `scheduler-plugins-scheduler`).
     #[arg(long, requires = "gang_scheduler")]
@@ -281,6 +284,13 @@ pub enum BuiltinPolicy {
     Spread,
     /// Bin-pack, and re-size collectors from reported throughput (docs/profilings.md).
     Goodput,
+}
+
+/// `--gang-scheduler`'s values, listed in `--help` (the core's type has no clap derive).
+fn gang_kind_parser() -> impl clap::builder::TypedValueParser<Value = GangKind> {
+    use clap::builder::TypedValueParser as _;
+    clap::builder::PossibleValuesParser::new(GangKind::ALL.map(GangKind::as_str))
+        .try_map(|name: String| name.parse::<GangKind>())
 }
 
 impl From<BuiltinPolicy> for NativePolicy {
@@ -311,13 +321,16 @@ impl RunArgs {
             burst: self.burst,
             sync_period: self.sync_period,
             concurrency: self.concurrency,
-            allocator: crate::allocator::Settings {
-                default_policy: self.default_policy.clone(),
-                optimize_period: self.optimize_period,
-                min_reschedule_interval: self.min_reschedule_interval,
-                ..crate::allocator::Settings::default()
-            },
             ..Settings::default()
+        }
+    }
+
+    fn allocator_settings(&self) -> crate::allocator::Settings {
+        crate::allocator::Settings {
+            default_policy: self.default_policy.clone(),
+            optimize_period: self.optimize_period,
+            min_reschedule_interval: self.min_reschedule_interval,
+            ..crate::allocator::Settings::default()
         }
     }
 
@@ -544,7 +557,23 @@ pub async fn run(
     }
     let mut settings = args.settings();
     settings.leader = leadership.clone();
-    settings.allocator.leader = leadership.clone();
+    let mut allocator_settings = args.allocator_settings();
+    allocator_settings.leader = leadership.clone();
+    // The allocator runs over the controller's DIJob cache; the controller asks it through
+    // the core's `Placement` contract and never names it.
+    let place = {
+        let (client, plugins, metrics) = (client.clone(), plugins.clone(), metrics.clone());
+        move |jobs| {
+            let (allocator, retries) =
+                Allocator::start(client, plugins, jobs, allocator_settings, metrics);
+            executor::Placer {
+                placement: allocator,
+                retries: retries
+                    .map(|job| ObjectKey::new(job.namespace.unwrap_or_default(), job.name))
+                    .boxed(),
+            }
+        }
+    };
     // On the signal this replica stops leading (no new reconcile, re-plan or plugin status
     // write), the controller drains, and the clock on draining starts (below).
     let (signalled_tx, signalled) = tokio::sync::oneshot::channel::<()>();
@@ -557,8 +586,14 @@ pub async fn run(
             let _ = signalled_tx.send(());
         }
     };
-    let (caches, controller) =
-        executor::start(conn.client, settings, metrics.clone(), plugins, shutdown);
+    let (caches, controller) = executor::start(
+        conn.client,
+        settings,
+        metrics.clone(),
+        plugins,
+        place,
+        shutdown,
+    );
     if let Some(addr) = args.server_bind_address.0 {
         let listener = tokio::net::TcpListener::bind(addr)
             .await

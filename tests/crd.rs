@@ -7,7 +7,7 @@ const CRD_PATH: &str = "crds/dijobs.diengine.opendilab.org.yaml";
 
 #[test]
 fn checked_in_crd_is_up_to_date() {
-    let generated = diorch::api::crd::dijob_crd_yaml().expect("render CRD");
+    let generated = diorch_core::api::crd::dijob_crd_yaml().expect("render CRD");
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(CRD_PATH);
     if std::env::var_os("DIORCH_BLESS").is_some() {
         std::fs::write(&path, &generated).expect("write CRD");
@@ -40,7 +40,7 @@ fn checked_in_crd_is_up_to_date() {
 fn crd_fits_the_client_side_apply_annotation() {
     // `kubectl apply` stores the object as compact JSON in an annotation; all annotations
     // together must stay under 256 KiB (262144 bytes).
-    let crd = diorch::api::crd::dijob_crd();
+    let crd = diorch_core::api::crd::dijob_crd();
     let json = serde_json::to_string(&crd).expect("serialise CRD");
     assert!(
         json.len() < 200 * 1024,
@@ -51,7 +51,7 @@ fn crd_fits_the_client_side_apply_annotation() {
 
 #[test]
 fn crd_matches_di_orchestrator_names_and_columns() {
-    let crd = diorch::api::crd::dijob_crd();
+    let crd = diorch_core::api::crd::dijob_crd();
     assert_eq!(
         crd.metadata.name.as_deref(),
         Some("dijobs.diengine.opendilab.org")

@@ -2,11 +2,11 @@
 //! pruning, defaulting and validation a real API server applies), accepts every
 //! DI-orchestrator sample unchanged and refuses invalid variants naming the field.
 
-use diorch::sandbox::schema::StructuralSchema;
+use diorch_sandbox::schema::StructuralSchema;
 use serde_json::{Value, json};
 
 fn schema() -> StructuralSchema {
-    let crd = serde_json::to_value(diorch::api::crd::dijob_crd()).expect("CRD as JSON");
+    let crd = serde_json::to_value(diorch_core::api::crd::dijob_crd()).expect("CRD as JSON");
     let open_api = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
     StructuralSchema::compile(open_api).expect("the generated schema is structural")
 }
@@ -62,7 +62,7 @@ fn every_sample_is_accepted_unchanged_by_the_schema() {
         // Nothing the user wrote was dropped (DI-orchestrator's own CRD prunes spec.group).
         assert_eq!(stored["spec"]["group"], doc["spec"]["group"], "{file}");
         assert_eq!(stored["spec"]["tasks"], doc["spec"]["tasks"], "{file}");
-        let typed: diorch::api::DIJob = serde_json::from_value(stored).expect("typed DIJob");
+        let typed: diorch_core::api::DIJob = serde_json::from_value(stored).expect("typed DIJob");
         assert!(!typed.spec.tasks.is_empty());
     }
 }

@@ -581,8 +581,8 @@ const CONTROL_PLANE: Peer = Peer::Address("10.0.0.5");
 #[test]
 fn network_policies_admit_each_listener_only_its_callers() {
     // The DIJob pods' label the replica API rule selects is the one the controller sets.
-    assert_eq!(diorch::api::labels::OPERATOR, "diengine/operator");
-    assert_eq!(diorch::api::labels::OPERATOR_NAME, "di-operator");
+    assert_eq!(diorch_core::api::labels::OPERATOR, "diengine/operator");
+    assert_eq!(diorch_core::api::labels::OPERATOR_NAME, "di-operator");
     for variant in VARIANTS {
         let (_, docs) = render(variant);
         let (labels, ports) = operator_pod(&docs);

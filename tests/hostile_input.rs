@@ -53,7 +53,7 @@ fn install_crd_without_maximums(k: &Kubectl) {
             _ => {}
         }
     }
-    let mut crd = serde_json::to_value(diorch::api::crd::dijob_crd()).expect("CRD as JSON");
+    let mut crd = serde_json::to_value(diorch_core::api::crd::dijob_crd()).expect("CRD as JSON");
     let tasks = &mut crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
         ["properties"]["tasks"]["items"]["properties"];
     for field in ["replicas", "minReplicas", "maxReplicas"] {

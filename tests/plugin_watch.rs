@@ -94,7 +94,7 @@ async fn until<T>(what: &str, timeout: Duration, mut f: impl AsyncFnMut() -> Opt
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn configmaps_load_swap_keep_last_good_and_unload() {
-    let sandbox = diorch::sandbox::launch(diorch::sandbox::SandboxOptions {
+    let sandbox = diorch_sandbox::launch(diorch_sandbox::SandboxOptions {
         listen: "127.0.0.1:0".parse().unwrap(),
         kubeconfig_out: None,
         cluster: None,
@@ -286,7 +286,7 @@ async fn configmaps_load_swap_keep_last_good_and_unload() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_mutator_configmap_without_the_grants_its_change_needs_is_rejected() {
     use kube::api::{Patch, PatchParams};
-    let sandbox = diorch::sandbox::launch(diorch::sandbox::SandboxOptions {
+    let sandbox = diorch_sandbox::launch(diorch_sandbox::SandboxOptions {
         listen: "127.0.0.1:0".parse().unwrap(),
         kubeconfig_out: None,
         cluster: None,
@@ -391,7 +391,7 @@ async fn fail_mutators_block_their_pods_and_budgets_are_enforced() {
     use diorch::plugin::spec::FailurePolicy;
     use diorch::plugin::{NativePolicy, sample};
 
-    let sandbox = diorch::sandbox::launch(diorch::sandbox::SandboxOptions {
+    let sandbox = diorch_sandbox::launch(diorch_sandbox::SandboxOptions {
         listen: "127.0.0.1:0".parse().unwrap(),
         kubeconfig_out: None,
         cluster: None,
@@ -557,7 +557,7 @@ impl Stall {
     }
 
     fn client(&self) -> kube::Client {
-        diorch::sandbox::client_for(&self.url).unwrap()
+        diorch_sandbox::client_for(&self.url).unwrap()
     }
 
     fn stall_patches(&self, on: bool) {
@@ -641,12 +641,12 @@ fn short_limits() -> diorch::plugin::watch::ApiLimits {
 /// A sandbox, a stalling proxy in front of it, and a registry fed by a watcher that reaches the
 /// API server through the proxy only (stopped when the returned sender drops).
 async fn behind_a_stall() -> (
-    diorch::sandbox::RunningSandbox,
+    diorch_sandbox::RunningSandbox,
     Stall,
     Arc<PluginRegistry>,
     tokio::sync::oneshot::Sender<()>,
 ) {
-    let sandbox = diorch::sandbox::launch(diorch::sandbox::SandboxOptions {
+    let sandbox = diorch_sandbox::launch(diorch_sandbox::SandboxOptions {
         listen: "127.0.0.1:0".parse().unwrap(),
         kubeconfig_out: None,
         cluster: None,
@@ -712,7 +712,7 @@ async fn status_writes_that_stall_hold_up_no_load_and_land_once_the_api_server_a
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_list_that_stalls_is_given_up_and_the_watcher_lists_again() {
-    let sandbox = diorch::sandbox::launch(diorch::sandbox::SandboxOptions {
+    let sandbox = diorch_sandbox::launch(diorch_sandbox::SandboxOptions {
         listen: "127.0.0.1:0".parse().unwrap(),
         kubeconfig_out: None,
         cluster: None,

@@ -6,7 +6,7 @@ mod common;
 use std::time::Duration;
 
 use common::{Kubectl, api};
-use diorch::sandbox::server::{ApiServer, ServerOptions};
+use diorch_sandbox::server::{ApiServer, ServerOptions};
 use futures::StreamExt;
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::json;
@@ -60,7 +60,7 @@ impl Server {
 
     fn kubectl(&self) -> Kubectl {
         let kubeconfig = self.dir.path().join("kubeconfig");
-        diorch::sandbox::write_kubeconfig(&kubeconfig, &self.url).unwrap();
+        diorch_sandbox::write_kubeconfig(&kubeconfig, &self.url).unwrap();
         Kubectl::new(&kubeconfig, self.dir.path())
     }
 }

@@ -1,4 +1,6 @@
-//! Integration tests: the real `diorch sandbox` binary, driven with `kubectl` as a user would.
+//! Integration tests: the sandbox (in-process, a dev-dependency) driven with `kubectl` as a user
+//! would, the demo running the real `diorch` binary on it, and `diorch run` against it. The
+//! `diorch-sandbox` binary's own flags are tested in crates/sandbox/tests/cli.rs.
 
 mod common;
 
@@ -26,100 +28,6 @@ fn deleted_pods_keep_their_name_until_their_containers_stopped() {
     let k = sandbox.kubectl();
     foundation::create_namespace(&k, "graceful");
     kubelet::graceful_deletion(&k, "graceful");
-}
-
-/// `diorch sandbox --attach` against another API server (here a sandbox without a cluster of
-/// its own): it registers Ready nodes, plays their kubelet for pods bound to them, binds
-/// nothing itself (that is the real scheduler's job), and stops on SIGTERM leaving the nodes.
-#[test]
-fn attached_kubelets_run_pods_bound_to_their_nodes_and_bind_nothing() {
-    use std::io::{BufRead, BufReader};
-    let server = SandboxProcess::start(&["--no-cluster"]);
-    let k = server.kubectl().in_namespace("default");
-    /// Kills the attached process if the test fails before it stops it.
-    struct Attached(std::process::Child);
-    impl Drop for Attached {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-    let attached = std::process::Command::new(env!("CARGO_BIN_EXE_diorch"))
-        .args(["sandbox", "--attach", "--kubeconfig"])
-        .arg(&server.kubeconfig)
-        .args([
-            "--nodes",
-            "2",
-            "--node-gpus",
-            "8",
-            "--node-labels",
-            "team=rl",
-        ])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn diorch sandbox --attach");
-    let mut attached = Attached(attached);
-    let mut first = String::new();
-    let stdout = attached.0.stdout.take().expect("stdout");
-    BufReader::new(stdout)
-        .read_line(&mut first)
-        .expect("read the ready line");
-    assert!(
-        first.starts_with("sandbox attached: 2 nodes on http://127.0.0.1:"),
-        "{first}"
-    );
-    let nodes = k.ok(&[
-        "get",
-        "nodes",
-        "-l",
-        "team=rl",
-        "-o",
-        "jsonpath={range .items[*]}{.metadata.name} {.status.conditions[?(@.type==\"Ready\")].status} {.status.allocatable.nvidia\\.com/gpu}{\"\\n\"}{end}",
-    ]);
-    assert_eq!(
-        nodes, "sandbox-node-0 True 8\nsandbox-node-1 True 8\n",
-        "{nodes}"
-    );
-    k.ok_stdin(
-        &["apply", "-f", "-"],
-        &pod_manifest("unbound", "    a: b\n", "1"),
-    );
-    k.ok_stdin(
-        &["apply", "-f", "-"],
-        &pod_manifest("bound", "    a: b\n", "1").replace(
-            "  restartPolicy: Never\n",
-            "  restartPolicy: Never\n  nodeName: sandbox-node-1\n",
-        ),
-    );
-    let running = k.wait_for(
-        &[
-            "get",
-            "pod",
-            "bound",
-            "-o",
-            "jsonpath={.status.phase} {.status.podIP}",
-        ],
-        Duration::from_secs(60),
-        |out| out.starts_with("Running "),
-    );
-    assert!(running.starts_with("Running 10.244.1."), "{running}");
-    // Created before `bound` ran: a scheduler in this process would have bound it by now.
-    assert_eq!(
-        k.ok(&["get", "pod", "unbound", "-o", "jsonpath={.spec.nodeName}"]),
-        ""
-    );
-    let pid = attached.0.id().to_string();
-    let sent = std::process::Command::new("kill")
-        .args(["-TERM", &pid])
-        .status();
-    assert!(sent.is_ok_and(|s| s.success()));
-    let status = attached.0.wait().expect("wait for diorch sandbox --attach");
-    assert!(status.success(), "{status}");
-    assert_eq!(
-        k.ok(&["get", "nodes", "-o", "name"]).lines().count(),
-        2,
-        "the nodes stay registered"
-    );
 }
 
 fn pod_manifest(name: &str, annotations: &str, cpu: &str) -> String {
@@ -222,8 +130,9 @@ fn simulated_kubelet_runs_and_ends_pods_by_annotation() {
 }
 
 #[test]
-fn demo_runs_the_sample_job_to_success_with_the_operator_in_process() {
-    let (sandbox, lines) = SandboxProcess::start_command("demo", &[], "the sandbox runs until");
+fn demo_runs_the_sample_job_to_success_with_the_operator_binary() {
+    let operator = std::path::Path::new(env!("CARGO_BIN_EXE_diorch"));
+    let (sandbox, lines) = SandboxProcess::start_demo(operator);
     let output = lines.join("\n");
     assert!(
         output.contains("installed CRD dijobs.diengine.opendilab.org"),
@@ -234,7 +143,7 @@ fn demo_runs_the_sample_job_to_success_with_the_operator_in_process() {
         "{output}"
     );
     assert!(output.contains("kubectl get dijobs"), "{output}");
-    // The in-process operator ran the job; its phases were shown live, in order.
+    // The operator binary ran the job; its phases were shown live, in order.
     let phases: Vec<&str> = output
         .lines()
         .filter_map(|l| l.strip_prefix("  job-with-tasks: "))

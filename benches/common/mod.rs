@@ -1,4 +1,4 @@
-//! Shared pieces of the bench binaries: a `diorch sandbox --no-cluster` process and its
+//! Shared pieces of the bench binaries: a `diorch-sandbox serve --no-cluster` process and its
 //! resident memory.
 #![allow(dead_code)] // each bench uses its own subset
 
@@ -8,7 +8,7 @@ use std::process::{Child, Command, Stdio};
 
 use kube::Client;
 
-/// A running `diorch sandbox --no-cluster` (the real binary), killed on drop.
+/// A running `diorch-sandbox serve --no-cluster` (the sandbox crate's binary), killed on drop.
 pub struct Sandbox {
     pub child: Child,
     pub client: Client,
@@ -21,12 +21,12 @@ impl Sandbox {
         Sandbox::start_with(&["--no-cluster"])
     }
 
-    /// `diorch sandbox` with `args` (e.g. `--nodes 100`).
+    /// `diorch-sandbox serve` with `args` (e.g. `--nodes 100`).
     pub fn start_with(args: &[&str]) -> anyhow::Result<Sandbox> {
         let dir = tempfile::tempdir()?;
         let kubeconfig = dir.path().join("kubeconfig");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_diorch"))
-            .arg("sandbox")
+        let mut child = Command::new(sandbox_binary()?)
+            .arg("serve")
             .args(args)
             .args(["--listen", "127.0.0.1:0", "--kubeconfig-out"])
             .arg(&kubeconfig)
@@ -72,6 +72,32 @@ impl Drop for Sandbox {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The `diorch-sandbox` binary beside the operator's, built with the bench's profile first
+/// when it is missing (it is another package: cargo does not build it for this one's benches).
+fn sandbox_binary() -> anyhow::Result<PathBuf> {
+    let operator = std::path::Path::new(env!("CARGO_BIN_EXE_diorch"));
+    let binary = operator.with_file_name("diorch-sandbox");
+    let release = operator
+        .parent()
+        .is_some_and(|dir| dir.ends_with("release"));
+    let mut build = Command::new(env!("CARGO"));
+    build.args([
+        "build",
+        "--locked",
+        "-p",
+        "diorch-sandbox",
+        "--bin",
+        "diorch-sandbox",
+    ]);
+    if release {
+        build.arg("--release");
+    }
+    // Always: cargo does nothing when it is current, and a stale sandbox would measure old code.
+    anyhow::ensure!(build.status()?.success(), "cannot build diorch-sandbox");
+    anyhow::ensure!(binary.is_file(), "{} is missing", binary.display());
+    Ok(binary)
 }
 
 /// Resident memory of a process, in MiB.

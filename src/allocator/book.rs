@@ -16,8 +16,8 @@ use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 
-use super::view::UsagePod;
-use crate::resources::Resources;
+use diorch_core::model::UsagePod;
+use diorch_core::resources::Resources;
 
 /// An allocation the allocator counts as taken.
 #[derive(Clone, Debug)]
@@ -293,7 +293,7 @@ impl Used<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::allocator::view;
+    use diorch_core::model as view;
     use proptest::prelude::*;
     use serde_json::json;
 
@@ -304,7 +304,7 @@ mod tests {
         gpus: u8,
         terminal: bool,
     ) -> UsagePod {
-        let labels = job.map(|j| json!({ crate::api::labels::JOB: j }));
+        let labels = job.map(|j| json!({ diorch_core::api::labels::JOB: j }));
         serde_json::from_value(json!({
             "metadata": {"name": name, "namespace": "ns", "labels": labels},
             "spec": {"nodeName": node, "containers": [{"name": "c", "image": "i",

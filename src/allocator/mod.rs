@@ -15,7 +15,6 @@
 mod book;
 pub mod optimize;
 pub mod snapshot;
-pub mod view;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -27,17 +26,19 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Api, Client};
 
-use crate::api::DIJob;
-use crate::controller::cache::CachedJob;
-use crate::controller::planner::{MAX_MESSAGE_BYTES, clip};
-use crate::controller::validate;
 use crate::metrics::{AllocationLabels, Metrics};
 use crate::plugin::registry::PluginRegistry;
 use crate::plugin::{self, NativePolicy, PluginError, PolicyError, SchedulingPolicy};
-use crate::resources::Resources;
 use book::{Book, Held};
+use diorch_core::api::DIJob;
+use diorch_core::cached::CachedJob;
+use diorch_core::model as view;
+use diorch_core::placement::{BoxFuture, ObjectKey, Placement, needs_allocation};
+use diorch_core::planner::{MAX_MESSAGE_BYTES, clip};
+use diorch_core::resources::Resources;
+use diorch_core::validate;
 
-pub use crate::controller::planner::Admission;
+pub use diorch_core::placement::Admission;
 
 /// Annotation on a DIJob naming the policy plugin that places it (overrides `--default-policy`).
 pub const POLICY_ANNOTATION: &str = "diorch.io/policy";
@@ -152,35 +153,6 @@ fn job_ref(job: &DIJob) -> ObjectRef<CachedJob> {
         .within(job.metadata.namespace.as_deref().unwrap_or_default())
 }
 
-/// Whether `job` needs an allocation: preemptible, still active, and its status does not hold
-/// one node per replica. A pure function of the job, so the executor can ask before planning.
-pub fn needs_allocation(job: &DIJob) -> bool {
-    if !job.spec.preemptible {
-        return false;
-    }
-    let status = job.status.as_ref();
-    if status
-        .and_then(|s| s.phase)
-        .is_some_and(crate::api::Phase::is_terminal)
-    {
-        return false;
-    }
-    if status.is_some_and(|s| s.ranks.is_some()) {
-        // Every slot the job runs has a node (slots removed by a scale-in need none).
-        let placed = view::placed_pods(job);
-        return !view::slot_pods(job)
-            .iter()
-            .all(|(pod, _)| placed.contains_key(pod));
-    }
-    let placed = status
-        .and_then(|s| s.allocation.as_ref())
-        .map_or(0, |a| a.iter().filter(|n| !n.is_empty()).count());
-    let want: i64 = (0..job.spec.tasks.len())
-        .map(|i| i64::from(crate::controller::build::task_replicas(job, i)))
-        .sum();
-    i64::try_from(placed).unwrap_or(i64::MAX) != want
-}
-
 /// Per-node usage of an allocation: `slots` in slot order, requests per task.
 fn usage_of(job: &DIJob, slots: &[String]) -> Vec<(String, Resources)> {
     let requests = view::task_requests(job);
@@ -199,6 +171,26 @@ fn confirmed_slots(job: &DIJob) -> Vec<String> {
         .iter()
         .map(|(pod, _)| placed.get(pod).cloned().unwrap_or_default())
         .collect()
+}
+
+/// The controller asks the allocator through the core's contract.
+impl Placement for Allocator {
+    fn consult<'a>(&'a self, job: &'a DIJob) -> BoxFuture<'a, Option<Admission>> {
+        Box::pin(Allocator::consult(self, job))
+    }
+
+    fn forget(&self, job: ObjectKey) -> BoxFuture<'_, ()> {
+        Box::pin(async move { Allocator::forget(self, &job.namespace, &job.name).await })
+    }
+
+    fn ready(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            // A dropped cache writer means the watch task ended: never ready, as before.
+            if self.wait_until_ready().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        })
+    }
 }
 
 impl Allocator {
@@ -351,7 +343,7 @@ impl Allocator {
                 .status
                 .as_ref()
                 .and_then(|s| s.phase)
-                .is_some_and(crate::api::Phase::is_terminal);
+                .is_some_and(diorch_core::api::Phase::is_terminal);
         if !active {
             let freed = ledger.book.release(&key).is_some();
             ledger.proposals.remove(&key);
@@ -483,7 +475,7 @@ impl Allocator {
                         .status
                         .as_ref()
                         .and_then(|s| s.phase)
-                        .is_some_and(crate::api::Phase::is_terminal)
+                        .is_some_and(diorch_core::api::Phase::is_terminal)
                 {
                     continue;
                 }
@@ -493,7 +485,7 @@ impl Allocator {
         let mut groups: Vec<(Option<String>, Vec<DIJob>)> = groups.into_iter().collect();
         let top = |jobs: &[DIJob]| {
             jobs.iter()
-                .map(|j| j.spec.priority == crate::api::Priority::High)
+                .map(|j| j.spec.priority == diorch_core::api::Priority::High)
                 .max()
                 .unwrap_or(false)
         };
@@ -651,9 +643,7 @@ impl Allocator {
                     if let Some((_, dijob)) = models.iter().find(|(m, _)| &m.key == job) {
                         let key = job.clone();
                         let sized = match replicas {
-                            Some(counts) => {
-                                crate::controller::build::with_task_replicas(dijob, counts)
-                            }
+                            Some(counts) => diorch_core::build::with_task_replicas(dijob, counts),
                             None => (*dijob).clone(),
                         };
                         ledger.book.hold(
@@ -961,7 +951,7 @@ impl Allocator {
                     .status
                     .as_ref()
                     .and_then(|s| s.phase)
-                    .is_some_and(crate::api::Phase::is_terminal)
+                    .is_some_and(diorch_core::api::Phase::is_terminal)
             {
                 continue;
             }
@@ -1433,8 +1423,8 @@ mod tests {
     /// `job(...)` as placed and running on `nodes` (slot order = rank order here).
     fn running(name: &str, nodes: &[&str], gpus: i32, policy: Option<&str>) -> DIJob {
         let mut j = job(name, nodes.len() as i32, gpus, policy);
-        j.status = Some(crate::api::DIJobStatus {
-            phase: Some(crate::api::Phase::Running),
+        j.status = Some(diorch_core::api::DIJobStatus {
+            phase: Some(diorch_core::api::Phase::Running),
             allocation: Some(nodes.iter().map(|n| n.to_string()).collect()),
             ranks: Some(
                 (0..nodes.len())
@@ -1872,7 +1862,7 @@ mod tests {
     fn only_active_preemptible_jobs_short_of_an_allocation_need_one() {
         let mut j = job("a", 2, 1, None);
         assert!(needs_allocation(&j));
-        j.status = Some(crate::api::DIJobStatus {
+        j.status = Some(diorch_core::api::DIJobStatus {
             allocation: Some(vec!["n0".into(), "n1".into()]),
             ..Default::default()
         });
@@ -1880,7 +1870,7 @@ mod tests {
         j.spec.tasks[0].replicas = 3;
         assert!(needs_allocation(&j), "scaled up");
         if let Some(s) = j.status.as_mut() {
-            s.phase = Some(crate::api::Phase::Succeeded);
+            s.phase = Some(diorch_core::api::Phase::Succeeded);
         }
         assert!(!needs_allocation(&j), "finished");
         let mut k = job("k", 2, 1, None);

@@ -9,10 +9,10 @@ use k8s_openapi::api::core::v1::Node;
 use kube::api::ListParams;
 use kube::{Api, Client};
 
-use super::view::{self, UsagePod};
-use crate::api::{DIJob, Phase};
 use crate::plugin::JobPlan;
 use crate::plugin::snapshot::Snapshot;
+use diorch_core::api::{DIJob, Phase};
+use diorch_core::model::{self as view, UsagePod};
 
 /// Lists nodes, pods and DIJobs once and records them.
 pub async fn record(client: Client) -> Result<Snapshot, kube::Error> {

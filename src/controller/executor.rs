@@ -22,17 +22,18 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
 use thiserror::Error;
 
-use super::build::BuildContext;
-use super::cache::{self, CachedJob, CachedPod, PodIndex};
+use super::cache::PodIndex;
 use super::expectations::Expectations;
-use super::naming;
-use super::planner::{self, Action, EventType, Observed, Plan};
 use super::throttle::Throttle;
-use crate::allocator::{self, Allocator};
-use crate::api::{DIJob, labels};
 use crate::metrics::{ActionLabels, ErrorLabels, Metrics, PhaseLabels, ResultLabels};
 use crate::plugin::registry::PluginRegistry;
 use crate::plugin::{PluginError, TaskContext};
+use diorch_core::api::{DIJob, labels};
+use diorch_core::build::BuildContext;
+use diorch_core::cached::{self as cache, CachedJob, CachedPod};
+use diorch_core::naming;
+use diorch_core::placement::{Admission, ObjectKey, Placement};
+use diorch_core::planner::{self, Action, EventType, Observed, Plan};
 
 /// Controller settings (spec section 12 flags and kube-rs conventions).
 #[derive(Clone, Debug)]
@@ -47,8 +48,6 @@ pub struct Settings {
     pub concurrency: u16,
     /// Name the operator records Events as (`reportingController`).
     pub reporter: String,
-    /// How preemptible jobs are placed.
-    pub allocator: allocator::Settings,
     /// Whether this replica leads: only the leader reconciles (the caches stay warm anyway).
     pub leader: crate::leader::Leadership,
 }
@@ -62,7 +61,6 @@ impl Default for Settings {
             sync_period: Duration::from_secs(60),
             concurrency: 16,
             reporter: labels::OPERATOR_NAME.to_string(),
-            allocator: allocator::Settings::default(),
             leader: crate::leader::Leadership::always(),
         }
     }
@@ -129,7 +127,7 @@ pub struct Context {
     failures: std::sync::Mutex<HashMap<String, u32>>,
     /// Notes of the plans' `once` Events already recorded, per job (forgotten with the job).
     reported: std::sync::Mutex<HashMap<String, HashSet<String>>>,
-    allocator: Arc<Allocator>,
+    placement: Arc<dyn Placement>,
     plugins: Arc<PluginRegistry>,
     /// Jobs triggered and waiting for a worker (the queue depth metric).
     queue: Arc<super::queue::Queue>,
@@ -192,24 +190,23 @@ impl Caches {
     }
 }
 
-/// Runs the DIJob controller until `shutdown` resolves.
-pub async fn run(
-    client: Client,
-    settings: Settings,
-    metrics: Arc<Metrics>,
-    plugins: Arc<PluginRegistry>,
-    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
-) {
-    start(client, settings, metrics, plugins, shutdown).1.await
+/// What places preemptible jobs, started over the controller's DIJob cache: the operator
+/// passes the allocator here, the controller sees only the `Placement` trait.
+pub struct Placer {
+    pub placement: Arc<dyn Placement>,
+    /// Jobs to reconcile again (capacity freed, a re-plan decided).
+    pub retries: futures::stream::BoxStream<'static, ObjectKey>,
 }
 
 /// Sets up the DIJob controller: returns its caches and the future that runs it until
-/// `shutdown` resolves. Must be called within the tokio runtime.
+/// `shutdown` resolves. `place` starts the placer over the DIJob cache. Must be called within
+/// the tokio runtime.
 pub fn start(
     client: Client,
     settings: Settings,
     metrics: Arc<Metrics>,
     plugins: Arc<PluginRegistry>,
+    place: impl FnOnce(Store<CachedJob>) -> Placer,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) -> (Caches, futures::future::BoxFuture<'static, ()>) {
     let owned = watcher::Config::default().labels(&format!(
@@ -221,13 +218,7 @@ pub fn start(
     let (pod_store, pod_writer) = reflector::store::<CachedPod>();
     let (svc_store, svc_writer) = reflector::store::<Service>();
     let index = PodIndex::default();
-    let (allocator, retries) = Allocator::start(
-        client.clone(),
-        plugins.clone(),
-        job_store.clone(),
-        settings.allocator.clone(),
-        metrics.clone(),
-    );
+    let Placer { placement, retries } = place(job_store.clone());
 
     let queue = Arc::new(super::queue::Queue::new(
         metrics.controller.queue_depth.clone(),
@@ -255,7 +246,7 @@ pub fn start(
         metrics,
         failures: std::sync::Mutex::new(HashMap::new()),
         reported: std::sync::Mutex::new(HashMap::new()),
-        allocator: allocator.clone(),
+        placement: placement.clone(),
         queue,
         plugins,
     });
@@ -275,12 +266,9 @@ pub fn start(
             forget.failures().remove(&key);
             forget.reported().remove(&key);
             forget.queue.done(&key);
-            let allocator = forget.allocator.clone();
-            let (namespace, name) = (
-                job.metadata.namespace.clone().unwrap_or_default(),
-                job.metadata.name.clone().unwrap_or_default(),
-            );
-            tokio::spawn(async move { allocator.forget(&namespace, &name).await });
+            let placement = forget.placement.clone();
+            let gone = ObjectKey::of(&job.metadata);
+            tokio::spawn(async move { placement.forget(gone).await });
         }
     })
     .applied_objects()
@@ -341,7 +329,7 @@ pub fn start(
                         .status
                         .as_ref()
                         .and_then(|s| s.phase)
-                        .unwrap_or(crate::api::Phase::Pending);
+                        .unwrap_or(diorch_core::api::Phase::Pending);
                     *counts.entry(phase.as_str()).or_default() += 1;
                 }
                 for phase in [
@@ -366,16 +354,20 @@ pub fn start(
     let caches = ctx.caches.clone();
     // Reconciling from a half-filled pod cache would see a running job's pods as gone.
     let ready = ctx.clone();
-    let stores = (job_store.clone(), pod_store, svc_store, allocator);
+    let stores = (job_store.clone(), pod_store, svc_store, placement);
     tokio::spawn(async move {
         let started = Instant::now();
-        let (jobs, pods, services, allocator) = stores;
-        let mut synced = Box::pin(future::try_join4(
-            jobs.wait_until_ready(),
-            pods.wait_until_ready(),
-            services.wait_until_ready(),
-            allocator.wait_until_ready(),
-        ));
+        let (jobs, pods, services, placement) = stores;
+        let mut synced = Box::pin(async {
+            future::try_join3(
+                jobs.wait_until_ready(),
+                pods.wait_until_ready(),
+                services.wait_until_ready(),
+            )
+            .await?;
+            placement.ready().await;
+            Ok::<_, reflector::store::WriterDropped>(())
+        });
         loop {
             tokio::select! {
                 result = &mut synced => {
@@ -405,8 +397,9 @@ pub fn start(
     };
     let retries = {
         let queue = ctx.queue.clone();
-        retries.inspect(move |job| {
-            queue.triggered(job.namespace.as_deref().unwrap_or_default(), &job.name)
+        retries.map(move |job| {
+            queue.triggered(&job.namespace, &job.name);
+            ObjectRef::<CachedJob>::new(&job.name).within(&job.namespace)
         })
     };
     let controller = Controller::for_stream(jobs, job_store)
@@ -508,7 +501,7 @@ async fn reconcile_inner(job: &DIJob, ctx: &Context) -> Result<Requeue, Error> {
     let service = ctx
         .services
         .get(&ObjectRef::new(&naming::service_name(&name)).within(&namespace));
-    let admission = ctx.allocator.consult(job).await;
+    let admission = ctx.placement.consult(job).await;
     let observed = Observed {
         pods: pod_refs,
         service: service.as_deref(),
@@ -583,7 +576,7 @@ async fn reconcile_inner(job: &DIJob, ctx: &Context) -> Result<Requeue, Error> {
         return Err(err);
     }
     ctx.count("ok");
-    if matches!(admission, Some(planner::Admission::Waiting { .. })) {
+    if matches!(admission, Some(Admission::Waiting { .. })) {
         // Capacity changes wake waiting jobs at once; this is the safety net.
         return Ok(Requeue::requeue(
             WAITING_RETRY.min(ctx.settings.sync_period),

@@ -11,7 +11,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use super::cache::CachedPod;
+use diorch_core::cached::CachedPod;
 
 /// How long an expectation waits for its watch event.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);

@@ -1,16 +1,14 @@
 //! The DIJob lifecycle controller: DIJob → pods and a headless service, phases, restarts,
 //! rescheduling and cleanup, compatible with DI-orchestrator v2.
 //!
-//! Owns reconciliation. It reads only from reflector caches and writes only pods, services,
-//! events and DIJob status; placement decisions belong to the allocator.
+//! Owns reconciliation's I/O: the watches and reflector caches, the executor that carries out
+//! `diorch_core::planner`'s plans, expectations, the write throttle and the work queue. It reads
+//! only from reflector caches and writes only pods, services, events and DIJob status.
+//! Placement is asked through `diorch_core::placement::Placement`: this module does not know the
+//! allocator.
 
-pub mod build;
 pub mod cache;
 pub mod executor;
 pub mod expectations;
-pub mod naming;
-pub mod planner;
 pub mod queue;
-pub mod ranks;
 pub mod throttle;
-pub mod validate;

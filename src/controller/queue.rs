@@ -13,7 +13,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::runtime::reflector::{ObjectRef, Store};
 use prometheus_client::metrics::gauge::Gauge;
 
-use super::cache::CachedJob;
+use diorch_core::cached::CachedJob;
 
 /// Jobs waiting for a worker, by `namespace/name`.
 pub struct Queue {

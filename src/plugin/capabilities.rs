@@ -388,7 +388,7 @@ fn changed<'a>(before: &'a Map<String, Value>, after: &'a Map<String, Value>) ->
 
 /// Keys of the operator's own labels and annotations, besides `diengine/*`.
 fn operator_key(which: &str, key: &str) -> bool {
-    use crate::controller::build::{COSCHEDULING_GROUP_LABEL, VOLCANO_GROUP_ANNOTATION};
+    use diorch_core::build::{COSCHEDULING_GROUP_LABEL, VOLCANO_GROUP_ANNOTATION};
     key.starts_with("diengine/")
         || (which == "labels" && key == COSCHEDULING_GROUP_LABEL)
         || (which == "annotations" && key == VOLCANO_GROUP_ANNOTATION)

@@ -269,7 +269,7 @@ impl KubernetesAuth {
                 Some(ResourceAttributes {
                     namespace: Some(namespace.clone()),
                     verb: Some(verb.to_string()),
-                    group: Some(crate::api::GROUP.to_string()),
+                    group: Some(diorch_core::api::GROUP.to_string()),
                     resource: Some("dijobs".to_string()),
                     subresource: Some("replicas".to_string()),
                     name: Some(name.clone()),

@@ -35,13 +35,15 @@ use kube::{Api, Client};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::api::{DEFAULT_CONTAINER_NAME, DEFAULT_PORT, DEFAULT_PORT_NAME, DIJob, labels, limits};
-use crate::controller::build;
-use crate::controller::cache::CachedJob;
-use crate::controller::cache::CachedPod;
 use crate::controller::executor::Caches;
 use crate::metrics::{Metrics, RequestLabels, method_label};
 use auth::AuthorizedJob;
+use diorch_core::api::{
+    DEFAULT_CONTAINER_NAME, DEFAULT_PORT, DEFAULT_PORT_NAME, DIJob, labels, limits,
+};
+use diorch_core::build;
+use diorch_core::cached::CachedJob;
+use diorch_core::cached::CachedPod;
 
 /// Largest request body accepted (profilings are merged into the job's status).
 pub const MAX_BODY: usize = 64 * 1024;

@@ -12,7 +12,8 @@ use serde_json::{Value, json};
 use tower::ServiceExt;
 
 use super::*;
-use crate::controller::cache::{CachedJob, PodIndex};
+use crate::controller::cache::PodIndex;
+use diorch_core::cached::CachedJob;
 
 fn job(name: &str, preemptible: bool, ranks: &[&str]) -> Value {
     json!({
@@ -550,10 +551,7 @@ fn removing_named_pods_of_a_preemptible_job_is_exact_and_all_or_nothing() {
     let status = j.status.get_or_insert_with(Default::default);
     status.task_replicas = Some([("collector".to_string(), 3)].into());
     status.removed_ranks = Some([("collector".to_string(), vec![1])].into());
-    assert_eq!(
-        crate::controller::build::task_local_ranks(&j, 1),
-        vec![0, 2, 3]
-    );
+    assert_eq!(diorch_core::build::task_local_ranks(&j, 1), vec![0, 2, 3]);
     // Growing appends after the highest rank; the removed one is not reused.
     let mut grown = j.clone();
     grown
@@ -561,7 +559,7 @@ fn removing_named_pods_of_a_preemptible_job_is_exact_and_all_or_nothing() {
         .get_or_insert_with(Default::default)
         .task_replicas = Some([("collector".to_string(), 4)].into());
     assert_eq!(
-        crate::controller::build::task_local_ranks(&grown, 1),
+        diorch_core::build::task_local_ranks(&grown, 1),
         vec![0, 2, 3, 4]
     );
     // The highest rank needs no record.

@@ -21,9 +21,9 @@ use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
 use serde_json::Value;
 
-use crate::api::DIJob;
-use crate::controller::{build, validate};
 use crate::metrics::{AdmissionLabels, Metrics};
+use diorch_core::api::DIJob;
+use diorch_core::{build, validate};
 
 /// DI-orchestrator's (unused) mutating webhook path.
 pub const MUTATE_PATH: &str = "/mutate-diengine-opendilab-org-v2alpha1-dijob";
@@ -181,7 +181,9 @@ fn defaulted(job: &DIJob) -> DIJob {
     let mut job = job.clone();
     for task in &mut job.spec.tasks {
         if task.name.as_deref().is_none_or(str::is_empty)
-            && task.type_.is_some_and(|t| t != crate::api::TaskType::None)
+            && task
+                .type_
+                .is_some_and(|t| t != diorch_core::api::TaskType::None)
         {
             task.name = Some(build::task_name(task));
         }
@@ -194,7 +196,7 @@ fn defaulted(job: &DIJob) -> DIJob {
 fn volume_clash(job: &DIJob) -> Option<String> {
     // One pass over each list (an index of template volume names, first task first), so the
     // work stays linear in the request however many volumes both sides list.
-    let mut template_volumes: std::collections::HashMap<&str, &crate::api::Task> =
+    let mut template_volumes: std::collections::HashMap<&str, &diorch_core::api::Task> =
         std::collections::HashMap::new();
     for task in &job.spec.tasks {
         let volumes = task.template.spec.as_ref().and_then(|s| s.volumes.as_ref());
@@ -244,7 +246,7 @@ fn forbidden_change(old: &DIJob, new: &DIJob) -> Option<String> {
             .iter()
             .find(|t| build::task_name(t) == name)?;
         if before.type_ != task.type_ {
-            let show = |t: Option<crate::api::TaskType>| t.map_or("none", |t| t.as_str());
+            let show = |t: Option<diorch_core::api::TaskType>| t.map_or("none", |t| t.as_str());
             return Some(format!(
                 "spec.tasks[{i}].type: Forbidden: task {name} is a {} task and cannot become a {} task on an existing job; delete and re-create the job, or add a new task",
                 show(before.type_),

@@ -8,90 +8,121 @@ pub mod api;
 pub mod controller;
 pub mod foundation;
 pub mod ha;
+pub mod kubectl;
 pub mod kubelet;
 pub mod webhook;
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-/// A running `diorch sandbox` process (the real binary), killed on drop.
+pub use kubectl::Kubectl;
+
+/// A sandbox (the `diorch-sandbox` library, a dev-dependency) serving on a free loopback port,
+/// in this process but on its own thread and runtime, so the test's threads and the operator
+/// binary reach it over HTTP as they would a real API server. Stopped on drop.
 pub struct SandboxProcess {
-    child: Child,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
     pub dir: tempfile::TempDir,
     pub kubeconfig: PathBuf,
     pub server_url: String,
 }
 
 impl SandboxProcess {
-    /// Starts `diorch sandbox` on a free loopback port with extra flags, and waits until it
-    /// prints that it is ready.
+    /// Starts a sandbox with `diorch-sandbox serve`'s flags `extra_args`, and waits until it
+    /// serves.
     pub fn start(extra_args: &[&str]) -> SandboxProcess {
-        SandboxProcess::start_command("sandbox", extra_args, "sandbox ready: ").0
+        SandboxProcess::start_inner(extra_args, None).0
     }
 
-    /// Starts `diorch <command>` (`sandbox` or `demo`) and waits for its ready line; also
-    /// returns the first stdout line starting with `until` (or the ready line) and a receiver
-    /// of the later stdout lines.
-    pub fn start_command(
-        command: &str,
-        extra_args: &[&str],
-        until: &str,
-    ) -> (SandboxProcess, Vec<String>) {
+    /// Starts a sandbox and runs the demo on it with `operator` (the real `diorch` binary);
+    /// returns once the demo has shown its hints, with every line it printed.
+    pub fn start_demo(operator: &Path) -> (SandboxProcess, Vec<String>) {
+        SandboxProcess::start_inner(&[], Some(operator.to_path_buf()))
+    }
+
+    fn start_inner(extra_args: &[&str], demo: Option<PathBuf>) -> (SandboxProcess, Vec<String>) {
+        use clap::Parser as _;
         let dir = tempfile::tempdir().expect("tempdir");
         let kubeconfig = dir.path().join("kubeconfig");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_diorch"))
-            .arg(command)
-            .args(["--listen", "127.0.0.1:0", "--kubeconfig-out"])
-            .arg(&kubeconfig)
-            .args(extra_args)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn diorch sandbox");
-        let stdout = child.stdout.take().expect("stdout");
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                println!("[sandbox] {line}");
-                let _ = tx.send(line);
-            }
+        let mut argv = vec!["diorch-sandbox serve", "--listen", "127.0.0.1:0"];
+        let path = kubeconfig.to_str().expect("utf-8 temp path").to_string();
+        argv.extend(["--kubeconfig-out", &path]);
+        argv.extend(extra_args);
+        let options = diorch_sandbox::cli::ServeCommand::try_parse_from(&argv)
+            .unwrap_or_else(|e| panic!("bad sandbox flags {extra_args:?}: {e}"))
+            .args
+            .options()
+            .expect("sandbox options");
+        let (ready_tx, ready) = mpsc::channel::<Result<String, String>>();
+        let (lines_tx, lines) = mpsc::channel::<String>();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let has_demo = demo.is_some();
+        let thread = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .expect("sandbox runtime");
+            runtime.block_on(async move {
+                let sandbox = match diorch_sandbox::launch(options).await {
+                    Ok(sandbox) => sandbox,
+                    Err(error) => {
+                        let _ = ready_tx.send(Err(error.to_string()));
+                        return;
+                    }
+                };
+                let _ = ready_tx.send(Ok(sandbox.url().to_string()));
+                let _demo = match demo {
+                    Some(operator) => {
+                        let say = std::sync::Arc::new(move |line: String| {
+                            println!("[demo] {line}");
+                            let _ = lines_tx.send(line);
+                        });
+                        match diorch_sandbox::demo::run(&sandbox, &operator, say).await {
+                            Ok(demo) => Some(demo),
+                            Err(error) => {
+                                println!("[demo] error: {error}");
+                                None
+                            }
+                        }
+                    }
+                    None => None,
+                };
+                let _ = stopped.await;
+                sandbox.stop().await;
+            });
         });
-        let deadline = Instant::now() + Duration::from_secs(60);
-        let mut server_url = String::new();
-        let mut seen = Vec::new();
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match rx.recv_timeout(left) {
-                Ok(line) => {
-                    if let Some(url) = line.strip_prefix("sandbox ready: ") {
-                        server_url = url
-                            .split_whitespace()
-                            .next()
-                            .unwrap_or_default()
-                            .to_string();
-                    }
-                    let done = line.starts_with(until);
-                    seen.push(line);
-                    if done {
-                        break;
-                    }
-                }
-                Err(_) => {
-                    let _ = child.kill();
-                    panic!("diorch {command} did not print {until:?} within 60 s: {seen:?}");
-                }
-            }
-        }
+        let server_url = match ready.recv_timeout(Duration::from_secs(60)) {
+            Ok(Ok(url)) => url,
+            Ok(Err(error)) => panic!("the sandbox did not start: {error}"),
+            Err(_) => panic!("the sandbox did not start within 60 s"),
+        };
         let sandbox = SandboxProcess {
-            child,
+            stop: Some(stop),
+            thread: Some(thread),
             dir,
             kubeconfig,
             server_url,
         };
+        let mut seen = Vec::new();
+        if has_demo {
+            let deadline = Instant::now() + Duration::from_secs(180);
+            loop {
+                let left = deadline.saturating_duration_since(Instant::now());
+                match lines.recv_timeout(left) {
+                    Ok(line) => {
+                        let done = line.starts_with("the sandbox runs until");
+                        seen.push(line);
+                        if done {
+                            break;
+                        }
+                    }
+                    Err(_) => panic!("the demo did not finish within 180 s: {seen:#?}"),
+                }
+            }
+        }
         (sandbox, seen)
     }
 
@@ -102,161 +133,13 @@ impl SandboxProcess {
 
 impl Drop for SandboxProcess {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// `kubectl` bound to one kubeconfig and its own discovery cache.
-#[derive(Clone)]
-pub struct Kubectl {
-    kubeconfig: PathBuf,
-    cache_dir: PathBuf,
-    namespace: Option<String>,
-}
-
-impl Kubectl {
-    pub fn new(kubeconfig: &Path, scratch: &Path) -> Kubectl {
-        Kubectl {
-            kubeconfig: kubeconfig.to_path_buf(),
-            cache_dir: scratch.join("kubectl-cache"),
-            namespace: None,
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
         }
     }
-
-    /// The same kubectl, defaulting to `namespace`.
-    pub fn in_namespace(&self, namespace: &str) -> Kubectl {
-        Kubectl {
-            namespace: Some(namespace.to_string()),
-            ..self.clone()
-        }
-    }
-
-    fn command(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new("kubectl");
-        cmd.arg("--kubeconfig")
-            .arg(&self.kubeconfig)
-            .arg("--cache-dir")
-            .arg(&self.cache_dir)
-            .arg("--request-timeout=30s");
-        if let Some(ns) = &self.namespace {
-            cmd.args(["--namespace", ns]);
-        }
-        cmd.args(args);
-        cmd
-    }
-
-    /// Starts kubectl (e.g. a watch) with stdout piped; the caller kills it.
-    pub fn spawn(&self, args: &[&str]) -> Child {
-        self.command(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn kubectl")
-    }
-
-    /// Runs kubectl and returns its output whatever the exit status.
-    pub fn run(&self, args: &[&str]) -> Output {
-        self.command(args).output().expect("run kubectl")
-    }
-
-    /// Runs kubectl with `stdin` as standard input.
-    pub fn run_stdin(&self, args: &[&str], stdin: &str) -> Output {
-        use std::io::Write;
-        let mut child = self
-            .command(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn kubectl");
-        child
-            .stdin
-            .take()
-            .expect("stdin")
-            .write_all(stdin.as_bytes())
-            .expect("write stdin");
-        child.wait_with_output().expect("kubectl output")
-    }
-
-    /// Runs kubectl, asserting success; returns stdout.
-    pub fn ok(&self, args: &[&str]) -> String {
-        expect_success(args, self.run(args))
-    }
-
-    /// Runs kubectl with one more environment variable (e.g. `KUBE_EDITOR`), asserting
-    /// success; returns stdout.
-    pub fn ok_env(&self, args: &[&str], key: &str, value: &std::ffi::OsStr) -> String {
-        let out = self
-            .command(args)
-            .env(key, value)
-            .output()
-            .expect("run kubectl");
-        expect_success(args, out)
-    }
-
-    /// Runs kubectl with stdin, asserting success; returns stdout.
-    pub fn ok_stdin(&self, args: &[&str], stdin: &str) -> String {
-        expect_success(args, self.run_stdin(args, stdin))
-    }
-
-    /// Runs kubectl, asserting failure; returns stderr.
-    pub fn fails(&self, args: &[&str]) -> String {
-        expect_failure(args, self.run(args))
-    }
-
-    /// Runs kubectl with stdin, asserting failure; returns stderr.
-    pub fn fails_stdin(&self, args: &[&str], stdin: &str) -> String {
-        expect_failure(args, self.run_stdin(args, stdin))
-    }
-
-    /// Polls `kubectl get ... -o jsonpath=<path>` until `pred` holds (at most `timeout`).
-    pub fn wait_for(
-        &self,
-        args: &[&str],
-        timeout: Duration,
-        pred: impl Fn(&str) -> bool,
-    ) -> String {
-        let deadline = Instant::now() + timeout;
-        let mut last = String::new();
-        while Instant::now() < deadline {
-            let out = self.run(args);
-            last = format!(
-                "{}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-            if out.status.success() && pred(&String::from_utf8_lossy(&out.stdout)) {
-                return String::from_utf8_lossy(&out.stdout).into_owned();
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        panic!(
-            "timed out after {timeout:?} waiting on kubectl {}; last output: {last}",
-            args.join(" ")
-        );
-    }
-}
-
-fn expect_success(args: &[&str], out: Output) -> String {
-    assert!(
-        out.status.success(),
-        "kubectl {} failed: {}{}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn expect_failure(args: &[&str], out: Output) -> String {
-    assert!(
-        !out.status.success(),
-        "kubectl {} unexpectedly succeeded: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stdout)
-    );
-    String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 /// Repository root, for `crds/` and `examples/`.

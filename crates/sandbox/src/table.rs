@@ -10,7 +10,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::sandbox::gofmt::go_float;
+use crate::gofmt::go_float;
 use jiff::Timestamp;
 use serde_json::{Map, Value, json};
 
@@ -1333,7 +1333,7 @@ fn typed_cell(type_: &str, value: &Value, now: Timestamp) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sandbox::registry::{CustomResourceInfo, builtin_resources};
+    use crate::registry::{CustomResourceInfo, builtin_resources};
     use std::sync::Arc;
     use std::time::Duration;
 

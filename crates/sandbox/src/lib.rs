@@ -1,7 +1,14 @@
-//! An in-process, in-memory subset of the Kubernetes API server, with simulated nodes,
-//! scheduler and kubelet, for running diorch and `kubectl` with no cluster.
+//! diorch-sandbox: an in-process, in-memory subset of the Kubernetes API server, with simulated
+//! nodes, scheduler and kubelet, for running diorch and `kubectl` with no cluster, and the demo
+//! that runs the operator on it.
 //!
-//! It is a test bed, not the product: operator code never depends on anything here.
+//! It is a test bed, not the product: the operator crate has it only as a dev-dependency, so the
+//! operator's binary and image do not contain it, and operator code never depends on anything
+//! here. Its own dependency on the operator side is `diorch-core` (resource quantities, the DIJob
+//! CRD and sample for the demo); the demo runs the operator's binary, as a user would.
+//!
+//! Where this sits among the crates:
+#![doc = include_str!("../../../docs/design/crates.md")]
 
 pub mod admission;
 pub mod api_core;
@@ -11,6 +18,8 @@ pub mod api_proto;
 pub mod api_status;
 pub mod auth;
 pub mod cel;
+pub mod cli;
+pub mod demo;
 pub mod gc;
 pub mod gofmt;
 pub mod kubelet;
@@ -53,6 +62,10 @@ pub enum SandboxError {
     BadUrl { url: String, reason: String },
     #[error("cannot build a client for the sandbox: {0}")]
     Client(#[source] kube::Error),
+    #[error("{0}")]
+    AuthFile(String),
+    #[error("cannot use kubeconfig {path}: {reason}")]
+    BadKubeconfig { path: PathBuf, reason: String },
 }
 
 /// Renders a kubeconfig whose current context points at a sandbox server. No credentials: the

@@ -418,8 +418,8 @@ pub fn validate_builtin(group: &str, plural: &str, obj: &Value) -> Vec<Cause> {
 /// A quantity given as a string or a bare number.
 fn quantity(v: &Value) -> Option<i128> {
     match v {
-        Value::String(s) => crate::resources::parse_quantity(s),
-        Value::Number(n) => crate::resources::parse_quantity(&n.to_string()),
+        Value::String(s) => diorch_core::resources::parse_quantity(s),
+        Value::Number(n) => diorch_core::resources::parse_quantity(&n.to_string()),
         _ => None,
     }
 }

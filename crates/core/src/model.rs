@@ -13,9 +13,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Deserialize;
 
 use crate::api::{DIJob, Priority, labels};
-use crate::controller::build;
-use crate::plugin;
+use crate::build;
 use crate::resources::{self, CPU, ContainerShape, GPU, MEMORY, Resources};
+use diorch_policies as plugin;
 
 /// A pod as the allocator caches it: its job (if it is a DIJob's), its node and what it
 /// requests there. Decoded straight from the watch; every other field is skipped.
@@ -126,7 +126,7 @@ impl From<PodShape> for UsagePod {
     }
 }
 
-crate::controller::cache::pod_resource!(UsagePod);
+crate::cached::pod_resource!(UsagePod);
 
 /// Drops what the allocator never reads from a node (images alone can be tens of KB).
 pub fn trim_node(node: &mut Node) {

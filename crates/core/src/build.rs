@@ -45,7 +45,7 @@ pub struct Gang {
     pub scheduler_name: String,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum GangKind {
     /// Volcano: `scheduling.volcano.sh/v1beta1` PodGroup, pods annotated
     /// `scheduling.k8s.io/group-name`.
@@ -56,6 +56,17 @@ pub enum GangKind {
 }
 
 impl GangKind {
+    /// Every kind, in the order `--help` lists them.
+    pub const ALL: [GangKind; 2] = [GangKind::Volcano, GangKind::SchedulerPlugins];
+
+    /// The flag value naming it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GangKind::Volcano => "volcano",
+            GangKind::SchedulerPlugins => "scheduler-plugins",
+        }
+    }
+
     /// The schedulerName of that scheduler's standard installation.
     pub fn default_scheduler_name(self) -> &'static str {
         match self {
@@ -70,6 +81,23 @@ impl GangKind {
             GangKind::Volcano => "scheduling.volcano.sh/v1beta1",
             GangKind::SchedulerPlugins => "scheduling.x-k8s.io/v1alpha1",
         }
+    }
+}
+
+impl std::str::FromStr for GangKind {
+    type Err = String;
+
+    fn from_str(value: &str) -> Result<GangKind, String> {
+        GangKind::ALL
+            .into_iter()
+            .find(|kind| kind.as_str() == value)
+            .ok_or_else(|| {
+                let names: Vec<&str> = GangKind::ALL.iter().map(|k| k.as_str()).collect();
+                format!(
+                    "unknown gang scheduler {value:?}: one of {}",
+                    names.join(", ")
+                )
+            })
     }
 }
 
@@ -808,7 +836,7 @@ mod tests {
             "spec": {"tasks": tasks}
         }))
         .expect("job");
-        assert_eq!(crate::controller::validate::validate(&job), Ok(()));
+        assert_eq!(crate::validate::validate(&job), Ok(()));
         let slots = desired_slots(&job);
         assert_eq!(slots.len(), MAX_JOB_REPLICAS as usize);
         let names: Vec<String> = slots.iter().map(|(p, _, _)| p.clone()).collect();

@@ -81,7 +81,7 @@ impl Sim {
     fn plan(&self) -> Plan {
         let cached: Vec<CachedPod> = self.pods.iter().cloned().map(CachedPod::from).collect();
         let admission = self.admission.as_ref().filter(|a| {
-            crate::allocator::needs_allocation(&self.job)
+            crate::placement::needs_allocation(&self.job)
                 || matches!(a, Admission::Placed { replan: true, .. })
         });
         let observed = Observed {
@@ -977,7 +977,7 @@ fn an_elastic_resize_grows_and_shrinks_a_task_within_min_and_max() {
     assert!(sim.events.iter().any(|e| e.reason == "JobResized"
         && e.message == "replicas per task are now learner×1, collector×4"));
     assert!(
-        !crate::allocator::needs_allocation(&sim.job),
+        !crate::placement::needs_allocation(&sim.job),
         "the allocation matches the resize"
     );
     sim.all("Running", true);
@@ -1048,7 +1048,7 @@ fn scaling_a_placed_preemptible_job_reschedules_onto_the_new_allocation() {
     assert_eq!(before, ["n0", "n1", "n0", "n1"].map(String::from).to_vec());
     // Two more collectors: the allocator places the whole job again.
     sim.job.spec.tasks[2].replicas = 4;
-    assert!(crate::allocator::needs_allocation(&sim.job));
+    assert!(crate::placement::needs_allocation(&sim.job));
     sim.admission = Some(placed(&["n0", "n1", "n0", "n1", "n2", "n2"], None));
     sim.settle();
     assert_eq!(sim.status().reschedules, 1);
@@ -1058,7 +1058,7 @@ fn scaling_a_placed_preemptible_job_reschedules_onto_the_new_allocation() {
     sim.all("Running", true);
     sim.settle();
     assert_eq!(sim.phase(), Some(Phase::Running));
-    assert!(!crate::allocator::needs_allocation(&sim.job));
+    assert!(!crate::placement::needs_allocation(&sim.job));
 }
 
 #[test]
@@ -1945,8 +1945,8 @@ fn counters_written_by_others_saturate() {
 #[test]
 fn template_hash_is_pinned_on_the_di_orchestrator_samples() {
     let samples = [
-        include_str!("../../../examples/di-orchestrator-samples/atari-dqn-dist.yaml"),
-        include_str!("../../../examples/di-orchestrator-samples/dijob-serial.yaml"),
+        include_str!("../../../../examples/di-orchestrator-samples/atari-dqn-dist.yaml"),
+        include_str!("../../../../examples/di-orchestrator-samples/dijob-serial.yaml"),
     ];
     let mut got = Vec::new();
     for yaml in samples {

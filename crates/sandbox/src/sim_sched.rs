@@ -13,8 +13,8 @@ use k8s_openapi::api::core::v1::{
 };
 
 #[cfg(test)]
-use crate::resources::NON_ZERO_MEMORY_MILLI;
-pub use crate::resources::{
+use diorch_core::resources::NON_ZERO_MEMORY_MILLI;
+pub use diorch_core::resources::{
     CPU, MEMORY, Resources, node_allocatable, parse_quantity, pod_requests,
 };
 

@@ -9,7 +9,7 @@
 //! Go iterates maps in random order, so a real server orders errors of sibling fields randomly;
 //! here siblings are visited in sorted key order, which is one of the orders a real server can give.
 
-use crate::sandbox::gofmt::go_float;
+use crate::gofmt::go_float;
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 use std::fmt;

@@ -5,7 +5,7 @@
 //! schema: descriptions inside the embedded pod template are dropped, validation is kept.
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::CustomResourceExt;
+use kube_core::CustomResourceExt;
 use schemars::{Schema, SchemaGenerator, json_schema};
 use serde_json::Value;
 

@@ -7,7 +7,7 @@ use proptest::prelude::*;
 
 use super::selector::{FieldSelector, LabelSelector};
 use super::sim_pod::parse_duration;
-use crate::resources::parse_quantity;
+use diorch_core::resources::parse_quantity;
 
 /// Text near a grammar: its own characters, with multi-byte ones mixed in.
 fn near(alphabet: &'static str) -> impl Strategy<Value = String> {

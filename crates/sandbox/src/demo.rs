@@ -1,47 +1,51 @@
-//! `diorch demo`: a guided first run on the sandbox. Installs the DIJob CRD and the admission
-//! webhooks (by URL, with a fresh certificate), starts the operator in-process, submits DI-orchestrator's `atari-dqn-dist` sample (with sandbox annotations so
-//! its pods finish), prints the job's phases live until it completes, and tells the user what
-//! to run next with kubectl.
+//! The demo: a guided first run on the sandbox. Installs the DIJob CRD and the admission
+//! webhooks (by URL, with a certificate from `diorch webhook-cert`), starts the operator
+//! binary against the sandbox (`diorch run`, as a user would), submits DI-orchestrator's
+//! `atari-dqn-dist` sample (with sandbox annotations so its pods finish), prints the job's
+//! phases live until it completes, and tells the user what to run next with kubectl.
 //!
-//! It only uses the public Kubernetes API through the kube client, as any user tool would.
+//! It only uses the public Kubernetes API through the kube client and the operator's command
+//! line, as any user tool would; it links nothing of the operator.
 
-use clap::Parser;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
 use futures::StreamExt;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::Api;
+use kube::api::{Api, PostParams};
 use kube::runtime::wait::{await_condition, conditions};
 use kube::runtime::watcher;
 
-use crate::api::{DIJob, crd::dijob_crd};
-use crate::operator::{self, Connection, RunArgs};
-use crate::sandbox::RunningSandbox;
+use diorch_core::api::{DIJob, crd::dijob_crd};
 
-/// Prints a line to stdout, ignoring a closed stdout (a pipe whose reader went away must not
-/// panic the process, as `println!` would).
-macro_rules! say {
-    ($($arg:tt)*) => {{
-        use std::io::Write as _;
-        let _ = writeln!(std::io::stdout(), $($arg)*);
-    }};
+use crate::RunningSandbox;
+
+/// Where the demo's lines go (stdout in `diorch-sandbox demo`, a channel in tests).
+pub type Say = Arc<dyn Fn(String) + Send + Sync>;
+
+/// The field manager of the demo's writes.
+const FIELD_MANAGER: &str = "diorch-demo";
+
+fn post_params() -> PostParams {
+    PostParams {
+        field_manager: Some(FIELD_MANAGER.to_string()),
+        ..PostParams::default()
+    }
 }
 
 /// The sample the demo submits, verbatim from DI-orchestrator v2.
-pub const SAMPLE: &str = include_str!("../examples/di-orchestrator-samples/atari-dqn-dist.yaml");
+pub const SAMPLE: &str =
+    include_str!("../../../examples/di-orchestrator-samples/atari-dqn-dist.yaml");
 
 /// How long each simulated worker of the demo job runs before it exits successfully.
 const WORKER_RUNTIME: &str = "10s";
 
-/// The operator's default flags, with its HTTP endpoints off (the demo needs no ports).
-#[derive(Parser)]
-struct DemoOperator {
-    #[command(flatten)]
-    args: RunArgs,
-}
-
 #[derive(Debug, thiserror::Error)]
 pub enum DemoError {
     #[error(transparent)]
-    Sandbox(#[from] crate::sandbox::SandboxError),
+    Sandbox(#[from] crate::SandboxError),
+    #[error("the sandbox wrote no kubeconfig for the operator")]
+    NoKubeconfig,
     #[error("cannot install the DIJob CRD: {0}")]
     InstallCrd(#[source] kube::Error),
     #[error("the DIJob CRD did not become established: {0}")]
@@ -50,8 +54,10 @@ pub enum DemoError {
     Sample(String),
     #[error("cannot submit the sample DIJob: {0}")]
     Submit(#[source] kube::Error),
-    #[error("cannot configure the operator: {0}")]
-    Operator(String),
+    #[error("cannot run the operator {binary}: {message}")]
+    Operator { binary: PathBuf, message: String },
+    #[error("the job watch stopped: {0}")]
+    Watch(String),
     #[error("the sample job did not complete within {0} s")]
     Timeout(u64),
     #[error("cannot install the admission webhooks: {0}")]
@@ -59,51 +65,78 @@ pub enum DemoError {
 }
 
 /// The webhook configurations of `examples/webhook-local.yaml`.
-const LOCAL_WEBHOOKS: &str = include_str!("../examples/webhook-local.yaml");
+const LOCAL_WEBHOOKS: &str = include_str!("../../../examples/webhook-local.yaml");
 
-/// Makes a certificate for 127.0.0.1 in `dir` and registers the webhooks of a local operator
-/// serving on `port`, trusting that certificate's CA, as `diorch webhook-cert` would.
+/// Registers the webhooks of a local operator serving on `port`, then has `diorch webhook-cert`
+/// make a certificate for 127.0.0.1 in `dir` and patch its CA into them: the steps
+/// `examples/webhook-local.yaml` tells a user to take.
 async fn install_webhooks(
     client: &kube::Client,
+    operator: &Path,
+    kubeconfig: &Path,
     port: u16,
-    dir: &std::path::Path,
+    dir: &Path,
 ) -> Result<(), DemoError> {
-    use k8s_openapi::ByteString;
     use k8s_openapi::api::admissionregistration::v1::{
         MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
     };
     let fail = |e: &dyn std::fmt::Display| DemoError::Webhooks(e.to_string());
-    let bundle =
-        crate::webhook::cert::generate(&["127.0.0.1".to_string()], 365).map_err(|e| fail(&e))?;
-    crate::webhook::cert::write_dir_bundle(dir, &bundle).map_err(|e| fail(&e))?;
-    let ca = Some(ByteString(bundle.ca.into_bytes()));
     let docs: Vec<serde_json::Value> =
         serde_saphyr::from_multiple(&LOCAL_WEBHOOKS.replace("PORT", &port.to_string()))
             .map_err(|e| fail(&e))?;
     for doc in docs {
-        if doc["kind"] == "MutatingWebhookConfiguration" {
-            let mut c: MutatingWebhookConfiguration =
+        let created = if doc["kind"] == "MutatingWebhookConfiguration" {
+            let c: MutatingWebhookConfiguration =
                 serde_json::from_value(doc).map_err(|e| fail(&e))?;
-            for w in c.webhooks.iter_mut().flatten() {
-                w.client_config.ca_bundle = ca.clone();
-            }
             Api::<MutatingWebhookConfiguration>::all(client.clone())
-                .create(&crate::writes::post_params(), &c)
+                .create(&post_params(), &c)
                 .await
-                .map_err(|e| fail(&e))?;
+                .map(drop)
         } else {
-            let mut c: ValidatingWebhookConfiguration =
+            let c: ValidatingWebhookConfiguration =
                 serde_json::from_value(doc).map_err(|e| fail(&e))?;
-            for w in c.webhooks.iter_mut().flatten() {
-                w.client_config.ca_bundle = ca.clone();
-            }
             Api::<ValidatingWebhookConfiguration>::all(client.clone())
-                .create(&crate::writes::post_params(), &c)
+                .create(&post_params(), &c)
                 .await
-                .map_err(|e| fail(&e))?;
-        }
+                .map(drop)
+        };
+        created.map_err(|e| fail(&e))?;
+    }
+    let out = tokio::process::Command::new(operator)
+        .arg("webhook-cert")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .arg("--out-dir")
+        .arg(dir)
+        .args(["--host", "127.0.0.1"])
+        .output()
+        .await
+        .map_err(|e| operator_error(operator, &e))?;
+    if !out.status.success() {
+        return Err(DemoError::Webhooks(format!(
+            "{} webhook-cert failed: {}",
+            operator.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
     }
     Ok(())
+}
+
+fn operator_error(binary: &Path, error: &dyn std::fmt::Display) -> DemoError {
+    DemoError::Operator {
+        binary: binary.to_path_buf(),
+        message: error.to_string(),
+    }
+}
+
+/// The operator binary beside this one (`target/debug/diorch` next to
+/// `target/debug/diorch-sandbox`), else `diorch` from `PATH`.
+pub fn default_operator() -> PathBuf {
+    std::env::current_exe()
+        .ok()
+        .and_then(|exe| Some(exe.parent()?.join("diorch")))
+        .filter(|path| path.is_file())
+        .unwrap_or_else(|| PathBuf::from("diorch"))
 }
 
 /// Parses the bundled sample and adds the sandbox annotations that make its workers finish.
@@ -129,13 +162,35 @@ pub fn sample_job() -> Result<DIJob, DemoError> {
     Ok(job)
 }
 
-/// Installs the CRD and submits the sample job into `default`.
-pub async fn run(sandbox: &RunningSandbox) -> Result<(), DemoError> {
+/// The demo's running operator; dropping it stops the operator.
+pub struct Demo {
+    operator: tokio::process::Child,
+    certs: PathBuf,
+}
+
+impl Demo {
+    /// Resolves when the operator process exits (it should not before Ctrl-C).
+    pub async fn operator_exited(&mut self) -> std::io::Result<std::process::ExitStatus> {
+        self.operator.wait().await
+    }
+}
+
+impl Drop for Demo {
+    fn drop(&mut self) {
+        let _ = self.operator.start_kill();
+        let _ = std::fs::remove_dir_all(&self.certs);
+    }
+}
+
+/// Installs the CRD and the webhooks, starts `operator` (the `diorch` binary) against the
+/// sandbox, submits the sample job into `default` and follows it to completion.
+pub async fn run(sandbox: &RunningSandbox, operator: &Path, say: Say) -> Result<Demo, DemoError> {
+    let kubeconfig = sandbox.kubeconfig().ok_or(DemoError::NoKubeconfig)?;
     let client = sandbox.client()?;
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let crd = dijob_crd();
     let crd_name = crd.metadata.name.clone().unwrap_or_default();
-    match crds.create(&crate::writes::post_params(), &crd).await {
+    match crds.create(&post_params(), &crd).await {
         Ok(_) => {}
         Err(kube::Error::Api(status)) if status.code == 409 => {}
         Err(e) => return Err(DemoError::InstallCrd(e)),
@@ -145,42 +200,38 @@ pub async fn run(sandbox: &RunningSandbox) -> Result<(), DemoError> {
         .await
         .map_err(|_| DemoError::CrdNotEstablished("timed out after 30 s".to_string()))?
         .map_err(|e| DemoError::CrdNotEstablished(e.to_string()))?;
-    say!("installed CRD {crd_name}");
+    say(format!("installed CRD {crd_name}"));
 
     // The webhook's URL must name its port before the operator binds it: take a free one.
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .map_err(|e| DemoError::Webhooks(e.to_string()))?;
-    let certs = std::env::temp_dir().join(format!("diorch-demo-{}-certs", std::process::id()));
-    install_webhooks(&client, port, &certs).await?;
+    let certs = std::env::temp_dir().join(format!(
+        "diorch-demo-{}-{}-certs",
+        std::process::id(),
+        sandbox.addr().port()
+    ));
+    install_webhooks(&client, operator, kubeconfig, port, &certs).await?;
     let webhook_addr = format!("127.0.0.1:{port}");
-    let cert_dir = certs.display().to_string();
-    let args = DemoOperator::try_parse_from([
-        "demo",
-        "--metric-addr",
-        "0",
-        "--probe-addr",
-        "0",
-        "--server-bind-address",
-        "127.0.0.1:0",
-        "--webhook-addr",
-        &webhook_addr,
-        "--webhook-cert-dir",
-        &cert_dir,
-    ])
-    .map_err(|e| DemoError::Operator(e.to_string()))?
-    .args;
-    let conn = Connection {
-        client: client.clone(),
-        url: sandbox.url().to_string(),
-        api_requests: Default::default(),
+    // The operator's default flags, with its metrics and probes off (the demo needs no ports).
+    let child = tokio::process::Command::new(operator)
+        .arg("run")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(["--metric-addr", "0", "--probe-addr", "0"])
+        .args(["--server-bind-address", "127.0.0.1:0"])
+        .args(["--webhook-addr", &webhook_addr])
+        .arg("--webhook-cert-dir")
+        .arg(&certs)
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| operator_error(operator, &e))?;
+    let mut demo = Demo {
+        operator: child,
+        certs,
     };
-    tokio::spawn(async move {
-        if let Err(error) = operator::run(conn, args, std::future::pending()).await {
-            tracing::error!(%error, "the operator stopped");
-        }
-    });
     // The sample goes through the webhooks: submit it once they listen.
     let listening = async {
         while tokio::net::TcpStream::connect(("127.0.0.1", port))
@@ -190,50 +241,61 @@ pub async fn run(sandbox: &RunningSandbox) -> Result<(), DemoError> {
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
     };
-    tokio::time::timeout(std::time::Duration::from_secs(30), listening)
-        .await
-        .map_err(|_| {
-            DemoError::Webhooks(format!("nothing listens on {webhook_addr} after 30 s"))
-        })?;
-    say!("started the diorch operator (admission webhooks on https://{webhook_addr})");
+    tokio::select! {
+        waited = tokio::time::timeout(std::time::Duration::from_secs(30), listening) => {
+            waited.map_err(|_| {
+                DemoError::Webhooks(format!("nothing listens on {webhook_addr} after 30 s"))
+            })?;
+        }
+        exited = demo.operator.wait() => {
+            let status = exited.map_or_else(|e| e.to_string(), |s| s.to_string());
+            return Err(operator_error(operator, &format!("exited at start: {status}")));
+        }
+    }
+    say(format!(
+        "started the diorch operator (admission webhooks on https://{webhook_addr})"
+    ));
 
     let job = sample_job()?;
     let name = job.metadata.name.clone().unwrap_or_default();
     let jobs: Api<DIJob> = Api::namespaced(client, "default");
     // Watch before submitting, so that no phase is missed.
     let (listed, is_listed) = tokio::sync::oneshot::channel();
-    let following = tokio::spawn(follow(jobs.clone(), name.clone(), listed));
+    let following = tokio::spawn(follow(jobs.clone(), name.clone(), listed, say.clone()));
     let _ = is_listed.await;
-    match jobs.create(&crate::writes::post_params(), &job).await {
-        Ok(_) => {
-            say!("submitted DIJob default/{name} (DI-orchestrator's atari-dqn-dist sample)")
-        }
+    match jobs.create(&post_params(), &job).await {
+        Ok(_) => say(format!(
+            "submitted DIJob default/{name} (DI-orchestrator's atari-dqn-dist sample)"
+        )),
         Err(kube::Error::Api(status)) if status.code == 409 => {
-            say!("DIJob default/{name} already exists")
+            say(format!("DIJob default/{name} already exists"))
         }
         Err(e) => return Err(DemoError::Submit(e)),
     }
 
     following
         .await
-        .map_err(|e| DemoError::Operator(format!("the job watch stopped: {e}")))??;
+        .map_err(|e| DemoError::Watch(e.to_string()))??;
 
     let kubeconfig = sandbox.kubeconfig_display();
-    say!();
-    say!("next, in another terminal:");
-    say!("  export KUBECONFIG={kubeconfig}");
-    say!("  kubectl get dijobs");
-    say!("  kubectl get dijob {name} -o yaml");
-    say!("  kubectl describe dijob {name}");
-    say!("  kubectl get pods -l diengine/job={name} -o wide");
-    say!("  kubectl get nodes -o wide");
-    say!("  kubectl apply -f examples/di-orchestrator-samples/dijob-serial.yaml");
-    say!(
+    for line in [
+        String::new(),
+        "next, in another terminal:".to_string(),
+        format!("  export KUBECONFIG={kubeconfig}"),
+        "  kubectl get dijobs".to_string(),
+        format!("  kubectl get dijob {name} -o yaml"),
+        format!("  kubectl describe dijob {name}"),
+        format!("  kubectl get pods -l diengine/job={name} -o wide"),
+        "  kubectl get nodes -o wide".to_string(),
+        "  kubectl apply -f examples/di-orchestrator-samples/dijob-serial.yaml".to_string(),
         "  kubectl apply -f examples/invalid-two-collectors.yaml   # refused by the admission webhook"
-    );
-    say!();
-    say!("the sandbox runs until Ctrl-C");
-    Ok(())
+            .to_string(),
+        String::new(),
+        "the sandbox runs until Ctrl-C".to_string(),
+    ] {
+        say(line);
+    }
+    Ok(demo)
 }
 
 /// Prints the job's phase and ready replicas each time they change, until it completes.
@@ -242,6 +304,7 @@ async fn follow(
     jobs: Api<DIJob>,
     name: String,
     listed: tokio::sync::oneshot::Sender<()>,
+    say: Say,
 ) -> Result<(), DemoError> {
     const LIMIT: u64 = 120;
     let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
@@ -264,11 +327,10 @@ async fn follow(
             let Some(phase) = status.phase else { continue };
             let now = (phase, status.ready_replicas, status.replicas);
             if last != Some(now) {
-                say!(
+                say(format!(
                     "  {name}: {phase} ({}/{} replicas ready)",
-                    status.ready_replicas,
-                    status.replicas
-                );
+                    status.ready_replicas, status.replicas
+                ));
                 last = Some(now);
             }
             if phase.is_terminal() {

@@ -6,7 +6,7 @@
 //! Pure functions over `serde_json::Value`: no store, no HTTP. The caller decodes, validates and
 //! stores the result; it must not depend on anything else here.
 
-use crate::sandbox::gofmt::go_float;
+use crate::gofmt::go_float;
 use serde_json::{Map, Value};
 
 /// The patch formats a client may name in `Content-Type`.

@@ -12,11 +12,12 @@ use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use serde_json::Value;
 
-use super::build::{self, BuildContext, ReplicaSlot};
-use super::cache::CachedPod;
-use super::ranks::RankTable;
-use super::validate;
 use crate::api::{CleanPodPolicy, DIJob, DIJobStatus, JobCondition, Phase, labels};
+use crate::build::{self, BuildContext, ReplicaSlot};
+use crate::cached::CachedPod;
+use crate::placement::Admission;
+use crate::ranks::RankTable;
+use crate::validate;
 
 /// Annotation holding a hash of what a pod was built from (its task's template and the job's
 /// volumes), so that a template edit rolls exactly that task's pods. Pods without it (created
@@ -32,26 +33,6 @@ pub struct Observed<'a> {
     pub service: Option<&'a Service>,
     /// The allocator's answer, when the job is preemptible and needs an allocation.
     pub admission: Option<&'a Admission>,
-}
-
-/// The allocator's answer for a preemptible job that needs an allocation.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Admission {
-    /// One node per replica in slot order (tasks in spec order, then local rank).
-    Placed {
-        nodes: Vec<String>,
-        /// The policy that decided, e.g. `binpack@3f2a…` or `builtin-binpack`.
-        by: String,
-        /// Why the built-in policy answered instead of the requested one.
-        fallback: Option<String>,
-        /// A periodic re-plan moving a placed job (not its first placement).
-        replan: bool,
-        /// New replica count per task (spec order) when an elastic policy resized the job;
-        /// `nodes` is in slot order at these counts.
-        replicas: Option<Vec<u32>>,
-    },
-    /// Not every replica fits now; the job waits in Pending.
-    Waiting { message: String, by: String },
 }
 
 /// Longest condition message or Event note the planner writes. Events over 1 KiB are refused

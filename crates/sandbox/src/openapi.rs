@@ -775,7 +775,7 @@ fn add_paths(paths: &mut Map<String, Value>, info: &ResourceInfo) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sandbox::registry::{CustomResourceInfo, PrinterColumn, builtin_resources};
+    use crate::registry::{CustomResourceInfo, PrinterColumn, builtin_resources};
     use std::sync::Arc;
 
     fn dijob() -> ResourceInfo {

@@ -353,7 +353,7 @@ impl Controllers {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sandbox::api_core::WriteOptions;
+    use crate::api_core::WriteOptions;
 
     fn drain(gc: &mut Controllers, rx: &mut tokio::sync::mpsc::UnboundedReceiver<Change>) {
         while let Ok(c) = rx.try_recv() {

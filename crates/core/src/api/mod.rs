@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{PodTemplateSpec, Volume};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::CustomResource;
+use kube_derive::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -62,7 +62,7 @@ pub mod labels {
 /// and a job's pods with its replicas squared. At 4000 replicas a pod is ~250 KB with typical
 /// names and under 1.1 MB with the longest names validation allows, within the 1.5 MiB an object
 /// may have in etcd (a test builds that pod). The controller builds at most
-/// [`MAX_CREATES_PER_PASS`](crate::controller::planner::MAX_CREATES_PER_PASS) pods at a time, so
+/// [`MAX_CREATES_PER_PASS`](crate::planner::MAX_CREATES_PER_PASS) pods at a time, so
 /// its memory follows one batch, not the job. DI-engine jobs run tens to hundreds of
 /// collectors; 64 tasks is far beyond its three roles plus free-form ones.
 pub mod limits {
@@ -87,6 +87,7 @@ pub const DEFAULT_PORT: i32 = 22270;
 #[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[kube(
+    crates(kube_core = "::kube_core"),
     group = "diengine.opendilab.org",
     version = "v2alpha1",
     kind = "DIJob",
@@ -413,15 +414,15 @@ mod tests {
     const SAMPLES: [(&str, &str); 3] = [
         (
             "atari-dqn-dist.yaml",
-            include_str!("../../examples/di-orchestrator-samples/atari-dqn-dist.yaml"),
+            include_str!("../../../../examples/di-orchestrator-samples/atari-dqn-dist.yaml"),
         ),
         (
             "atari-dqn-dist-config.yaml",
-            include_str!("../../examples/di-orchestrator-samples/atari-dqn-dist-config.yaml"),
+            include_str!("../../../../examples/di-orchestrator-samples/atari-dqn-dist-config.yaml"),
         ),
         (
             "dijob-serial.yaml",
-            include_str!("../../examples/di-orchestrator-samples/dijob-serial.yaml"),
+            include_str!("../../../../examples/di-orchestrator-samples/dijob-serial.yaml"),
         ),
     ];
 

@@ -1,0 +1,302 @@
+//! The slim shapes the operator caches watched pods and DIJobs in, and their trimming.
+//!
+//! Owns [`CachedPod`] and [`CachedJob`] (decoded straight from a watch into these shapes, so
+//! 20 000 cached pods stay small), the trimming applied before they enter a cache, and the
+//! `kube_core::Resource` impls that make them watchable. Pure data: the watches and the reflector
+//! stores that hold these belong to the operator crate.
+
+use std::borrow::Cow;
+
+use k8s_openapi::api::core::v1::{
+    ContainerPort, ContainerStatus, Pod, PodStatus, ResourceRequirements, Service,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde::Deserialize;
+
+use crate::api::{DEFAULT_CONTAINER_NAME, DIJob, DIJobStatus};
+
+/// A pod as the controller caches it: decoded straight from the watch into this slim shape
+/// (the full `Pod` type is over 4 KB per object before any data), then trimmed by [`trim_pod`].
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+pub struct CachedPod {
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    #[serde(default)]
+    pub spec: Option<CachedPodSpec>,
+    #[serde(default)]
+    pub status: Option<PodStatus>,
+}
+
+/// What readers use of a pod's spec.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct CachedPodSpec {
+    #[serde(default)]
+    pub node_name: Option<String>,
+    /// Only `di-container`, with its ports and resources.
+    #[serde(default)]
+    pub containers: Vec<CachedContainer>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+pub struct CachedContainer {
+    pub name: String,
+    #[serde(default)]
+    pub ports: Option<Vec<ContainerPort>>,
+    #[serde(default)]
+    pub resources: Option<ResourceRequirements>,
+}
+
+/// Makes a slim pod type (with a `metadata: ObjectMeta` field) watchable as core/v1 pods.
+macro_rules! pod_resource {
+    ($t:ty) => {
+        impl kube_core::Resource for $t {
+            type DynamicType = ();
+            type Scope = k8s_openapi::NamespaceResourceScope;
+
+            fn kind(_: &()) -> std::borrow::Cow<'_, str> {
+                std::borrow::Cow::Borrowed("Pod")
+            }
+            fn group(_: &()) -> std::borrow::Cow<'_, str> {
+                std::borrow::Cow::Borrowed("")
+            }
+            fn version(_: &()) -> std::borrow::Cow<'_, str> {
+                std::borrow::Cow::Borrowed("v1")
+            }
+            fn plural(_: &()) -> std::borrow::Cow<'_, str> {
+                std::borrow::Cow::Borrowed("pods")
+            }
+            fn meta(&self) -> &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                &self.metadata
+            }
+            fn meta_mut(
+                &mut self,
+            ) -> &mut k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                &mut self.metadata
+            }
+        }
+    };
+}
+pub(crate) use pod_resource;
+
+pod_resource!(CachedPod);
+
+impl From<Pod> for CachedPod {
+    /// The cached form of a full pod (what the watch would have given), trimmed.
+    fn from(pod: Pod) -> CachedPod {
+        let mut cached = CachedPod {
+            metadata: pod.metadata,
+            spec: pod.spec.map(|spec| CachedPodSpec {
+                node_name: spec.node_name,
+                containers: spec
+                    .containers
+                    .into_iter()
+                    .map(|c| CachedContainer {
+                        name: c.name,
+                        ports: c.ports,
+                        resources: c.resources,
+                    })
+                    .collect(),
+            }),
+            status: pod.status,
+        };
+        trim_pod(&mut cached);
+        cached
+    }
+}
+
+/// Whether readers need a label or annotation key: DI-orchestrator's and diorch's own.
+fn kept_key(key: &str) -> bool {
+    key.starts_with("diengine/") || key.starts_with("diorch.io/")
+}
+
+/// A DIJob as the controller caches it: the spec kept as the compact JSON the API server sent
+/// (a typed spec holds several KB of empty pod-template fields per task) and decoded only when
+/// the job is reconciled.
+#[derive(Clone, Debug, Deserialize)]
+pub struct CachedJob {
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    pub spec: Box<serde_json::value::RawValue>,
+    #[serde(default)]
+    pub status: Option<DIJobStatus>,
+}
+
+impl CachedJob {
+    /// The typed job for the planner.
+    pub fn decode(&self) -> Result<DIJob, serde_json::Error> {
+        Ok(DIJob {
+            metadata: self.metadata.clone(),
+            spec: serde_json::from_str(self.spec.get())?,
+            status: self.status.clone(),
+        })
+    }
+}
+
+impl kube_core::Resource for CachedJob {
+    type DynamicType = ();
+    type Scope = k8s_openapi::NamespaceResourceScope;
+
+    fn kind(_: &()) -> Cow<'_, str> {
+        Cow::Borrowed(crate::api::KIND)
+    }
+    fn group(_: &()) -> Cow<'_, str> {
+        Cow::Borrowed(crate::api::GROUP)
+    }
+    fn version(_: &()) -> Cow<'_, str> {
+        Cow::Borrowed(crate::api::VERSION)
+    }
+    fn plural(_: &()) -> Cow<'_, str> {
+        Cow::Borrowed("dijobs")
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+/// Drops what no reader of the DIJob cache uses.
+pub fn trim_job(job: &mut CachedJob) {
+    job.metadata.managed_fields = None;
+    if let Some(a) = job.metadata.annotations.as_mut() {
+        a.remove("kubectl.kubernetes.io/last-applied-configuration");
+    }
+}
+
+/// Keeps of a pod what the planner, the allocator and the replica API read: metadata (minus
+/// managedFields and labels or annotations that are not `diengine/` or `diorch.io/` ones), the
+/// node, the worker container's ports and resources, and the phase, reason, Ready and
+/// PodScheduled conditions, IP and container states of its status.
+pub fn trim_pod(pod: &mut CachedPod) {
+    pod.metadata.managed_fields = None;
+    if let Some(a) = pod.metadata.annotations.as_mut() {
+        a.retain(|k, _| kept_key(k));
+    }
+    if let Some(l) = pod.metadata.labels.as_mut() {
+        l.retain(|k, _| kept_key(k));
+    }
+    if let Some(spec) = pod.spec.as_mut() {
+        spec.containers.retain(|c| c.name == DEFAULT_CONTAINER_NAME);
+    }
+    if let Some(status) = pod.status.take() {
+        pod.status = Some(PodStatus {
+            phase: status.phase,
+            reason: status.reason,
+            conditions: status.conditions.map(|cs| {
+                cs.into_iter()
+                    .filter(|c| c.type_ == "Ready" || c.type_ == "PodScheduled")
+                    .map(|mut c| {
+                        c.message = None;
+                        c
+                    })
+                    .collect()
+            }),
+            pod_ip: status.pod_ip,
+            container_statuses: status.container_statuses.map(|cs| {
+                cs.into_iter()
+                    .map(|c| ContainerStatus {
+                        name: c.name,
+                        ready: c.ready,
+                        state: c.state,
+                        restart_count: c.restart_count,
+                        ..ContainerStatus::default()
+                    })
+                    .collect()
+            }),
+            ..PodStatus::default()
+        });
+    }
+}
+
+/// Drops what no reader of the service cache uses.
+pub fn trim_service(svc: &mut Service) {
+    svc.metadata.managed_fields = None;
+    svc.status = None;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pod(name: &str, job: &str) -> CachedPod {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "ns", "labels": {"diengine/job": job, "team": "rl"},
+                "annotations": {"diengine/rank": "0", "diorch.io/template-hash": "h", "big": "x"},
+                "managedFields": [{"manager": "kubectl"}]},
+            "spec": {"nodeName": "n1", "containers": [
+                {"name": "di-container", "image": "big", "command": ["x"], "env": [{"name": "DI_NODES", "value": "a,b"}],
+                 "ports": [{"name": "di-port", "containerPort": 1234}]},
+                {"name": "sidecar", "image": "s"}
+            ]},
+            "status": {"phase": "Running", "podIP": "10.0.0.1",
+                "conditions": [{"type": "Ready", "status": "True", "message": "m"}, {"type": "Initialized", "status": "True"}],
+                "containerStatuses": [{"name": "di-container", "ready": true, "image": "big", "imageID": "sha", "restartCount": 0}]}
+        }))
+        .expect("pod")
+    }
+
+    #[test]
+    fn trimming_keeps_what_readers_use_and_drops_the_rest() {
+        let mut p = pod("a", "j");
+        trim_pod(&mut p);
+        assert!(p.metadata.managed_fields.is_none());
+        let keys = |m: &Option<std::collections::BTreeMap<String, String>>| {
+            m.as_ref()
+                .map(|m| m.keys().cloned().collect::<Vec<_>>())
+                .unwrap_or_default()
+        };
+        assert_eq!(keys(&p.metadata.labels), ["diengine/job"]);
+        assert_eq!(
+            keys(&p.metadata.annotations),
+            ["diengine/rank", "diorch.io/template-hash"]
+        );
+        let spec = p.spec.as_ref().expect("spec");
+        assert_eq!(spec.node_name.as_deref(), Some("n1"));
+        assert_eq!(spec.containers.len(), 1);
+        assert_eq!(
+            spec.containers[0]
+                .ports
+                .as_ref()
+                .map(|p| p[0].container_port),
+            Some(1234)
+        );
+        assert_eq!(spec.containers[0].name, "di-container");
+        let status = p.status.as_ref().expect("status");
+        assert_eq!(status.pod_ip.as_deref(), Some("10.0.0.1"));
+        let conditions = status.conditions.as_ref().expect("conditions");
+        assert_eq!(conditions.len(), 1);
+        assert_eq!(
+            (
+                conditions[0].type_.as_str(),
+                conditions[0].message.as_deref()
+            ),
+            ("Ready", None)
+        );
+        let cs = &status.container_statuses.as_ref().expect("cs")[0];
+        assert!(cs.ready && cs.image.is_empty());
+    }
+
+    #[test]
+    fn cached_jobs_decode_to_the_typed_job() {
+        let raw = json!({
+            "apiVersion": "diengine.opendilab.org/v2alpha1", "kind": "DIJob",
+            "metadata": {"name": "j", "namespace": "ns", "managedFields": [{"manager": "kubectl"}]},
+            "spec": {"backoffLimit": 2, "tasks": [{"type": "learner", "replicas": 3, "template": {"spec": {"containers": [{"name": "di-container", "image": "i"}]}}}]},
+            "status": {"phase": "Running"}
+        });
+        let mut cached: CachedJob = serde_json::from_value(raw.clone()).expect("cached");
+        trim_job(&mut cached);
+        let job = cached.decode().expect("decode");
+        let typed: DIJob = serde_json::from_value(raw).expect("typed");
+        assert_eq!(job.spec, typed.spec);
+        assert_eq!(job.status, typed.status);
+        assert!(job.metadata.managed_fields.is_none());
+        assert_eq!(
+            <CachedJob as kube_core::Resource>::api_version(&()),
+            "diengine.opendilab.org/v2alpha1"
+        );
+    }
+}
