@@ -1121,6 +1121,9 @@ fn backoff(failures: u32) -> Duration {
 }
 
 #[cfg(test)]
+mod api_calls;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
