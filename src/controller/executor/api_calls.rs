@@ -32,12 +32,13 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use super::{Caches, Context, Error, Requeue, Settings, WAITING_RETRY, reconcile_inner};
-use crate::allocator::{self, Allocator};
-use crate::api::{DIJob, DIJobStatus, Phase};
-use crate::controller::build::{BuildContext, Gang, GangKind};
-use crate::controller::cache::{CachedPod, PodIndex};
+use crate::allocator::Allocator;
+use diorch_core::api::{DIJob, DIJobStatus, Phase};
+use diorch_core::build::{BuildContext, Gang, GangKind};
+use crate::controller::cache::PodIndex;
+use diorch_core::cached::CachedPod;
 use crate::controller::expectations::Expectations;
-use crate::controller::planner::{self, Action, Observed};
+use diorch_core::planner::{self, Action, Observed};
 use crate::controller::queue::Queue;
 use crate::controller::throttle::Throttle;
 use crate::metrics::Metrics;
@@ -469,7 +470,7 @@ fn with_phase(mut pod: Pod, phase: &str, ready: bool) -> Pod {
 }
 
 fn service(job: &DIJob) -> Service {
-    let mut svc = crate::controller::build::build_service(job);
+    let mut svc = diorch_core::build::build_service(job);
     svc.metadata.uid = Some(SVC_UID.into());
     svc
 }
@@ -514,8 +515,8 @@ struct Harness {
     pods: Writer<CachedPod>,
     services: Writer<Service>,
     nodes: Writer<Node>,
-    _usage: Writer<allocator::view::UsagePod>,
-    _jobs: Writer<crate::controller::cache::CachedJob>,
+    _usage: Writer<diorch_core::model::UsagePod>,
+    _jobs: Writer<diorch_core::cached::CachedJob>,
 }
 
 impl Harness {
@@ -543,7 +544,7 @@ impl Harness {
             node_store,
             usage_store,
             job_store.clone(),
-            settings.allocator.clone(),
+            crate::allocator::Settings::default(),
             metrics.clone(),
         );
         let (events, receiver) = if real_events {
@@ -579,7 +580,7 @@ impl Harness {
             metrics,
             failures: Mutex::new(HashMap::new()),
             reported: Mutex::new(HashMap::<String, HashSet<String>>::new()),
-            allocator,
+            placement: allocator,
             plugins,
         };
         Harness {
