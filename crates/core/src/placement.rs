@@ -8,6 +8,7 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
+use std::str::FromStr;
 
 use crate::api::{DIJob, Phase};
 use crate::{build, model};
@@ -45,6 +46,24 @@ impl fmt::Display for ObjectKey {
         write!(f, "{}/{}", self.namespace, self.name)
     }
 }
+
+/// Parses what [`Display`](fmt::Display) prints: the namespace is everything before the first
+/// `/` (namespaces are DNS labels, so a key always splits back into what made it).
+impl FromStr for ObjectKey {
+    type Err = NotAKey;
+
+    fn from_str(key: &str) -> Result<ObjectKey, NotAKey> {
+        let (namespace, name) = key
+            .split_once('/')
+            .ok_or_else(|| NotAKey(key.to_string()))?;
+        Ok(ObjectKey::new(namespace, name))
+    }
+}
+
+/// A string that is not `namespace/name`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?} is not namespace/name")]
+pub struct NotAKey(pub String);
 
 /// The allocator's answer for a preemptible job that needs an allocation.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -121,5 +140,27 @@ mod tests {
         };
         assert_eq!(ObjectKey::of(&meta), key);
         assert_eq!(ObjectKey::of(&Default::default()).to_string(), "/");
+    }
+
+    #[test]
+    fn object_keys_parse_back_from_what_they_print() {
+        for key in [
+            ObjectKey::new("ns", "job"),
+            ObjectKey::new("", "job"),
+            ObjectKey::new("ns", ""),
+            ObjectKey::default(),
+        ] {
+            assert_eq!(key.to_string().parse::<ObjectKey>(), Ok(key));
+        }
+        // Split at the first slash: the namespace never holds one.
+        assert_eq!(
+            "ns/a/b".parse::<ObjectKey>(),
+            Ok(ObjectKey::new("ns", "a/b"))
+        );
+        assert_eq!("job".parse::<ObjectKey>(), Err(NotAKey("job".to_string())));
+        assert_eq!(
+            NotAKey("job".into()).to_string(),
+            r#""job" is not namespace/name"#
+        );
     }
 }
