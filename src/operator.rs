@@ -20,7 +20,6 @@ use crate::plugin::registry::PluginRegistry;
 use crate::plugin::{HostConfig, Limits, NativePolicy, PluginHost};
 use diorch_core::api::DIJob;
 use diorch_core::build::{BuildContext, Gang, GangKind};
-use diorch_core::placement::ObjectKey;
 use futures::StreamExt as _;
 
 /// Why the operator could not start or stopped.
@@ -568,9 +567,7 @@ pub async fn run(
                 Allocator::start(client, plugins, jobs, allocator_settings, metrics);
             executor::Placer {
                 placement: allocator,
-                retries: retries
-                    .map(|job| ObjectKey::new(job.namespace.unwrap_or_default(), job.name))
-                    .boxed(),
+                retries: retries.boxed(),
             }
         }
     };

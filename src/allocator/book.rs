@@ -17,6 +17,7 @@ use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 
 use diorch_core::model::UsagePod;
+use diorch_core::placement::ObjectKey;
 use diorch_core::resources::Resources;
 
 /// An allocation the allocator counts as taken.
@@ -36,7 +37,7 @@ pub struct Held {
 #[derive(Clone, Debug)]
 struct PodEntry {
     node: String,
-    job: Option<String>,
+    job: Option<ObjectKey>,
     requests: Resources,
 }
 
@@ -71,11 +72,11 @@ fn prune(sums: &mut NodeSums, node: &str) {
 
 #[derive(Default)]
 pub struct Book {
-    held: HashMap<String, Held>,
-    /// Counted pods by `namespace/name`.
-    pods: HashMap<String, PodEntry>,
+    held: HashMap<ObjectKey, Held>,
+    /// Counted pods, by the pod's key.
+    pods: HashMap<ObjectKey, PodEntry>,
     /// Per-node sums of each DIJob's counted pods, by job key.
-    pods_by_job: HashMap<String, NodeSums>,
+    pods_by_job: HashMap<ObjectKey, NodeSums>,
     /// What each node counts as used (see the module doc).
     counted: NodeSums,
     /// Bumped by every change that may change what a node counts as used, so a caller that
@@ -84,7 +85,7 @@ pub struct Book {
 }
 
 impl Book {
-    pub fn get(&self, key: &str) -> Option<&Held> {
+    pub fn get(&self, key: &ObjectKey) -> Option<&Held> {
         self.held.get(key)
     }
 
@@ -94,7 +95,7 @@ impl Book {
     }
 
     /// Holds `held` for `key`, replacing what it held before.
-    pub fn hold(&mut self, key: String, held: Held) {
+    pub fn hold(&mut self, key: ObjectKey, held: Held) {
         for (node, r) in &held.usage {
             add(&mut self.counted, node, r);
         }
@@ -118,7 +119,7 @@ impl Book {
     }
 
     /// Stops holding `key`'s allocation; its pods (if any) count from their requests again.
-    pub fn release(&mut self, key: &str) -> Option<Held> {
+    pub fn release(&mut self, key: &ObjectKey) -> Option<Held> {
         let old = self.held.remove(key)?;
         self.version += 1;
         for (node, r) in &old.usage {
@@ -134,7 +135,7 @@ impl Book {
 
     /// Releases every held allocation `keep` says no to.
     pub fn retain(&mut self, mut keep: impl FnMut(&Held) -> bool) {
-        let gone: Vec<String> = self
+        let gone: Vec<ObjectKey> = self
             .held
             .iter()
             .filter(|(_, h)| !keep(h))
@@ -145,7 +146,7 @@ impl Book {
         }
     }
 
-    fn uncount_pods_of(&mut self, key: &str) {
+    fn uncount_pods_of(&mut self, key: &ObjectKey) {
         if let Some(sums) = self.pods_by_job.get(key) {
             for (node, r) in sums {
                 sub(&mut self.counted, node, r);
@@ -155,13 +156,14 @@ impl Book {
 
     /// A pod was added or changed (watch `Apply`).
     pub fn apply_pod(&mut self, pod: &UsagePod) {
-        let key = pod_key(pod);
+        let key = ObjectKey::of(&pod.metadata);
+        let job = pod.job_key();
         let node = pod.node.as_deref().filter(|_| !pod.terminal);
         // Most pod events (status, conditions) change nothing the book counts.
         if let (Some(old), Some(node)) = (self.pods.get(&key), node)
             && old.node == node
             && old.requests == pod.requests
-            && old.job == pod.job_key()
+            && old.job == job
         {
             return;
         }
@@ -172,7 +174,7 @@ impl Book {
         self.version += 1;
         let entry = PodEntry {
             node: node.to_string(),
-            job: pod.job_key(),
+            job,
             requests: pod.requests.clone(),
         };
         if let Some(job) = &entry.job {
@@ -184,7 +186,7 @@ impl Book {
         }
         if !entry
             .job
-            .as_deref()
+            .as_ref()
             .is_some_and(|j| self.held.contains_key(j))
         {
             add(&mut self.counted, node, &entry.requests);
@@ -194,10 +196,10 @@ impl Book {
 
     /// A pod is gone (watch `Delete`).
     pub fn delete_pod(&mut self, pod: &UsagePod) {
-        self.remove_pod(&pod_key(pod));
+        self.remove_pod(&ObjectKey::of(&pod.metadata));
     }
 
-    fn remove_pod(&mut self, key: &str) {
+    fn remove_pod(&mut self, key: &ObjectKey) {
         let Some(old) = self.pods.remove(key) else {
             return;
         };
@@ -210,11 +212,7 @@ impl Book {
                 self.pods_by_job.remove(job);
             }
         }
-        if !old
-            .job
-            .as_deref()
-            .is_some_and(|j| self.held.contains_key(j))
-        {
+        if !old.job.as_ref().is_some_and(|j| self.held.contains_key(j)) {
             sub(&mut self.counted, &old.node, &old.requests);
         }
     }
@@ -237,7 +235,7 @@ impl Book {
 
     /// Usage per node as seen by placing `keys`: what is counted, less what `keys` hold (or,
     /// for those not held, their pods).
-    pub fn used_without(&self, keys: &HashSet<String>) -> Used<'_> {
+    pub fn used_without(&self, keys: &HashSet<ObjectKey>) -> Used<'_> {
         let mut less = NodeSums::new();
         for key in keys {
             match self.held.get(key) {
@@ -258,14 +256,6 @@ impl Book {
             less,
         }
     }
-}
-
-fn pod_key(pod: &UsagePod) -> String {
-    format!(
-        "{}/{}",
-        pod.metadata.namespace.as_deref().unwrap_or_default(),
-        pod.metadata.name.as_deref().unwrap_or_default()
-    )
 }
 
 /// Usage per node with some jobs left out ([`Book::used_without`]).
@@ -329,8 +319,8 @@ mod tests {
     /// The from-scratch answer, as the allocator computed it before the book.
     fn scratch(
         pods: &HashMap<String, UsagePod>,
-        held: &HashMap<String, Held>,
-        keys: &HashSet<String>,
+        held: &HashMap<ObjectKey, Held>,
+        keys: &HashSet<ObjectKey>,
     ) -> NodeSums {
         let mut usage = view::node_usage(pods.values(), |job| {
             keys.contains(job) || held.contains_key(job)
@@ -350,7 +340,7 @@ mod tests {
         usage
     }
 
-    fn seen(book: &Book, nodes: &[&str], keys: &HashSet<String>) -> NodeSums {
+    fn seen(book: &Book, nodes: &[&str], keys: &HashSet<ObjectKey>) -> NodeSums {
         let used = book.used_without(keys);
         nodes
             .iter()
@@ -368,14 +358,15 @@ mod tests {
             |s: &NodeSums, n: &str| s.get(n).and_then(|r| r.0.get("nvidia.com/gpu").copied());
         assert_eq!(gpus(&seen(&book, &["n0", "n1"], &none), "n0"), Some(2000));
         // Held on n1 with 4 GPUs: n0's pod no longer counts, the allocation does.
-        book.hold("ns/a".to_string(), held_on(&["n1"], 4));
+        let a = ObjectKey::new("ns", "a");
+        book.hold(a.clone(), held_on(&["n1"], 4));
         let s = seen(&book, &["n0", "n1"], &none);
         assert_eq!(gpus(&s, "n0"), None);
         assert_eq!(gpus(&s, "n1"), Some(5000));
         // Left out (being placed): neither its allocation nor its pods count.
-        let s = seen(&book, &["n0", "n1"], &HashSet::from(["ns/a".to_string()]));
+        let s = seen(&book, &["n0", "n1"], &HashSet::from([a.clone()]));
         assert_eq!(gpus(&s, "n1"), Some(1000));
-        book.release("ns/a");
+        book.release(&a);
         assert_eq!(gpus(&seen(&book, &["n0"], &none), "n0"), Some(2000));
         // A finished pod frees its node.
         book.apply_pod(&pod("a-0", Some("a"), Some("n0"), 2, true));
@@ -423,10 +414,11 @@ mod tests {
             let nodes = ["n0", "n1", "n2"];
             let mut book = Book::default();
             let mut pods: HashMap<String, UsagePod> = HashMap::new();
-            let mut held: HashMap<String, Held> = HashMap::new();
-            let key_sets: Vec<HashSet<String>> = [vec![], vec!["ns/j0"], vec!["ns/j1", "ns/j2"]]
+            let mut held: HashMap<ObjectKey, Held> = HashMap::new();
+            let job_key = |j: u8| ObjectKey::new("ns", format!("j{j}"));
+            let key_sets: Vec<HashSet<ObjectKey>> = [vec![], vec![0], vec![1, 2]]
                 .into_iter()
-                .map(|keys| keys.into_iter().map(String::from).collect())
+                .map(|keys| keys.into_iter().map(job_key).collect())
                 .collect();
             let mut before: Vec<NodeSums> = key_sets.iter().map(|k| seen(&book, &nodes, k)).collect();
             let mut version = book.version();
@@ -448,14 +440,14 @@ mod tests {
                             book.delete_pod(&p);
                         }
                     }
-                    Op::Hold { job, nodes: on, gpus } => {
+                    Op::Hold { job: j, nodes: on, gpus } => {
                         let on: Vec<&str> = on.iter().map(|n| nodes[usize::from(*n)]).collect();
                         let h = held_on(&on, gpus);
-                        book.hold(format!("ns/j{job}"), h.clone());
-                        held.insert(format!("ns/j{job}"), h);
+                        book.hold(job_key(j), h.clone());
+                        held.insert(job_key(j), h);
                     }
-                    Op::Release(job) => {
-                        let key = format!("ns/j{job}");
+                    Op::Release(j) => {
+                        let key = job_key(j);
                         prop_assert_eq!(book.release(&key).is_some(), held.remove(&key).is_some());
                     }
                     Op::Retain(gpus) => {

@@ -95,14 +95,14 @@ struct Ledger {
     /// Held allocations and per-node usage.
     book: Book,
     /// Jobs told to wait, reconciled again when capacity frees.
-    waiting: HashSet<ObjectRef<CachedJob>>,
+    waiting: HashSet<ObjectKey>,
     /// Re-planned allocations not yet in the jobs' status.
-    proposals: HashMap<String, Proposal>,
+    proposals: HashMap<ObjectKey, Proposal>,
     /// When re-planning last moved each job.
-    last_moved: HashMap<String, Instant>,
+    last_moved: HashMap<ObjectKey, Instant>,
     /// Jobs whose admission is in a policy call (without the lock), and whether the job was
     /// released meanwhile (it ended or was deleted: its answer must not be held).
-    calling: HashMap<String, bool>,
+    calling: HashMap<ObjectKey, bool>,
 }
 
 /// Where the allocator gets its policies: the plugin registry (or a test double).
@@ -133,24 +133,15 @@ pub struct Allocator {
     settings: Settings,
     ledger: tokio::sync::Mutex<Ledger>,
     metrics: Arc<Metrics>,
-    retry: futures::channel::mpsc::UnboundedSender<ObjectRef<CachedJob>>,
+    retry: futures::channel::mpsc::UnboundedSender<ObjectKey>,
     /// Asks for an optimize pass before the period is up.
     replan: tokio::sync::Notify,
     /// Whether the book has taken in the pod cache's first full list.
     book_synced: tokio::sync::watch::Sender<bool>,
 }
 
-fn job_key(job: &DIJob) -> String {
-    format!(
-        "{}/{}",
-        job.metadata.namespace.as_deref().unwrap_or_default(),
-        job.metadata.name.as_deref().unwrap_or_default()
-    )
-}
-
-fn job_ref(job: &DIJob) -> ObjectRef<CachedJob> {
-    ObjectRef::new(job.metadata.name.as_deref().unwrap_or_default())
-        .within(job.metadata.namespace.as_deref().unwrap_or_default())
+fn job_key(job: &DIJob) -> ObjectKey {
+    ObjectKey::of(&job.metadata)
 }
 
 /// Per-node usage of an allocation: `slots` in slot order, requests per task.
@@ -180,7 +171,7 @@ impl Placement for Allocator {
     }
 
     fn forget(&self, job: ObjectKey) -> BoxFuture<'_, ()> {
-        Box::pin(async move { Allocator::forget(self, &job.namespace, &job.name).await })
+        Box::pin(async move { Allocator::forget(self, &job).await })
     }
 
     fn ready(&self) -> BoxFuture<'_, ()> {
@@ -205,7 +196,7 @@ impl Allocator {
         metrics: Arc<Metrics>,
     ) -> (
         Arc<Allocator>,
-        futures::channel::mpsc::UnboundedReceiver<ObjectRef<CachedJob>>,
+        futures::channel::mpsc::UnboundedReceiver<ObjectKey>,
     ) {
         let (retry, retries) = futures::channel::mpsc::unbounded();
         let allocator = Arc::new(Allocator {
@@ -234,7 +225,7 @@ impl Allocator {
         metrics: Arc<Metrics>,
     ) -> (
         Arc<Allocator>,
-        futures::channel::mpsc::UnboundedReceiver<ObjectRef<CachedJob>>,
+        futures::channel::mpsc::UnboundedReceiver<ObjectKey>,
     ) {
         let (node_store, node_writer) = reflector::store::<Node>();
         let (pod_store, pod_writer) = reflector::store::<view::UsagePod>();
@@ -378,16 +369,15 @@ impl Allocator {
     }
 
     /// Forgets a deleted job.
-    pub async fn forget(&self, namespace: &str, name: &str) {
-        let key = format!("{namespace}/{name}");
+    pub async fn forget(&self, key: &ObjectKey) {
         let freed = {
             let mut ledger = self.ledger.lock().await;
-            ledger.proposals.remove(&key);
-            ledger.last_moved.remove(&key);
-            if let Some(released) = ledger.calling.get_mut(&key) {
+            ledger.proposals.remove(key);
+            ledger.last_moved.remove(key);
+            if let Some(released) = ledger.calling.get_mut(key) {
                 *released = true;
             }
-            ledger.book.release(&key).is_some()
+            ledger.book.release(key).is_some()
         };
         if freed {
             self.wake_waiting().await;
@@ -509,17 +499,17 @@ impl Allocator {
         jobs: &[DIJob],
     ) -> Vec<optimize::Decision> {
         let mut ledger = self.ledger.lock().await;
-        let keys: HashSet<String> = jobs.iter().map(job_key).collect();
+        let keys: HashSet<ObjectKey> = jobs.iter().map(job_key).collect();
         let nodes = self.model_nodes_without(&ledger, &keys);
         let node_index = view::node_index(&nodes);
         let now = jiff::Timestamp::now();
-        let mut models: Vec<(plugin::Job, &DIJob)> = jobs
+        let mut models: Vec<(plugin::Job, ObjectKey, &DIJob)> = jobs
             .iter()
             .map(|j| {
                 let age = j.metadata.creation_timestamp.as_ref().map_or(0, |t| {
                     u64::try_from(now.duration_since(t.0).as_secs()).unwrap_or(0)
                 });
-                (view::model_job(j, &node_index, age), j)
+                (view::model_job(j, &node_index, age), job_key(j), j)
             })
             .collect();
         // Highest priority first, then oldest.
@@ -529,21 +519,22 @@ impl Allocator {
                 .then(b.0.age_seconds.cmp(&a.0.age_seconds))
                 .then(a.0.key.cmp(&b.0.key))
         });
-        let current: HashMap<String, Vec<String>> = models
+        let current: HashMap<ObjectKey, Vec<String>> = models
             .iter()
-            .map(|(m, j)| (m.key.clone(), confirmed_slots(j)))
+            .map(|(_, key, j)| (key.clone(), confirmed_slots(j)))
             .collect();
+        // A plan names jobs as the policy sees them: by the model's key string.
         let previous: Vec<plugin::JobPlan> = models
             .iter()
-            .map(|(m, _)| plugin::JobPlan {
+            .map(|(m, key, _)| plugin::JobPlan {
                 job: m.key.clone(),
-                nodes: current.get(&m.key).cloned().unwrap_or_default(),
+                nodes: current.get(key).cloned().unwrap_or_default(),
                 replicas: None,
             })
             .collect();
         let job_models: Arc<[plugin::Job]> = models
             .iter()
-            .map(|(m, _)| m.clone())
+            .map(|(m, _, _)| m.clone())
             .collect::<Vec<_>>()
             .into();
         let mut nodes: Arc<[plugin::Node]> = nodes.into();
@@ -620,9 +611,9 @@ impl Allocator {
                 }
             }
         };
-        let counts: HashMap<String, Vec<u32>> = models
+        let counts: HashMap<ObjectKey, Vec<u32>> = models
             .iter()
-            .map(|(m, _)| (m.key.clone(), m.tasks.iter().map(|t| t.replicas).collect()))
+            .map(|(m, key, _)| (key.clone(), m.tasks.iter().map(|t| t.replicas).collect()))
             .collect();
         let group = optimize::decide(
             &plan,
@@ -640,8 +631,7 @@ impl Allocator {
                     replicas,
                     moved,
                 } => {
-                    if let Some((_, dijob)) = models.iter().find(|(m, _)| &m.key == job) {
-                        let key = job.clone();
+                    if let Some((_, key, dijob)) = models.iter().find(|(_, key, _)| key == job) {
                         let sized = match replicas {
                             Some(counts) => diorch_core::build::with_task_replicas(dijob, counts),
                             None => (*dijob).clone(),
@@ -664,8 +654,8 @@ impl Allocator {
                                 by: by.clone(),
                             },
                         );
-                        ledger.last_moved.insert(key, Instant::now());
-                        let _ = self.retry.unbounded_send(job_ref(dijob));
+                        ledger.last_moved.insert(key.clone(), Instant::now());
+                        let _ = self.retry.unbounded_send(key.clone());
                     }
                     tracing::info!(job = %job, policy = %by, moved, "re-plan moves the job");
                     "moved"
@@ -788,7 +778,7 @@ impl Allocator {
                 let version = ledger.book.version();
                 // Waiting already: a job that frees room during the call wakes this one, which
                 // may then fit though the answer below says it does not.
-                ledger.waiting.insert(job_ref(job));
+                ledger.waiting.insert(key.clone());
                 ledger.calling.insert(key.clone(), false);
                 drop(ledger);
 
@@ -799,7 +789,7 @@ impl Allocator {
                 ledger = self.ledger.lock().await;
                 if ledger.calling.remove(&key) == Some(true) {
                     // Deleted or finished during the call: nothing to place, nothing to hold.
-                    ledger.waiting.remove(&job_ref(job));
+                    ledger.waiting.remove(&key);
                     return Admission::Waiting {
                         message: "the job ended or was deleted during placement".to_string(),
                         by,
@@ -865,12 +855,12 @@ impl Allocator {
     fn fits_now(
         &self,
         ledger: &Ledger,
-        key: &str,
+        key: &ObjectKey,
         by: &str,
         model: &plugin::Job,
         slots: &[String],
     ) -> Result<(), PluginError> {
-        let keys = HashSet::from([key.to_string()]);
+        let keys = HashSet::from([key.clone()]);
         let nodes = self.model_nodes_named(ledger, &keys, slots.iter().map(String::as_str));
         plugin::checks::capacity(by, model, &nodes, slots)
     }
@@ -893,7 +883,7 @@ impl Allocator {
             since: Instant::now(),
         };
         ledger.book.hold(key.clone(), held);
-        ledger.waiting.remove(&job_ref(job));
+        ledger.waiting.remove(&key);
         let result = if fallback.is_none() {
             "placed"
         } else {
@@ -928,9 +918,10 @@ impl Allocator {
             } => clip(m, MAX_MESSAGE_BYTES),
             other => clip(&other.to_string(), MAX_MESSAGE_BYTES),
         };
-        ledger.waiting.insert(job_ref(job));
+        let key = job_key(job);
+        ledger.waiting.insert(key.clone());
         self.count_decision(by, "waiting");
-        tracing::info!(job = %job_key(job), policy = %by, result = "waiting", "allocation decided");
+        tracing::info!(job = %key, policy = %by, result = "waiting", "allocation decided");
         Admission::Waiting {
             message: format!(
                 "waiting for capacity: {} do not all fit ({}); {why}",
@@ -995,12 +986,12 @@ impl Allocator {
     /// The cluster's nodes with free capacity as seen by `key`'s placement: allocatable minus
     /// every bound pod, except pods of jobs whose allocation the ledger holds (counted from the
     /// allocation instead, so a reservation counts before its pods exist) and of `key` itself.
-    fn model_nodes(&self, ledger: &Ledger, key: &str) -> Vec<plugin::Node> {
-        self.model_nodes_without(ledger, &HashSet::from([key.to_string()]))
+    fn model_nodes(&self, ledger: &Ledger, key: &ObjectKey) -> Vec<plugin::Node> {
+        self.model_nodes_without(ledger, &HashSet::from([key.clone()]))
     }
 
     /// [`Allocator::model_nodes`] as seen by placing all of `keys` at once.
-    fn model_nodes_without(&self, ledger: &Ledger, keys: &HashSet<String>) -> Vec<plugin::Node> {
+    fn model_nodes_without(&self, ledger: &Ledger, keys: &HashSet<ObjectKey>) -> Vec<plugin::Node> {
         let used = ledger.book.used_without(keys);
         let mut nodes: Vec<plugin::Node> = self
             .nodes
@@ -1021,7 +1012,7 @@ impl Allocator {
     fn model_nodes_named<'a>(
         &self,
         ledger: &Ledger,
-        keys: &HashSet<String>,
+        keys: &HashSet<ObjectKey>,
         names: impl IntoIterator<Item = &'a str>,
     ) -> Vec<plugin::Node> {
         let used = ledger.book.used_without(keys);
@@ -1118,7 +1109,7 @@ mod tests {
 
     struct Harness {
         allocator: Arc<Allocator>,
-        retries: futures::channel::mpsc::UnboundedReceiver<ObjectRef<CachedJob>>,
+        retries: futures::channel::mpsc::UnboundedReceiver<ObjectKey>,
         pods: reflector::store::Writer<view::UsagePod>,
         jobs: reflector::store::Writer<CachedJob>,
         nodes: reflector::store::Writer<Node>,
@@ -1272,9 +1263,9 @@ mod tests {
             h.allocator.admit(&job("b", 1, 8, None)).await,
             Admission::Waiting { .. }
         ));
-        h.allocator.forget("ns", "a").await;
+        h.allocator.forget(&ObjectKey::new("ns", "a")).await;
         let woken = h.retries.next().await.expect("a wake-up");
-        assert_eq!(woken, ObjectRef::new("b").within("ns"));
+        assert_eq!(woken, ObjectKey::new("ns", "b"));
         assert_eq!(
             placed_nodes(&h.allocator.admit(&job("b", 1, 8, None)).await).len(),
             1
@@ -1465,17 +1456,14 @@ mod tests {
         assert_eq!(
             decisions,
             vec![optimize::Decision::Move {
-                job: "ns/a".into(),
+                job: ObjectKey::new("ns", "a"),
                 slots: vec!["n1".into()],
                 replicas: None,
                 moved: 1
             }]
         );
         // The controller is asked to reconcile the job, and gets the new allocation.
-        assert_eq!(
-            h.retries.next().await,
-            Some(ObjectRef::new("a").within("ns"))
-        );
+        assert_eq!(h.retries.next().await, Some(ObjectKey::new("ns", "a")));
         let Some(Admission::Placed {
             nodes, replan, by, ..
         }) = h.allocator.consult(&a).await
@@ -1493,7 +1481,7 @@ mod tests {
         // The policy flips back at once: suppressed.
         let decisions = h.allocator.optimize_once().await;
         assert!(
-            matches!(&decisions[..], [optimize::Decision::Suppressed { job, .. }] if job == "ns/a"),
+            matches!(&decisions[..], [optimize::Decision::Suppressed { job, .. }] if *job == ObjectKey::new("ns", "a")),
             "{decisions:?}"
         );
         assert!(metric(&h, "result=\"suppressed\"} 1"));
@@ -1732,11 +1720,8 @@ mod tests {
         assert!(message.contains("free: 0 GPUs"), "{message}");
         assert_eq!(gate.calls(), 2);
         // a waits like any job told to: b's end wakes it, and it is placed.
-        h.allocator.forget("ns", "b").await;
-        assert_eq!(
-            h.retries.next().await,
-            Some(ObjectRef::new("a").within("ns"))
-        );
+        h.allocator.forget(&ObjectKey::new("ns", "b")).await;
+        assert_eq!(h.retries.next().await, Some(ObjectKey::new("ns", "a")));
         let again = admit_in_background(&h, job("a", 1, 8, Some("gated")));
         gate.entered().await;
         gate.release_one();
@@ -1800,7 +1785,8 @@ mod tests {
         let h = gated_harness(1, policy);
         let a = admit_in_background(&h, job("a", 1, 8, Some("gated")));
         gate.entered().await;
-        tokio::time::timeout(Duration::from_secs(60), h.allocator.forget("ns", "a"))
+        let a_key = ObjectKey::new("ns", "a");
+        tokio::time::timeout(Duration::from_secs(60), h.allocator.forget(&a_key))
             .await
             .expect("forgotten while its policy call is parked");
         gate.release_one();

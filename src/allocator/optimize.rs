@@ -8,51 +8,56 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use crate::plugin::JobPlan;
+use diorch_core::placement::ObjectKey;
 
 /// What happens to one job after an optimize pass.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Decision {
     /// Move to `slots` (node per slot); `moved` replicas change node.
     Move {
-        job: String,
+        job: ObjectKey,
         slots: Vec<String>,
         /// New replica count per task (spec order) when the job is resized.
         replicas: Option<Vec<u32>>,
         moved: usize,
     },
     /// The plan would move the job, but it moved less than the minimum interval ago.
-    Suppressed { job: String, retry_in: Duration },
+    Suppressed { job: ObjectKey, retry_in: Duration },
 }
 
 /// The decisions for `plan` given the jobs' `current` allocations (slot order). Jobs the plan
 /// leaves out keep their allocation (this version never preempts a running job outright); jobs
-/// whose plan equals their allocation are left alone.
+/// whose plan equals their allocation are left alone. A plan names jobs by the plugin model's
+/// key string; an entry naming none of `current` is skipped.
 pub fn decide(
     plan: &[JobPlan],
-    current: &HashMap<String, Vec<String>>,
-    counts: &HashMap<String, Vec<u32>>,
-    last_moved: &HashMap<String, Instant>,
+    current: &HashMap<ObjectKey, Vec<String>>,
+    counts: &HashMap<ObjectKey, Vec<u32>>,
+    last_moved: &HashMap<ObjectKey, Instant>,
     now: Instant,
     min_interval: Duration,
 ) -> Vec<Decision> {
     let mut out = Vec::new();
     for entry in plan {
-        let Some(now_on) = current.get(&entry.job) else {
+        let Ok(job) = entry.job.parse::<ObjectKey>() else {
+            continue;
+        };
+        let Some(now_on) = current.get(&job) else {
             continue;
         };
         // A resize to the counts the job has is no resize.
         let replicas = entry
             .replicas
             .clone()
-            .filter(|r| counts.get(&entry.job) != Some(r));
+            .filter(|r| counts.get(&job) != Some(r));
         if *now_on == entry.nodes && replicas.is_none() {
             continue;
         }
-        if let Some(at) = last_moved.get(&entry.job) {
+        if let Some(at) = last_moved.get(&job) {
             let since = now.saturating_duration_since(*at);
             if since < min_interval {
                 out.push(Decision::Suppressed {
-                    job: entry.job.clone(),
+                    job,
                     retry_in: min_interval - since,
                 });
                 continue;
@@ -65,7 +70,7 @@ pub fn decide(
             .count()
             + now_on.len().abs_diff(entry.nodes.len());
         out.push(Decision::Move {
-            job: entry.job.clone(),
+            job,
             slots: entry.nodes.clone(),
             replicas,
             moved,
@@ -86,10 +91,14 @@ mod tests {
         }
     }
 
-    fn current(entries: &[(&str, &[&str])]) -> HashMap<String, Vec<String>> {
+    fn key(job: &str) -> ObjectKey {
+        ObjectKey::new("ns", job)
+    }
+
+    fn current(entries: &[(&str, &[&str])]) -> HashMap<ObjectKey, Vec<String>> {
         entries
             .iter()
-            .map(|(k, v)| (k.to_string(), v.iter().map(|n| n.to_string()).collect()))
+            .map(|(k, v)| (key(k), v.iter().map(|n| n.to_string()).collect()))
             .collect()
     }
 
@@ -99,9 +108,10 @@ mod tests {
         let cur = current(&[("a", &["n1", "n2"]), ("b", &["n1"]), ("c", &["n3"])]);
         let decisions = decide(
             &[
-                plan("a", &["n1", "n3"]),
-                plan("b", &["n1"]),
-                plan("zz", &["n1"]),
+                plan("ns/a", &["n1", "n3"]),
+                plan("ns/b", &["n1"]),
+                plan("ns/zz", &["n1"]),
+                plan("not-a-key", &["n1"]),
             ],
             &cur,
             &HashMap::new(),
@@ -112,7 +122,7 @@ mod tests {
         assert_eq!(
             decisions,
             vec![Decision::Move {
-                job: "a".into(),
+                job: key("a"),
                 slots: vec!["n1".into(), "n3".into()],
                 replicas: None,
                 moved: 1
@@ -124,9 +134,9 @@ mod tests {
     fn a_job_moved_recently_is_not_moved_again() {
         let now = Instant::now();
         let cur = current(&[("a", &["n1"])]);
-        let recently = HashMap::from([("a".to_string(), now - Duration::from_secs(10))]);
+        let recently = HashMap::from([(key("a"), now - Duration::from_secs(10))]);
         let decisions = decide(
-            &[plan("a", &["n2"])],
+            &[plan("ns/a", &["n2"])],
             &cur,
             &HashMap::new(),
             &recently,
@@ -136,13 +146,13 @@ mod tests {
         assert_eq!(
             decisions,
             vec![Decision::Suppressed {
-                job: "a".into(),
+                job: key("a"),
                 retry_in: Duration::from_secs(50)
             }]
         );
-        let long_ago = HashMap::from([("a".to_string(), now - Duration::from_secs(61))]);
+        let long_ago = HashMap::from([(key("a"), now - Duration::from_secs(61))]);
         let decisions = decide(
-            &[plan("a", &["n2"])],
+            &[plan("ns/a", &["n2"])],
             &cur,
             &HashMap::new(),
             &long_ago,

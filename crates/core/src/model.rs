@@ -14,6 +14,7 @@ use serde::Deserialize;
 
 use crate::api::{DIJob, Priority, labels};
 use crate::build;
+use crate::placement::ObjectKey;
 use crate::resources::{self, CPU, ContainerShape, GPU, MEMORY, Resources};
 use diorch_policies as plugin;
 
@@ -30,13 +31,12 @@ pub struct UsagePod {
 }
 
 impl UsagePod {
-    /// `namespace/job` if the operator created this pod for a DIJob.
-    pub fn job_key(&self) -> Option<String> {
+    /// Its job's key if the operator created this pod for a DIJob.
+    pub fn job_key(&self) -> Option<ObjectKey> {
         let job = self.metadata.labels.as_ref()?.get(labels::JOB)?;
-        Some(format!(
-            "{}/{}",
-            self.metadata.namespace.as_deref().unwrap_or_default(),
-            job
+        Some(ObjectKey::new(
+            self.metadata.namespace.clone().unwrap_or_default(),
+            job.clone(),
         ))
     }
 }
@@ -264,7 +264,7 @@ pub fn node_index(nodes: &[plugin::Node]) -> HashMap<&str, u32> {
 /// (jobs whose allocation is counted instead, and the job being placed).
 pub fn node_usage<'a>(
     pods: impl IntoIterator<Item = &'a UsagePod>,
-    skip: impl Fn(&str) -> bool,
+    skip: impl Fn(&ObjectKey) -> bool,
 ) -> HashMap<String, Resources> {
     let mut usage: HashMap<String, Resources> = HashMap::new();
     for pod in pods {
@@ -331,12 +331,10 @@ pub fn model_job(job: &DIJob, node_index: &HashMap<&str, u32>, age_seconds: u64)
     let requests = task_requests(job);
     let placed = placed_pods(job);
     let to_u32 = |n: i32| u32::try_from(n.max(0)).unwrap_or(0);
+    let key = ObjectKey::of(&job.metadata);
     plugin::Job {
-        key: format!(
-            "{}/{}",
-            job.metadata.namespace.as_deref().unwrap_or_default(),
-            job.metadata.name.as_deref().unwrap_or_default()
-        ),
+        // The plugin model's key is the string a policy sees and a snapshot file holds.
+        key: key.to_string(),
         priority: match job.spec.priority {
             Priority::Normal => 0,
             Priority::High => 100,
@@ -369,7 +367,7 @@ pub fn model_job(job: &DIJob, node_index: &HashMap<&str, u32>, age_seconds: u64)
             .status
             .as_ref()
             .and_then(|s| s.profilings.as_ref())
-            .map(|p| profilings_text(p, &job_key_of(job)))
+            .map(|p| profilings_text(p, &key))
             .unwrap_or_default(),
         age_seconds,
     }
@@ -381,18 +379,10 @@ pub fn model_job(job: &DIJob, node_index: &HashMap<&str, u32>, age_seconds: u64)
 /// replica API's whole request body, and some two thousand collector-count entries.
 pub const MAX_PROFILINGS_BYTES: usize = 64 * 1024;
 
-fn job_key_of(job: &DIJob) -> String {
-    format!(
-        "{}/{}",
-        job.metadata.namespace.as_deref().unwrap_or_default(),
-        job.metadata.name.as_deref().unwrap_or_default()
-    )
-}
-
 /// `profilings` as the JSON text a policy reads, or `""` (no profilings, which every policy
 /// tolerates) when it is over [`MAX_PROFILINGS_BYTES`]. Serialising stops at the limit, so an
 /// oversized value costs no more than the limit to find out.
-pub fn profilings_text(profilings: &serde_json::Value, job: &str) -> String {
+pub fn profilings_text(profilings: &serde_json::Value, job: &ObjectKey) -> String {
     struct Capped(Vec<u8>);
     impl std::io::Write for Capped {
         fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
@@ -412,7 +402,7 @@ pub fn profilings_text(profilings: &serde_json::Value, job: &str) -> String {
         Ok(()) => String::from_utf8(out.0).unwrap_or_default(),
         Err(_) => {
             tracing::warn!(
-                job,
+                %job,
                 limit = MAX_PROFILINGS_BYTES,
                 "status.profilings is over the limit; policies see the job without profilings"
             );
@@ -517,7 +507,7 @@ mod tests {
     #[test]
     fn a_usage_pod_keeps_only_its_job_node_and_summed_requests() {
         let pod = usage_pod(Some("job1"), Some("n1"), "Running", "2", "1");
-        assert_eq!(pod.job_key().as_deref(), Some("ns/job1"));
+        assert_eq!(pod.job_key(), Some(ObjectKey::new("ns", "job1")));
         assert_eq!(pod.node.as_deref(), Some("n1"));
         // The init container's 8 CPUs exceed the containers' 2: kube-scheduler's rule.
         assert_eq!(pod.requests.get(CPU), 8000);
@@ -540,7 +530,7 @@ mod tests {
             usage_pod(None, None, "Pending", "1", "8"),
             usage_pod(None, Some("n2"), "Pending", "1", "1"),
         ];
-        let usage = node_usage(&pods, |k| k == "ns/b");
+        let usage = node_usage(&pods, |k| *k == ObjectKey::new("ns", "b"));
         assert_eq!(usage["n1"].get(GPU), 5000);
         assert_eq!(usage["n2"].get(GPU), 1000);
         assert_eq!(usage.len(), 2);
