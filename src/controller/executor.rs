@@ -124,22 +124,17 @@ pub struct Context {
     throttle: Throttle,
     settings: Settings,
     metrics: Arc<Metrics>,
-    failures: std::sync::Mutex<HashMap<String, u32>>,
+    failures: std::sync::Mutex<HashMap<ObjectKey, u32>>,
     /// Notes of the plans' `once` Events already recorded, per job (forgotten with the job).
-    reported: std::sync::Mutex<HashMap<String, HashSet<String>>>,
+    reported: std::sync::Mutex<HashMap<ObjectKey, HashSet<String>>>,
     placement: Arc<dyn Placement>,
     plugins: Arc<PluginRegistry>,
     /// Jobs triggered and waiting for a worker (the queue depth metric).
     queue: Arc<super::queue::Queue>,
 }
 
-fn job_key(job: &impl Resource) -> String {
-    let meta = job.meta();
-    format!(
-        "{}/{}",
-        meta.namespace.as_deref().unwrap_or_default(),
-        meta.name.as_deref().unwrap_or_default()
-    )
+fn job_key(job: &impl Resource) -> ObjectKey {
+    ObjectKey::of(job.meta())
 }
 
 /// Longest wait for one write. kube's client sets no read timeout (watches need none), so
@@ -175,18 +170,19 @@ pub struct Caches {
 }
 
 impl Caches {
-    /// The cached pods labelled with `job` in `namespace`.
-    pub fn pods_of(&self, namespace: &str, job: &str) -> Vec<Arc<CachedPod>> {
+    /// The cached pods labelled with `job`'s name in its namespace.
+    pub fn pods_of(&self, job: &ObjectKey) -> Vec<Arc<CachedPod>> {
         self.index
-            .pods_of(namespace, &naming::job_label_value(job))
+            .pods_of(&job.namespace, &naming::job_label_value(&job.name))
             .iter()
-            .filter_map(|pod| self.pods.get(&ObjectRef::new(pod).within(namespace)))
+            .filter_map(|pod| self.pods.get(&ObjectRef::new(pod).within(&job.namespace)))
             .collect()
     }
 
-    /// The cached job `namespace/name`.
-    pub fn job(&self, namespace: &str, name: &str) -> Option<Arc<CachedJob>> {
-        self.jobs.get(&ObjectRef::new(name).within(namespace))
+    /// The cached job `job`.
+    pub fn job(&self, job: &ObjectKey) -> Option<Arc<CachedJob>> {
+        self.jobs
+            .get(&ObjectRef::new(&job.name).within(&job.namespace))
     }
 }
 
@@ -267,8 +263,7 @@ pub fn start(
             forget.reported().remove(&key);
             forget.queue.done(&key);
             let placement = forget.placement.clone();
-            let gone = ObjectKey::of(&job.metadata);
-            tokio::spawn(async move { placement.forget(gone).await });
+            tokio::spawn(async move { placement.forget(key).await });
         }
     })
     .applied_objects()
@@ -276,11 +271,7 @@ pub fn start(
         let queue = ctx.queue.clone();
         move |job| {
             if let Ok(job) = job {
-                let meta = &job.metadata;
-                queue.triggered(
-                    meta.namespace.as_deref().unwrap_or_default(),
-                    meta.name.as_deref().unwrap_or_default(),
-                );
+                queue.triggered(job_key(job));
             }
         }
     });
@@ -398,8 +389,9 @@ pub fn start(
     let retries = {
         let queue = ctx.queue.clone();
         retries.map(move |job| {
-            queue.triggered(&job.namespace, &job.name);
-            ObjectRef::<CachedJob>::new(&job.name).within(&job.namespace)
+            let job_ref = ObjectRef::<CachedJob>::new(&job.name).within(&job.namespace);
+            queue.triggered(job);
+            job_ref
         })
     };
     let controller = Controller::for_stream(jobs, job_store)
@@ -419,12 +411,12 @@ pub fn start(
 }
 
 impl Context {
-    fn failures(&self) -> std::sync::MutexGuard<'_, HashMap<String, u32>> {
+    fn failures(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectKey, u32>> {
         // Poisoning only follows a panic elsewhere; the counts stay meaningful.
         self.failures.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn reported(&self) -> std::sync::MutexGuard<'_, HashMap<String, HashSet<String>>> {
+    fn reported(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectKey, HashSet<String>>> {
         // As for `failures`: a poisoned set only risks one repeated Event.
         self.reported.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -459,7 +451,7 @@ async fn reconcile(cached: Arc<CachedJob>, ctx: Arc<Context>) -> Result<Requeue,
     let result = match job.decode() {
         Ok(typed) => tracing::Instrument::instrument(reconcile_inner(&typed, &ctx), span).await,
         Err(source) => Err(Error::Decode {
-            job: job_key(job.as_ref()),
+            job: job_key(job.as_ref()).to_string(),
             source,
         }),
     };
@@ -491,7 +483,7 @@ async fn reconcile_inner(job: &DIJob, ctx: &Context) -> Result<Requeue, Error> {
         return Ok(Requeue::requeue(Duration::from_millis(500)));
     }
 
-    let pods = ctx.caches.pods_of(&namespace, &name);
+    let pods = ctx.caches.pods_of(&key);
     let pod_refs: Vec<&CachedPod> = pods.iter().map(AsRef::as_ref).collect();
     if !ctx.expectations.satisfied(&key, &pod_refs, Instant::now()) {
         tracing::debug!(job = %key, "waiting for the cache to show this operator's own writes");
@@ -514,7 +506,7 @@ async fn reconcile_inner(job: &DIJob, ctx: &Context) -> Result<Requeue, Error> {
     if let Some(patch) = &plan.spec_patch {
         let patch: json_patch::Patch =
             serde_json::from_value(patch.clone()).map_err(|source| Error::Plan {
-                job: key.clone(),
+                job: key.to_string(),
                 source,
             })?;
         ctx.throttle.acquire().await;
@@ -525,7 +517,7 @@ async fn reconcile_inner(job: &DIJob, ctx: &Context) -> Result<Requeue, Error> {
         ))
         .await
         .map_err(|source| Error::Patch {
-            job: key.clone(),
+            job: key.to_string(),
             source,
         })?;
         tracing::info!(job = %key, actions = %plan.summary(), "reconciled");
@@ -618,7 +610,7 @@ async fn write_status(
             Ok(false)
         }
         Err(source) => Err(Error::Status {
-            job: job_key(job),
+            job: job_key(job).to_string(),
             source,
         }),
     }
@@ -634,7 +626,7 @@ struct Outcome {
 /// Carries out the plan's pod and service writes concurrently, tracking expectations and
 /// recording DI-orchestrator's SuccessfulCreate / FailedCreate / SuccessfulDelete /
 /// FailedDelete Events.
-async fn execute(ctx: &Context, job: &DIJob, key: &str, plan: &Plan) -> Outcome {
+async fn execute(ctx: &Context, job: &DIJob, key: &ObjectKey, plan: &Plan) -> Outcome {
     let namespace = job.metadata.namespace.clone().unwrap_or_default();
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
     let services: Api<Service> = Api::namespaced(ctx.client.clone(), &namespace);
@@ -1024,13 +1016,13 @@ fn publish(ctx: &Context, job: &DIJob, events: &[planner::JobEvent]) {
 const MAX_ONCE_PER_JOB: usize = 64;
 
 /// Records each of `events` on the job (and logs it) the first time this process sees it.
-fn publish_once(ctx: &Context, job: &DIJob, key: &str, events: &[planner::JobEvent]) {
+fn publish_once(ctx: &Context, job: &DIJob, key: &ObjectKey, events: &[planner::JobEvent]) {
     if events.is_empty() {
         return;
     }
     let fresh: Vec<planner::JobEvent> = {
         let mut reported = ctx.reported();
-        let seen = reported.entry(key.to_string()).or_default();
+        let seen = reported.entry(key.clone()).or_default();
         events
             .iter()
             .filter(|e| {

@@ -14,10 +14,11 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use prometheus_client::metrics::gauge::Gauge;
 
 use diorch_core::cached::CachedJob;
+use diorch_core::placement::ObjectKey;
 
-/// Jobs waiting for a worker, by `namespace/name`.
+/// Jobs waiting for a worker.
 pub struct Queue {
-    waiting: Mutex<HashSet<String>>,
+    waiting: Mutex<HashSet<ObjectKey>>,
     depth: Gauge,
     jobs: Store<CachedJob>,
 }
@@ -31,23 +32,23 @@ impl Queue {
         }
     }
 
-    fn waiting(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
+    fn waiting(&self) -> std::sync::MutexGuard<'_, HashSet<ObjectKey>> {
         // Poisoning only follows a panic elsewhere; the set stays meaningful.
         self.waiting.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// A trigger for the job `namespace/name`. A job not in the cache is never reconciled
-    /// (its pods' deletions after the job's own, for one), so it is not counted.
-    pub fn triggered(&self, namespace: &str, name: &str) {
+    /// A trigger for the job `job`. A job not in the cache is never reconciled (its pods'
+    /// deletions after the job's own, for one), so it is not counted.
+    pub fn triggered(&self, job: ObjectKey) {
         if self
             .jobs
-            .get(&ObjectRef::new(name).within(namespace))
+            .get(&ObjectRef::new(&job.name).within(&job.namespace))
             .is_none()
         {
             return;
         }
         let mut waiting = self.waiting();
-        waiting.insert(format!("{namespace}/{name}"));
+        waiting.insert(job);
         self.depth.set(waiting.len() as i64);
     }
 
@@ -59,7 +60,10 @@ impl Queue {
                 && o.controller == Some(true)
         });
         if let Some(owner) = owner {
-            self.triggered(meta.namespace.as_deref().unwrap_or_default(), &owner.name);
+            self.triggered(ObjectKey::new(
+                meta.namespace.clone().unwrap_or_default(),
+                owner.name.clone(),
+            ));
         }
     }
 
@@ -67,17 +71,13 @@ impl Queue {
     pub fn triggered_all(&self) {
         let mut waiting = self.waiting();
         for job in self.jobs.state() {
-            waiting.insert(format!(
-                "{}/{}",
-                job.metadata.namespace.as_deref().unwrap_or_default(),
-                job.metadata.name.as_deref().unwrap_or_default()
-            ));
+            waiting.insert(ObjectKey::of(&job.metadata));
         }
         self.depth.set(waiting.len() as i64);
     }
 
     /// A worker took the job `key`, or the job is gone.
-    pub fn done(&self, key: &str) {
+    pub fn done(&self, key: &ObjectKey) {
         let mut waiting = self.waiting();
         waiting.remove(key);
         self.depth.set(waiting.len() as i64);
@@ -124,20 +124,21 @@ mod tests {
         }
         let gauge = Gauge::default();
         let queue = Queue::new(gauge.clone(), store);
-        queue.triggered("ns", "a");
+        let key = |name: &str| ObjectKey::new("ns", name);
+        queue.triggered(key("a"));
         queue.triggered_by_owned(&owned_by("a", true));
         assert_eq!(gauge.get(), 1, "two triggers of one job are one entry");
         queue.triggered_by_owned(&owned_by("b", false));
         assert_eq!(gauge.get(), 1, "not the controller's: no trigger");
         queue.triggered_by_owned(&owned_by("gone", true));
-        queue.triggered("ns", "gone");
+        queue.triggered(key("gone"));
         assert_eq!(gauge.get(), 1, "a job not in the cache is never reconciled");
         queue.triggered_all();
         assert_eq!(gauge.get(), 2);
-        queue.done("ns/a");
+        queue.done(&key("a"));
         assert_eq!(gauge.get(), 1);
-        queue.done("ns/b");
-        queue.done("ns/b");
+        queue.done(&key("b"));
+        queue.done(&key("b"));
         assert_eq!(gauge.get(), 0);
     }
 }

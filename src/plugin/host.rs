@@ -1358,7 +1358,7 @@ impl WasmMutator {
     pub fn mutate_raw(&self, ctx: &TaskContext, pod_json: &str) -> Result<String, PluginError> {
         let core = &self.inner.core;
         let wctx = wit::TaskContext {
-            job_key: ctx.job_key.clone(),
+            job_key: ctx.job_key.to_string(),
             task_name: ctx.task_name.clone(),
             task_type: ctx.task_type.clone(),
             rank: ctx.rank,

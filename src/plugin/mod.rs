@@ -20,6 +20,7 @@ pub mod watch;
 use std::sync::Arc;
 use std::time::Duration;
 
+use diorch_core::placement::ObjectKey;
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Pod;
 
@@ -50,7 +51,8 @@ pub struct JobPlan {
 /// What a mutator is told about the pod it mutates (the WIT `task-context`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TaskContext {
-    pub job_key: String,
+    /// The WIT `job-key` string is its `namespace/name`.
+    pub job_key: ObjectKey,
     pub task_name: String,
     pub task_type: String,
     pub rank: u32,

@@ -3,6 +3,7 @@
 //!
 //! Owns: sample clusters, jobs and pods. Must not touch: anything stateful.
 
+use diorch_core::placement::ObjectKey;
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::json;
 
@@ -346,7 +347,7 @@ pub fn pod(task_type: &str) -> (TaskContext, Pod) {
         }
     });
     let ctx = TaskContext {
-        job_key: "default/sample".into(),
+        job_key: ObjectKey::new("default", "sample"),
         task_name: task_type.into(),
         task_type: task_type.into(),
         rank: 0,

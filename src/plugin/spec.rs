@@ -28,6 +28,7 @@ use kube::api::ObjectMeta;
 
 use super::Limits;
 use super::capabilities::Grants;
+use diorch_core::placement::ObjectKey;
 
 pub const PLUGIN_LABEL: &str = "diorch.io/plugin";
 /// Written by the operator: `Loaded` when the last upload loaded, `Rejected` when it was refused
@@ -259,11 +260,8 @@ pub fn from_configmap(cm: &ConfigMap) -> Result<(PluginSpec, Vec<u8>), SpecError
         .map(|b| b.0.clone())
         .filter(|b| !b.is_empty())
         .ok_or(SpecError::MissingComponent)?;
-    let source = format!(
-        "{}/{}",
-        cm.metadata.namespace.as_deref().unwrap_or_default(),
-        cm.metadata.name.as_deref().unwrap_or_default()
-    );
+    // Shown in the plugin status as kubectl writes it.
+    let source = ObjectKey::of(&cm.metadata).to_string();
     Ok((
         PluginSpec {
             name,

@@ -41,6 +41,7 @@ use tokio::sync::Semaphore;
 use super::{ApiError, JobId, fail, parse_job_id};
 use crate::controller::executor::Caches;
 use crate::metrics::Metrics;
+use diorch_core::placement::ObjectKey;
 
 /// How long an allow or deny decision is reused.
 pub const DECISION_TTL: Duration = Duration::from_secs(10);
@@ -72,12 +73,8 @@ pub enum ServerAuth {
 /// What a request asks to do, as the authoriser checks it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Target {
-    /// `verb` (`get` or `update`) on `dijobs/replicas` of `namespace/name`.
-    Job {
-        namespace: String,
-        name: String,
-        verb: &'static str,
-    },
+    /// `verb` (`get` or `update`) on `dijobs/replicas` of `job`.
+    Job { job: ObjectKey, verb: &'static str },
     /// `get` on a non-resource URL (`/metrics`, `/plugins`).
     Path { path: &'static str },
 }
@@ -152,12 +149,7 @@ impl CacheKey {
     fn bytes(&self) -> usize {
         32 + match self {
             CacheKey::Token(_) => 0,
-            CacheKey::Access(
-                _,
-                Target::Job {
-                    namespace, name, ..
-                },
-            ) => namespace.len() + name.len(),
+            CacheKey::Access(_, Target::Job { job, .. }) => job.namespace.len() + job.name.len(),
             CacheKey::Access(_, Target::Path { path }) => path.len(),
         }
     }
@@ -261,18 +253,14 @@ impl KubernetesAuth {
         };
         let username = user.username.clone().unwrap_or_default();
         let (resource_attributes, non_resource_attributes) = match what {
-            Target::Job {
-                namespace,
-                name,
-                verb,
-            } => (
+            Target::Job { job, verb } => (
                 Some(ResourceAttributes {
-                    namespace: Some(namespace.clone()),
+                    namespace: Some(job.namespace.clone()),
                     verb: Some(verb.to_string()),
                     group: Some(diorch_core::api::GROUP.to_string()),
                     resource: Some("dijobs".to_string()),
                     subresource: Some("replicas".to_string()),
-                    name: Some(name.clone()),
+                    name: Some(job.name.clone()),
                     ..ResourceAttributes::default()
                 }),
                 None,
@@ -310,11 +298,10 @@ impl KubernetesAuth {
             .map(|r| format!(": {}", truncate(&r, 200)))
             .unwrap_or_default();
         let what = match what {
-            Target::Job {
-                namespace,
-                name,
-                verb,
-            } => format!("{verb} dijobs/replicas of {name} in namespace {namespace}"),
+            Target::Job { job, verb } => format!(
+                "{verb} dijobs/replicas of {} in namespace {}",
+                job.name, job.namespace
+            ),
             Target::Path { path } => format!("get {path}"),
         };
         Ok(Reviewed::Decided(Decision::Forbidden(format!(
@@ -370,12 +357,12 @@ impl JobPodsAuth {
         JobPodsAuth { tokens, caches }
     }
 
-    fn is_pod_of(&self, peer: IpAddr, namespace: &str, name: &str) -> bool {
-        let Some(job) = self.caches.job(namespace, name) else {
+    fn is_pod_of(&self, peer: IpAddr, key: &ObjectKey) -> bool {
+        let Some(job) = self.caches.job(key) else {
             return false;
         };
         let peer = peer.to_canonical();
-        self.caches.pods_of(namespace, name).iter().any(|pod| {
+        self.caches.pods_of(key).iter().any(|pod| {
             super::is_live_pod_of(&job, pod)
                 && pod
                     .status
@@ -394,12 +381,9 @@ impl Authorizer for JobPodsAuth {
                 return self.tokens.authorize(who, what).await;
             }
             match (what, who.peer) {
-                (
-                    Target::Job {
-                        namespace, name, ..
-                    },
-                    Some(peer),
-                ) if self.is_pod_of(peer.ip(), namespace, name) => Decision::Allowed,
+                (Target::Job { job, .. }, Some(peer)) if self.is_pod_of(peer.ip(), job) => {
+                    Decision::Allowed
+                }
                 (Target::Job { .. }, _) => Decision::Unauthenticated(format!(
                     "{TOKEN_REQUIRED}, or a call from a pod of this job"
                 )),
@@ -547,8 +531,7 @@ pub async fn guard_job(State(guard): State<Guard>, request: Request, next: Next)
         return fail(StatusCode::METHOD_NOT_ALLOWED, "method not allowed").into_response();
     };
     let target = Target::Job {
-        namespace: id.namespace.clone(),
-        name: id.name.clone(),
+        job: id.job.clone(),
         verb,
     };
     if let Err(refused) = check(&guard, &parts, &target).await {

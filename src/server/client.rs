@@ -4,6 +4,7 @@
 //! Owns request building and the envelope decoding on the client side; no cluster access.
 
 use axum::http::{Method, Request, StatusCode};
+use diorch_core::placement::ObjectKey;
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
@@ -39,8 +40,8 @@ pub enum ClientError {
 /// A job id for the API (`namespace.name`) from `namespace.name`, `namespace/name`, or a bare
 /// name in `namespace`.
 pub fn api_job_id(job: &str, namespace: &str) -> String {
-    if let Some((ns, name)) = job.split_once('/') {
-        format!("{ns}.{name}")
+    if let Ok(key) = job.parse::<ObjectKey>() {
+        format!("{}.{}", key.namespace, key.name)
     } else if job.contains('.') {
         job.to_string()
     } else {

@@ -44,6 +44,7 @@ use diorch_core::api::{
 use diorch_core::build;
 use diorch_core::cached::CachedJob;
 use diorch_core::cached::CachedPod;
+use diorch_core::placement::ObjectKey;
 
 /// Largest request body accepted (profilings are merged into the job's status).
 pub const MAX_BODY: usize = 64 * 1024;
@@ -205,8 +206,7 @@ fn fail(status: StatusCode, message: impl Into<String>) -> ApiError {
 /// A job id: `namespace.name`, optionally `.generation`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct JobId {
-    pub namespace: String,
-    pub name: String,
+    pub job: ObjectKey,
     pub generation: Option<i64>,
 }
 
@@ -235,8 +235,7 @@ pub fn parse_job_id(id: &str) -> Result<JobId, String> {
         Some(_) => return Err(bad()),
     };
     Ok(JobId {
-        namespace: ns.to_string(),
-        name: name.to_string(),
+        job: ObjectKey::new(ns, name),
         generation,
     })
 }
@@ -257,21 +256,23 @@ fn find_job(state: &ServerState, id: &JobId) -> Result<Arc<CachedJob>, ApiError>
     let not_found = || {
         fail(
             StatusCode::NOT_FOUND,
-            format!("dijobs.diengine.opendilab.org \"{}\" not found", id.name),
+            format!(
+                "dijobs.diengine.opendilab.org \"{}\" not found",
+                id.job.name
+            ),
         )
     };
-    let job = state
-        .caches
-        .job(&id.namespace, &id.name)
-        .ok_or_else(not_found)?;
+    let job = state.caches.job(&id.job).ok_or_else(not_found)?;
     if let Some(want) = id.generation {
         let have = job.metadata.generation.unwrap_or_default();
         if want != have {
             return Err(fail(
                 StatusCode::CONFLICT,
                 format!(
-                    "job {}/{} is at generation {have}, not {want}: use {}.{}.{have} or {}.{}",
-                    id.namespace, id.name, id.namespace, id.name, id.namespace, id.name
+                    "job {key} is at generation {have}, not {want}: use {ns}.{name}.{have} or {ns}.{name}",
+                    key = id.job,
+                    ns = id.job.namespace,
+                    name = id.job.name,
                 ),
             ));
         }
@@ -344,12 +345,11 @@ pub fn rank_bound(job: &CachedJob) -> usize {
 }
 
 fn live_replicas(state: &ServerState, job: &CachedJob) -> Vec<Replica> {
-    let namespace = job.metadata.namespace.as_deref().unwrap_or_default();
-    let name = job.metadata.name.as_deref().unwrap_or_default();
+    let key = ObjectKey::of(&job.metadata);
     let bound = rank_bound(job);
     let mut replicas: Vec<Replica> = state
         .caches
-        .pods_of(namespace, name)
+        .pods_of(&key)
         .into_iter()
         .filter(|p| is_live_pod_of(job, p))
         .filter_map(|pod| {
@@ -367,7 +367,7 @@ fn live_replicas(state: &ServerState, job: &CachedJob) -> Vec<Replica> {
                     state.metrics.server.ignored_ranks.inc();
                     tracing::debug!(
                         pod = ?pod.metadata.name,
-                        job = %format!("{namespace}/{name}"),
+                        job = %key,
                         rank = %text.chars().take(32).collect::<String>(),
                         bound,
                         "ignoring a rank annotation outside the job's size"
@@ -534,8 +534,8 @@ async fn scale(
         return Err(fail(
             StatusCode::BAD_REQUEST,
             format!(
-                "job {}/{} is not preemptible: scale it by editing spec.tasks[].replicas (kubectl edit dijob {} -n {})",
-                id.namespace, id.name, id.name, id.namespace
+                "job {} is not preemptible: scale it by editing spec.tasks[].replicas (kubectl edit dijob {} -n {})",
+                id.job, id.job.name, id.job.namespace
             ),
         ));
     }
@@ -559,8 +559,8 @@ async fn scale(
         match write_status(&state, id, &patch, "replicas").await {
             Ok(()) => break,
             Err(e) if e.status == StatusCode::CONFLICT && attempt < 2 => {
-                let jobs: Api<DIJob> = Api::namespaced(state.client.clone(), &id.namespace);
-                job = jobs.get(&id.name).await.map_err(|e| {
+                let jobs: Api<DIJob> = Api::namespaced(state.client.clone(), &id.job.namespace);
+                job = jobs.get(&id.job.name).await.map_err(|e| {
                     fail(
                         StatusCode::INTERNAL_SERVER_ERROR,
                         format!("cannot read the job again after a conflict: {e}"),
@@ -744,10 +744,10 @@ async fn write_status(
     patch: &Value,
     what: &str,
 ) -> Result<(), ApiError> {
-    let jobs: Api<DIJob> = Api::namespaced(state.client.clone(), &id.namespace);
+    let jobs: Api<DIJob> = Api::namespaced(state.client.clone(), &id.job.namespace);
     let params = crate::writes::patch_params();
     let merge = Patch::Merge(patch);
-    let write = jobs.patch_status(&id.name, &params, &merge);
+    let write = jobs.patch_status(&id.job.name, &params, &merge);
     let Ok(result) = tokio::time::timeout(WRITE_TIMEOUT, write).await else {
         return Err(fail(
             StatusCode::GATEWAY_TIMEOUT,
@@ -761,14 +761,17 @@ async fn write_status(
         Ok(_) => Ok(()),
         Err(kube::Error::Api(status)) if status.code == 404 => Err(fail(
             StatusCode::NOT_FOUND,
-            format!("dijobs.diengine.opendilab.org \"{}\" not found", id.name),
+            format!(
+                "dijobs.diengine.opendilab.org \"{}\" not found",
+                id.job.name
+            ),
         )),
         Err(kube::Error::Api(status)) if status.code == 409 => Err(fail(
             StatusCode::CONFLICT,
             format!("the job changed while writing {what}; try again"),
         )),
         Err(e) => {
-            tracing::warn!(job = %format!("{}/{}", id.namespace, id.name), error = %e, what, "status write failed");
+            tracing::warn!(job = %id.job, error = %e, what, "status write failed");
             Err(fail(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 format!("cannot write {what}: {e}"),
@@ -866,8 +869,8 @@ async fn post_profilings(
         match write_status(&state, id, &patch, "profilings").await {
             Ok(()) => break,
             Err(e) if e.status == StatusCode::CONFLICT && attempt < ATTEMPTS => {
-                let jobs: Api<DIJob> = Api::namespaced(state.client.clone(), &id.namespace);
-                let job = jobs.get(&id.name).await.map_err(|e| {
+                let jobs: Api<DIJob> = Api::namespaced(state.client.clone(), &id.job.namespace);
+                let job = jobs.get(&id.job.name).await.map_err(|e| {
                     fail(
                         StatusCode::INTERNAL_SERVER_ERROR,
                         format!("cannot read the job again after a conflict: {e}"),

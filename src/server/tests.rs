@@ -373,8 +373,7 @@ fn job_ids_parse_with_and_without_generation() {
     assert_eq!(
         parse_job_id("ns.job"),
         Ok(JobId {
-            namespace: "ns".into(),
-            name: "job".into(),
+            job: ObjectKey::new("ns", "job"),
             generation: None
         })
     );
@@ -601,8 +600,7 @@ mod guard {
                 let allowed = who.token.as_deref() == Some(self.token)
                     && *what
                         == Target::Job {
-                            namespace: self.namespace.to_string(),
-                            name: self.name.to_string(),
+                            job: ObjectKey::new(self.namespace, self.name),
                             verb: self.verb,
                         };
                 match (allowed, &who.token) {
@@ -715,7 +713,7 @@ async fn an_encoded_job_id_is_authorised_as_decoded_never_passed_through() {
     let handled = handled.lock().expect("log").clone();
     assert_eq!(handled.len(), 1);
     assert_eq!(
-        (handled[0].0.name.as_str(), &handled[0].1),
+        (handled[0].0.job.name.as_str(), &handled[0].1),
         ("j", &Method::GET)
     );
 }
@@ -892,7 +890,7 @@ async fn job_pods_mode_admits_token_less_calls_only_from_the_jobs_own_live_pods(
     assert!(body.contains("not preemptible"), "{body}");
     let handled = handled.lock().expect("log").clone();
     assert_eq!(handled.len(), 3);
-    assert!(handled.iter().all(|(id, _)| id.name == "j"));
+    assert!(handled.iter().all(|(id, _)| id.job.name == "j"));
 }
 
 /// `/metrics` and `/plugins` on the metrics address: each path is authorised on its own, as a
@@ -1090,7 +1088,7 @@ mod guard_fuzz {
             for (id, m) in &handled {
                 prop_assert!(
                     matches!(authorization, Some("Bearer good" | "bearer good"))
-                        && id.namespace == "ns" && id.name == "j"
+                        && id.job == ObjectKey::new("ns", "j")
                         && (*m == Method::GET || *m == Method::HEAD),
                     "a handler acted on {id:?} for {m} with {authorization:?}: {answers:?}"
                 );

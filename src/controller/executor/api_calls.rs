@@ -579,7 +579,7 @@ impl Harness {
             settings,
             metrics,
             failures: Mutex::new(HashMap::new()),
-            reported: Mutex::new(HashMap::<String, HashSet<String>>::new()),
+            reported: Mutex::new(HashMap::<_, HashSet<String>>::new()),
             placement: allocator,
             plugins,
         };

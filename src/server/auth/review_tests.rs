@@ -83,8 +83,7 @@ async fn fake_api() -> (Arc<Fake>, Client) {
 
 fn job(verb: &'static str) -> Target {
     Target::Job {
-        namespace: "ns".into(),
-        name: "j".into(),
+        job: ObjectKey::new("ns", "j"),
         verb,
     }
 }
