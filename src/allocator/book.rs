@@ -17,15 +17,15 @@ use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 
 use diorch_core::model::UsagePod;
-use diorch_core::placement::ObjectKey;
+use diorch_core::placement::{ObjectKey, SlotNodes};
 use diorch_core::resources::Resources;
 
 /// An allocation the allocator counts as taken.
 #[derive(Clone, Debug)]
 pub struct Held {
     pub uid: String,
-    /// Node per slot (slot order), for returning the same answer again.
-    pub slots: Vec<String>,
+    /// For returning the same answer again.
+    pub slots: SlotNodes,
     /// What each placed replica takes on its node.
     pub usage: Vec<(String, Resources)>,
     /// Seen in the job's status (else it is a reservation this process made).

@@ -33,7 +33,7 @@ use book::{Book, Held};
 use diorch_core::api::DIJob;
 use diorch_core::cached::CachedJob;
 use diorch_core::model as view;
-use diorch_core::placement::{BoxFuture, ObjectKey, Placement, needs_allocation};
+use diorch_core::placement::{BoxFuture, ObjectKey, Placement, SlotNodes, needs_allocation};
 use diorch_core::planner::{MAX_MESSAGE_BYTES, clip};
 use diorch_core::resources::Resources;
 use diorch_core::validate;
@@ -81,10 +81,10 @@ impl Default for Settings {
     }
 }
 
-/// A re-plan for one job: nodes in slot order at `replicas` (per task, if resized), by `by`.
+/// A re-plan for one job: its slots at `replicas` (per task, if resized), by `by`.
 #[derive(Clone, Debug)]
 struct Proposal {
-    slots: Vec<String>,
+    slots: SlotNodes,
     replicas: Option<Vec<u32>>,
     by: String,
 }
@@ -144,23 +144,14 @@ fn job_key(job: &DIJob) -> ObjectKey {
     ObjectKey::of(&job.metadata)
 }
 
-/// Per-node usage of an allocation: `slots` in slot order, requests per task.
-fn usage_of(job: &DIJob, slots: &[String]) -> Vec<(String, Resources)> {
+/// Per-node usage of an allocation: each slot's node, its task's requests.
+fn usage_of(job: &DIJob, slots: &SlotNodes) -> Vec<(String, Resources)> {
     let requests = view::task_requests(job);
     view::slot_pods(job)
         .iter()
-        .zip(slots)
+        .zip(slots.as_slice())
         .filter(|(_, node)| !node.is_empty())
         .map(|((_, task), node)| (node.clone(), requests[*task].clone()))
-        .collect()
-}
-
-/// The job's confirmed allocation in slot order (empty entries where a slot has none).
-fn confirmed_slots(job: &DIJob) -> Vec<String> {
-    let placed = view::placed_pods(job);
-    view::slot_pods(job)
-        .iter()
-        .map(|(pod, _)| placed.get(pod).cloned().unwrap_or_default())
         .collect()
 }
 
@@ -349,7 +340,7 @@ impl Allocator {
             }
             return;
         }
-        let slots = confirmed_slots(job);
+        let slots = view::placed_slots(job);
         if let Some(proposal) = ledger.proposals.get(&key) {
             if proposal.slots == slots {
                 ledger.proposals.remove(&key);
@@ -519,16 +510,16 @@ impl Allocator {
                 .then(b.0.age_seconds.cmp(&a.0.age_seconds))
                 .then(a.0.key.cmp(&b.0.key))
         });
-        let current: HashMap<ObjectKey, Vec<String>> = models
+        let current: HashMap<ObjectKey, SlotNodes> = models
             .iter()
-            .map(|(_, key, j)| (key.clone(), confirmed_slots(j)))
+            .map(|(_, key, j)| (key.clone(), view::placed_slots(j)))
             .collect();
         // A plan names jobs as the policy sees them: by the model's key string.
         let previous: Vec<plugin::JobPlan> = models
             .iter()
             .map(|(m, key, _)| plugin::JobPlan {
                 job: m.key.clone(),
-                nodes: current.get(key).cloned().unwrap_or_default(),
+                nodes: current.get(key).cloned().map(Vec::from).unwrap_or_default(),
                 replicas: None,
             })
             .collect();
@@ -858,9 +849,10 @@ impl Allocator {
         key: &ObjectKey,
         by: &str,
         model: &plugin::Job,
-        slots: &[String],
+        slots: &SlotNodes,
     ) -> Result<(), PluginError> {
         let keys = HashSet::from([key.clone()]);
+        let slots = slots.as_slice();
         let nodes = self.model_nodes_named(ledger, &keys, slots.iter().map(String::as_str));
         plugin::checks::capacity(by, model, &nodes, slots)
     }
@@ -870,7 +862,7 @@ impl Allocator {
         &self,
         ledger: &mut Ledger,
         job: &DIJob,
-        slots: Vec<String>,
+        slots: SlotNodes,
         by: &str,
         fallback: Option<String>,
     ) -> Admission {
@@ -946,8 +938,8 @@ impl Allocator {
             {
                 continue;
             }
-            let slots = confirmed_slots(&job);
-            if slots.iter().all(String::is_empty) {
+            let slots = view::placed_slots(&job);
+            if slots.as_slice().iter().all(String::is_empty) {
                 continue;
             }
             ledger.book.hold(
@@ -965,7 +957,7 @@ impl Allocator {
     }
 
     /// A policy's answer checked against the capacity it was shown, with the call's time
-    /// (check included) recorded.
+    /// (check included) recorded. A policy answers one node per slot, in slot order.
     fn checked(
         &self,
         by: &str,
@@ -973,9 +965,10 @@ impl Allocator {
         nodes: &[plugin::Node],
         answer: Result<Vec<String>, PluginError>,
         started: Instant,
-    ) -> Result<Vec<String>, PluginError> {
-        let answer = answer
-            .and_then(|slots| plugin::checks::capacity(by, job, nodes, &slots).map(|()| slots));
+    ) -> Result<SlotNodes, PluginError> {
+        let answer = answer.and_then(|slots| {
+            plugin::checks::capacity(by, job, nodes, &slots).map(|()| SlotNodes::new(slots))
+        });
         self.metrics
             .allocator
             .call_duration
@@ -1184,7 +1177,7 @@ mod tests {
 
     fn placed_nodes(a: &Admission) -> Vec<String> {
         match a {
-            Admission::Placed { nodes, .. } => nodes.clone(),
+            Admission::Placed { nodes, .. } => nodes.as_slice().to_vec(),
             Admission::Waiting { message, .. } => panic!("waiting: {message}"),
         }
     }
@@ -1356,6 +1349,7 @@ mod tests {
             };
             assert_eq!(by, "builtin-binpack", "case {i}");
             assert_eq!(nodes.len(), 2);
+            let nodes = nodes.as_slice();
             assert_ne!(nodes[0], nodes[1], "case {i}: 8 GPUs each need 2 nodes");
             let why = fallback.expect("why");
             assert!(!why.is_empty(), "case {i}");
@@ -1457,7 +1451,7 @@ mod tests {
             decisions,
             vec![optimize::Decision::Move {
                 job: ObjectKey::new("ns", "a"),
-                slots: vec!["n1".into()],
+                slots: SlotNodes::new(vec!["n1".into()]),
                 replicas: None,
                 moved: 1
             }]
@@ -1471,8 +1465,8 @@ mod tests {
             panic!("no re-plan")
         };
         assert_eq!(
-            (nodes, replan, by.as_str()),
-            (vec!["n1".to_string()], true, "fixed@1234")
+            (nodes.as_slice(), replan, by.as_str()),
+            (&["n1".to_string()][..], true, "fixed@1234")
         );
         // Once the status shows it, the proposal is done.
         let moved = running("a", &["n1"], 4, None);
@@ -1694,7 +1688,11 @@ mod tests {
             panic!("{a:?}")
         };
         assert_eq!(by, "gated@1");
-        assert_ne!(nodes, &placed_nodes(&b), "{a:?} and {b:?} share a node");
+        assert_ne!(
+            nodes.as_slice(),
+            placed_nodes(&b),
+            "{a:?} and {b:?} share a node"
+        );
     }
 
     #[tokio::test]
@@ -1765,7 +1763,7 @@ mod tests {
             panic!("{a:?}")
         };
         assert_eq!(by, "builtin-binpack");
-        assert_eq!(nodes, &[format!("n{PLUGIN_TRIES}")]);
+        assert_eq!(nodes.as_slice(), [format!("n{PLUGIN_TRIES}")]);
         assert!(
             fallback
                 .as_deref()
@@ -1840,7 +1838,7 @@ mod tests {
         );
         gate.release_one();
         assert!(
-            matches!(&pass.await.expect("optimize pass")[..], [optimize::Decision::Move { slots, .. }] if slots == &["n2"]),
+            matches!(&pass.await.expect("optimize pass")[..], [optimize::Decision::Move { slots, .. }] if slots.as_slice() == ["n2"]),
         );
     }
 

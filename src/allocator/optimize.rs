@@ -8,15 +8,15 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use crate::plugin::JobPlan;
-use diorch_core::placement::ObjectKey;
+use diorch_core::placement::{ObjectKey, SlotNodes};
 
 /// What happens to one job after an optimize pass.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Decision {
-    /// Move to `slots` (node per slot); `moved` replicas change node.
+    /// Move to `slots`; `moved` replicas change node.
     Move {
         job: ObjectKey,
-        slots: Vec<String>,
+        slots: SlotNodes,
         /// New replica count per task (spec order) when the job is resized.
         replicas: Option<Vec<u32>>,
         moved: usize,
@@ -25,13 +25,14 @@ pub enum Decision {
     Suppressed { job: ObjectKey, retry_in: Duration },
 }
 
-/// The decisions for `plan` given the jobs' `current` allocations (slot order). Jobs the plan
+/// The decisions for `plan` given the jobs' `current` allocations (a plan's nodes are in slot
+/// order too). Jobs the plan
 /// leaves out keep their allocation (this version never preempts a running job outright); jobs
 /// whose plan equals their allocation are left alone. A plan names jobs by the plugin model's
 /// key string; an entry naming none of `current` is skipped.
 pub fn decide(
     plan: &[JobPlan],
-    current: &HashMap<ObjectKey, Vec<String>>,
+    current: &HashMap<ObjectKey, SlotNodes>,
     counts: &HashMap<ObjectKey, Vec<u32>>,
     last_moved: &HashMap<ObjectKey, Instant>,
     now: Instant,
@@ -50,7 +51,7 @@ pub fn decide(
             .replicas
             .clone()
             .filter(|r| counts.get(&job) != Some(r));
-        if *now_on == entry.nodes && replicas.is_none() {
+        if now_on.as_slice() == entry.nodes && replicas.is_none() {
             continue;
         }
         if let Some(at) = last_moved.get(&job) {
@@ -64,6 +65,7 @@ pub fn decide(
             }
         }
         let moved = now_on
+            .as_slice()
             .iter()
             .zip(&entry.nodes)
             .filter(|(a, b)| a != b)
@@ -71,7 +73,7 @@ pub fn decide(
             + now_on.len().abs_diff(entry.nodes.len());
         out.push(Decision::Move {
             job,
-            slots: entry.nodes.clone(),
+            slots: SlotNodes::new(entry.nodes.clone()),
             replicas,
             moved,
         });
@@ -95,7 +97,7 @@ mod tests {
         ObjectKey::new("ns", job)
     }
 
-    fn current(entries: &[(&str, &[&str])]) -> HashMap<ObjectKey, Vec<String>> {
+    fn current(entries: &[(&str, &[&str])]) -> HashMap<ObjectKey, SlotNodes> {
         entries
             .iter()
             .map(|(k, v)| (key(k), v.iter().map(|n| n.to_string()).collect()))
@@ -123,7 +125,7 @@ mod tests {
             decisions,
             vec![Decision::Move {
                 job: key("a"),
-                slots: vec!["n1".into(), "n3".into()],
+                slots: SlotNodes::new(vec!["n1".into(), "n3".into()]),
                 replicas: None,
                 moved: 1
             }]

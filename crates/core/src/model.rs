@@ -14,7 +14,7 @@ use serde::Deserialize;
 
 use crate::api::{DIJob, Priority, labels};
 use crate::build;
-use crate::placement::ObjectKey;
+use crate::placement::{ObjectKey, SlotNodes};
 use crate::resources::{self, CPU, ContainerShape, GPU, MEMORY, Resources};
 use diorch_policies as plugin;
 
@@ -325,11 +325,20 @@ pub fn placed_pods(job: &DIJob) -> HashMap<String, String> {
         .collect()
 }
 
+/// The job's current allocation in slot order, from its status (`""` where a slot has no
+/// node): what a policy's answer for the job is compared with.
+pub fn placed_slots(job: &DIJob) -> SlotNodes {
+    let placed = placed_pods(job);
+    slot_pods(job)
+        .iter()
+        .map(|(pod, _)| placed.get(pod).cloned().unwrap_or_default())
+        .collect()
+}
+
 /// The model of `job` for a policy call; `node_index` maps node names to indices of the
 /// call's node list, `age_seconds` is the job's age.
 pub fn model_job(job: &DIJob, node_index: &HashMap<&str, u32>, age_seconds: u64) -> plugin::Job {
     let requests = task_requests(job);
-    let placed = placed_pods(job);
     let to_u32 = |n: i32| u32::try_from(n.max(0)).unwrap_or(0);
     let key = ObjectKey::of(&job.metadata);
     plugin::Job {
@@ -355,12 +364,14 @@ pub fn model_job(job: &DIJob, node_index: &HashMap<&str, u32>, age_seconds: u64)
                 requests: model_resources(r, true),
             })
             .collect(),
-        current: slot_pods(job)
+        current: placed_slots(job)
+            .as_slice()
             .iter()
-            .map(|(pod, _)| {
-                placed
-                    .get(pod)
-                    .and_then(|node| node_index.get(node.as_str()).copied())
+            .map(|node| {
+                // An empty entry is a slot without a node, never a node's name.
+                Some(node)
+                    .filter(|n| !n.is_empty())
+                    .and_then(|n| node_index.get(n.as_str()).copied())
             })
             .collect(),
         profilings: job
@@ -624,6 +635,11 @@ mod tests {
         assert_eq!(m.tasks[1].task_type, "collector");
         // Slots: learner-0, collector-0, collector-1. collector-0 is on a vanished node.
         assert_eq!(m.current, vec![Some(0), None, Some(1)]);
+        assert_eq!(
+            placed_slots(&j),
+            SlotNodes::new(["n1", "gone", "n2"].map(String::from).to_vec())
+        );
+        assert_eq!(placed_slots(&job(json!({}))).as_slice(), ["", "", ""]);
         assert_eq!(m.profilings, r#"{"collectors":[]}"#);
         assert_eq!(m.age_seconds, 42);
         assert_eq!(describe_need(&m), "3 replicas: 2 GPUs, 0.5 CPUs, 1.5 GiB");

@@ -1,8 +1,9 @@
 //! The contract between the controller and whatever places preemptible jobs.
 //!
 //! Owns [`Admission`] (the answer the planner plans from), [`needs_allocation`] (whether to ask
-//! at all), [`ObjectKey`] (a job's namespace and name as one value) and the [`Placement`] trait
-//! the operator's allocator implements. The controller only sees this trait, so neither module
+//! at all), [`ObjectKey`] (a job's namespace and name as one value), the two orders an
+//! allocation comes in ([`SlotNodes`], [`RankNodes`]) and the [`Placement`] trait the
+//! operator's allocator implements. The controller only sees this trait, so neither module
 //! imports the other. Performs no I/O: implementations do.
 
 use std::fmt;
@@ -11,6 +12,7 @@ use std::pin::Pin;
 use std::str::FromStr;
 
 use crate::api::{DIJob, Phase};
+use crate::ranks::RankTable;
 use crate::{build, model};
 
 /// A boxed future that is `Send`, as the trait's methods return (the core has no `futures`).
@@ -65,12 +67,94 @@ impl FromStr for ObjectKey {
 #[error("{0:?} is not namespace/name")]
 pub struct NotAKey(pub String);
 
+/// One node per replica slot, in slot order: tasks in spec order, then local rank (the order
+/// `build::desired_slots` lists a job's pods in, and a policy answers in). `""` where a slot
+/// has no node. What the allocator holds and hands the planner.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SlotNodes(Vec<String>);
+
+/// One node per global rank, as `status.allocation` persists them: `""` where a rank has no
+/// node (a free rank, or one not placed). What pods are built from.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RankNodes(Vec<String>);
+
+impl SlotNodes {
+    /// `nodes` are in slot order.
+    pub fn new(nodes: Vec<String>) -> SlotNodes {
+        SlotNodes(nodes)
+    }
+
+    pub fn as_slice(&self) -> &[String] {
+        &self.0
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The same placement by global rank: each slot's node goes to the rank `ranks` gives the
+    /// slot's pod (`slot_pods`: the pod names in slot order). Ranks no slot holds stay `""`;
+    /// a slot whose pod holds no rank, or past the end of `slot_pods`, is dropped.
+    pub fn by_rank(&self, slot_pods: &[String], ranks: &RankTable) -> RankNodes {
+        let mut by_rank = vec![String::new(); ranks.len()];
+        for (pod, node) in slot_pods.iter().zip(&self.0) {
+            if let Some(entry) = ranks.rank_of(pod).and_then(|r| by_rank.get_mut(r)) {
+                entry.clone_from(node);
+            }
+        }
+        RankNodes(by_rank)
+    }
+}
+
+/// Slot order, as [`SlotNodes::new`].
+impl FromIterator<String> for SlotNodes {
+    fn from_iter<I: IntoIterator<Item = String>>(nodes: I) -> SlotNodes {
+        SlotNodes(nodes.into_iter().collect())
+    }
+}
+
+impl From<SlotNodes> for Vec<String> {
+    fn from(nodes: SlotNodes) -> Vec<String> {
+        nodes.0
+    }
+}
+
+impl RankNodes {
+    /// `nodes` are by global rank (as in `status.allocation`).
+    pub fn new(nodes: Vec<String>) -> RankNodes {
+        RankNodes(nodes)
+    }
+
+    pub fn as_slice(&self) -> &[String] {
+        &self.0
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// What `status.allocation` stores.
+impl From<RankNodes> for Vec<String> {
+    fn from(nodes: RankNodes) -> Vec<String> {
+        nodes.0
+    }
+}
+
 /// The allocator's answer for a preemptible job that needs an allocation.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Admission {
-    /// One node per replica in slot order (tasks in spec order, then local rank).
     Placed {
-        nodes: Vec<String>,
+        /// One node per replica.
+        nodes: SlotNodes,
         /// The policy that decided, e.g. `binpack@3f2a…` or `builtin-binpack`.
         by: String,
         /// Why the built-in policy answered instead of the requested one.
@@ -78,7 +162,7 @@ pub enum Admission {
         /// A periodic re-plan moving a placed job (not its first placement).
         replan: bool,
         /// New replica count per task (spec order) when an elastic policy resized the job;
-        /// `nodes` is in slot order at these counts.
+        /// `nodes` are the slots at these counts.
         replicas: Option<Vec<u32>>,
     },
     /// Not every replica fits now; the job waits in Pending.
@@ -140,6 +224,63 @@ mod tests {
         };
         assert_eq!(ObjectKey::of(&meta), key);
         assert_eq!(ObjectKey::of(&Default::default()).to_string(), "/");
+    }
+
+    fn names(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn slot_nodes_go_to_the_ranks_of_their_pods() {
+        // Slots in spec order: learner-0, collector-0, collector-1. Ranks from an earlier plan:
+        // collector-1 kept rank 0, rank 2 is free, learner-0 took rank 3.
+        let pods = names(&["j-learner-0", "j-collector-0", "j-collector-1"]);
+        let ranks = RankTable::from_status(Some(&names(&[
+            "j-collector-1",
+            "j-collector-0",
+            "",
+            "j-learner-0",
+        ])));
+        let slots: SlotNodes = names(&["n-l0", "n-c0", "n-c1"]).into_iter().collect();
+        let by_rank = slots.by_rank(&pods, &ranks);
+        assert_eq!(
+            by_rank,
+            RankNodes::new(names(&["n-c1", "n-c0", "", "n-l0"]))
+        );
+        assert_eq!(Vec::from(by_rank), names(&["n-c1", "n-c0", "", "n-l0"]));
+        // A slot with no node leaves its rank without one.
+        let partial = SlotNodes::new(names(&["n-l0", "", "n-c1"]));
+        assert_eq!(
+            partial.by_rank(&pods, &ranks).as_slice(),
+            names(&["n-c1", "", "", "n-l0"])
+        );
+    }
+
+    #[test]
+    fn slots_without_a_rank_are_dropped_and_free_ranks_stay_empty() {
+        let pods = names(&["j-a-0", "j-a-1", "j-a-2"]);
+        // j-a-2 holds no rank (not planned yet); rank 1 holds a pod that is no slot.
+        let ranks = RankTable::from_status(Some(&names(&["j-a-1", "gone", "j-a-0"])));
+        let slots = SlotNodes::new(names(&["n0", "n1", "n2"]));
+        assert_eq!(
+            slots.by_rank(&pods, &ranks).as_slice(),
+            names(&["n1", "", "n0"])
+        );
+        // More nodes than slot pods: the extra nodes have no slot to go to.
+        assert_eq!(
+            SlotNodes::new(names(&["n0", "n1", "n2", "n3"]))
+                .by_rank(&pods[..2], &ranks)
+                .as_slice(),
+            names(&["n1", "", "n0"])
+        );
+        assert!(
+            SlotNodes::default()
+                .by_rank(&pods, &RankTable::default())
+                .is_empty()
+        );
+        assert_eq!(slots.len(), 3);
+        assert!(!slots.is_empty());
+        assert_eq!(Vec::from(slots), names(&["n0", "n1", "n2"]));
     }
 
     #[test]

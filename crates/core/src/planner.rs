@@ -15,7 +15,7 @@ use serde_json::Value;
 use crate::api::{CleanPodPolicy, DIJob, DIJobStatus, JobCondition, Phase, labels};
 use crate::build::{self, BuildContext, ReplicaSlot};
 use crate::cached::CachedPod;
-use crate::placement::Admission;
+use crate::placement::{Admission, RankNodes};
 use crate::ranks::RankTable;
 use crate::validate;
 
@@ -445,16 +445,15 @@ impl Planner<'_> {
         });
     }
 
-    /// Records a new allocation (by global rank) with its condition and Event.
-    fn allocated(
-        &mut self,
-        allocation: Vec<String>,
-        by: &str,
-        fallback: Option<&str>,
-        replan: bool,
-    ) {
+    /// The allocation `status.allocation` holds (empty when none).
+    fn status_allocation(&self) -> RankNodes {
+        RankNodes::new(self.status.allocation.clone().unwrap_or_default())
+    }
+
+    /// Records a new allocation with its condition and Event.
+    fn allocated(&mut self, allocation: RankNodes, by: &str, fallback: Option<&str>, replan: bool) {
         let mut per_node: BTreeMap<&str, usize> = BTreeMap::new();
-        for node in allocation.iter().filter(|n| !n.is_empty()) {
+        for node in allocation.as_slice().iter().filter(|n| !n.is_empty()) {
             *per_node.entry(node).or_default() += 1;
         }
         let spread = per_node
@@ -463,17 +462,18 @@ impl Planner<'_> {
             .collect::<Vec<_>>()
             .join(", ");
         let message = if replan {
-            let before = self.status.allocation.clone().unwrap_or_default();
+            let before = self.status_allocation();
             let moved = allocation
+                .as_slice()
                 .iter()
                 .enumerate()
-                .filter(|(r, n)| !n.is_empty() && before.get(*r) != Some(n))
+                .filter(|(r, n)| !n.is_empty() && before.as_slice().get(*r) != Some(n))
                 .count();
             format!("re-planned by {by}: {moved} replicas move; now on {spread}")
         } else {
             format!("placed by {by} on {spread}")
         };
-        self.status.allocation = Some(allocation);
+        self.status.allocation = Some(allocation.into());
         self.plan.allocated = true;
         if let Some(why) = fallback {
             // The plugin's error text: bounded before it reaches the Event.
@@ -651,17 +651,9 @@ impl Planner<'_> {
                     replan,
                     replicas,
                 }) => {
-                    let mut allocation = vec![String::new(); ranks.entries().len()];
-                    for (slot, node) in slots.iter().zip(nodes) {
-                        if let Some(entry) = ranks
-                            .rank_of(&slot.pod_name)
-                            .and_then(|r| allocation.get_mut(r))
-                        {
-                            entry.clone_from(node);
-                        }
-                    }
+                    let allocation = nodes.by_rank(&desired_names, &ranks);
                     // The same allocation again (a retried answer) is nothing new.
-                    if self.status.allocation.as_ref() != Some(&allocation) {
+                    if self.status.allocation.as_deref() != Some(allocation.as_slice()) {
                         self.allocated(allocation, by, fallback.as_deref(), *replan);
                         if replicas.is_some() {
                             self.resized_event();
@@ -691,7 +683,7 @@ impl Planner<'_> {
         }
 
         // What differs from the spec.
-        let allocation = self.status.allocation.clone().unwrap_or_default();
+        let allocation = self.status_allocation();
         let mut failed = Vec::new();
         let mut replace = Vec::new(); // live pods to delete and re-create
         let mut succeeded = 0;
@@ -714,7 +706,9 @@ impl Planner<'_> {
                 replace.push((pod, "template changed"));
             } else if preemptible && !allocation.is_empty() {
                 let rank = ranks.rank_of(&slot.pod_name);
-                let want = rank.and_then(|r| allocation.get(r)).map(String::as_str);
+                let want = rank
+                    .and_then(|r| allocation.as_slice().get(r))
+                    .map(String::as_str);
                 if want.is_some() && annotation(pod, labels::ANNOTATION_NODE) != want {
                     replace.push((pod, "allocation changed"));
                 }
@@ -811,7 +805,7 @@ impl Planner<'_> {
                     global_rank: rank as i32,
                 };
                 let node = if preemptible {
-                    allocation.get(rank).map(String::as_str)
+                    allocation.as_slice().get(rank).map(String::as_str)
                 } else {
                     None
                 };
@@ -849,7 +843,7 @@ impl Planner<'_> {
     }
 
     /// The phase transition for this pass, if any.
-    fn step(&mut self, phase: Phase, c: Counts, allocation: &[String]) {
+    fn step(&mut self, phase: Phase, c: Counts, allocation: &RankNodes) {
         let r = c.r;
         if c.all_present && c.succeeded == r && !c.extra {
             self.transition(
@@ -881,7 +875,7 @@ impl Planner<'_> {
             let message = if phase == Phase::Running {
                 format!(
                     "job is rescheduling since replicas changed, replicas: {r}, allocation: [{}].",
-                    allocation.join(" ")
+                    allocation.as_slice().join(" ")
                 )
             } else {
                 "job is rescheduling since replicas or allocation changed.".to_string()

@@ -1,6 +1,7 @@
 //! The planner's unit tests: every decision of `plan` from observed state, one scenario each.
 
 use super::*;
+use crate::placement::SlotNodes;
 use k8s_openapi::api::core::v1::{
     ContainerState, ContainerStateTerminated, ContainerStatus, PodCondition, PodStatus,
 };
@@ -914,7 +915,7 @@ fn a_re_plan_moves_only_the_replicas_whose_node_changed() {
         .collect();
     // Slots: learner-0, evaluator-0, collector-0, collector-1 on n0, n1, n0, n1.
     sim.admission = Some(Admission::Placed {
-        nodes: ["n0", "n1", "n2", "n1"].map(String::from).to_vec(),
+        nodes: SlotNodes::new(["n0", "n1", "n2", "n1"].map(String::from).to_vec()),
         by: "goodput@1".into(),
         fallback: None,
         replan: true,
@@ -1776,7 +1777,7 @@ fn oversized_jobs_fail_naming_the_field_before_any_slot_is_built() {
                 ..Default::default()
             });
             let admission = Admission::Placed {
-                nodes: vec!["n0".into()],
+                nodes: SlotNodes::new(vec!["n0".into()]),
                 by: "p".into(),
                 fallback: None,
                 replan: false,
