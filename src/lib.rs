@@ -2,8 +2,10 @@
 
 pub mod allocator;
 pub mod audit;
+pub mod cluster;
 pub mod controller;
 pub mod events;
+pub mod flags;
 pub mod leader;
 pub mod metrics;
 pub mod operator;

@@ -14,7 +14,6 @@
 
 mod book;
 pub mod optimize;
-pub mod snapshot;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;

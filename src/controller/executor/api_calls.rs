@@ -33,17 +33,17 @@ use tokio::sync::mpsc;
 
 use super::{Caches, Context, Error, Requeue, Settings, WAITING_RETRY, reconcile_inner};
 use crate::allocator::Allocator;
-use diorch_core::api::{DIJob, DIJobStatus, Phase};
-use diorch_core::build::{BuildContext, Gang, GangKind};
 use crate::controller::cache::PodIndex;
-use diorch_core::cached::CachedPod;
 use crate::controller::expectations::Expectations;
-use diorch_core::planner::{self, Action, Observed};
 use crate::controller::queue::Queue;
 use crate::controller::throttle::Throttle;
 use crate::metrics::Metrics;
 use crate::plugin::registry::PluginRegistry;
 use crate::plugin::{HostConfig, NativePolicy, PluginHost};
+use diorch_core::api::{DIJob, DIJobStatus, Phase};
+use diorch_core::build::{BuildContext, Gang, GangKind};
+use diorch_core::cached::CachedPod;
+use diorch_core::planner::{self, Action, Observed};
 
 const JOB_UID: &str = "job-uid";
 const SVC_UID: &str = "svc-uid";
