@@ -28,7 +28,7 @@
 //! grace 0 and a UID precondition. A pod whose containers never started is deleted at once.
 //! (The API server removes an unbound or finished pod itself: no kubelet is involved.)
 //!
-//! Attached to another API server (`diorch sandbox --attach`, [`run_attached`]) the same
+//! Attached to another API server (`diorch-sandbox serve --attach`, [`run_attached`]) the same
 //! kubelets run beside the real kube-scheduler: this simulation then binds nothing, and renews
 //! its nodes' Ready condition every [`HEARTBEAT`] so a node lifecycle controller keeps them.
 //!
@@ -112,7 +112,7 @@ fn parse_taints(s: &str) -> Result<NodeTaints, String> {
     Ok(NodeTaints(out))
 }
 
-/// The simulated cluster's shape and timing (flattened into `diorch sandbox`).
+/// The simulated cluster's shape and timing (flattened into `diorch-sandbox serve`).
 #[derive(clap::Args, Clone, Debug)]
 pub struct ClusterArgs {
     /// Number of simulated nodes (sandbox-node-0 .. N-1).
