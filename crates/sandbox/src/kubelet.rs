@@ -44,7 +44,7 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Taint};
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch};
 use serde_json::{Value, json};
 
 use super::sim_pod::{IpPool, parse_duration, rfc3339};
@@ -305,7 +305,7 @@ pub async fn ensure_nodes(
                 source,
             }
         };
-        let created = match api.create(&PostParams::default(), &node).await {
+        let created = match api.create(&crate::post_params(), &node).await {
             Ok(created) => Some(created),
             Err(kube::Error::Api(s)) if s.is_already_exists() => None,
             Err(e) => return Err(err("create")(e)),
@@ -318,12 +318,12 @@ pub async fn ensure_nodes(
         if taints_differ {
             let patch = json!({"metadata": {"labels": manifest["metadata"]["labels"]},
                                "spec": {"taints": manifest["spec"]["taints"]}});
-            api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            api.patch(&name, &crate::patch_params(), &Patch::Merge(&patch))
                 .await
                 .map_err(err("update"))?;
         }
         let status = json!({"status": cfg.node_status(index, Timestamp::now())});
-        api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
+        api.patch_status(&name, &crate::patch_params(), &Patch::Merge(&status))
             .await
             .map_err(err("write the status of"))?;
         names.push(name);
@@ -395,7 +395,7 @@ async fn heartbeat(
             let name = node_name(index);
             let status = json!({"status": {"conditions": cfg.node_status(index, Timestamp::now())["conditions"]}});
             if let Err(error) = api
-                .patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
+                .patch_status(&name, &crate::patch_params(), &Patch::Merge(&status))
                 .await
             {
                 tracing::warn!(node = %name, %error, "sandbox kubelet: node heartbeat failed");
