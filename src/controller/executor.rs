@@ -29,7 +29,7 @@ use crate::metrics::{ActionLabels, ErrorLabels, Metrics, PhaseLabels, ResultLabe
 use crate::plugin::registry::PluginRegistry;
 use crate::plugin::{PluginError, TaskContext};
 use diorch_core::api::{DIJob, labels};
-use diorch_core::build::BuildContext;
+use diorch_core::build::{BuildContext, PodGroup};
 use diorch_core::cached::{self as cache, CachedJob, CachedPod};
 use diorch_core::naming;
 use diorch_core::placement::{Admission, ObjectKey, Placement};
@@ -664,14 +664,14 @@ async fn execute(ctx: &Context, job: &DIJob, key: &str, plan: &Plan) -> Outcome 
         };
         ctx.throttle.acquire().await;
         if let Err(err) = ensure_pod_group(ctx, &namespace, group).await {
-            let name = group["metadata"]["name"].as_str().unwrap_or_default();
+            let name = group.metadata.name.as_deref().unwrap_or_default();
             for pod in &creates {
                 ctx.expectations.forget(key, Some(pod), None);
             }
             let message = match &err {
                 kube::Error::Api(status) if status.code == 404 => format!(
                     "failed to create podgroup {name}: the {} PodGroup CRD is not installed (--gang-scheduler needs its scheduler)",
-                    group["apiVersion"].as_str().unwrap_or_default()
+                    group.api_version
                 ),
                 other => format!(
                     "failed to create podgroup {name} error: {}",
@@ -919,23 +919,28 @@ struct NameTaken {
 async fn ensure_pod_group(
     ctx: &Context,
     namespace: &str,
-    group: &serde_json::Value,
+    group: &PodGroup,
 ) -> Result<(), kube::Error> {
-    let api_version = group["apiVersion"].as_str().unwrap_or_default();
-    let (api_group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    // Neither scheduler's PodGroup is a k8s-openapi type: written as a DynamicObject of the
+    // group and version its apiVersion names.
+    let (api_group, version) = group
+        .api_version
+        .split_once('/')
+        .unwrap_or(("", group.api_version));
     let resource = kube::discovery::ApiResource::from_gvk_with_plural(
-        &kube::api::GroupVersionKind::gvk(api_group, version, "PodGroup"),
+        &kube::api::GroupVersionKind::gvk(api_group, version, group.kind),
         "podgroups",
     );
     let api: Api<kube::api::DynamicObject> =
         Api::namespaced_with(ctx.client.clone(), namespace, &resource);
-    let object: kube::api::DynamicObject =
-        serde_json::from_value(group.clone()).map_err(kube::Error::SerdeError)?;
+    let object: kube::api::DynamicObject = serde_json::to_value(group)
+        .and_then(serde_json::from_value)
+        .map_err(kube::Error::SerdeError)?;
     match bounded(api.create(&crate::writes::post_params(), &object)).await {
         Ok(_) => Ok(()),
         Err(err) if is_status(&err, 409) => {
-            let name = group["metadata"]["name"].as_str().unwrap_or_default();
-            let patch = serde_json::json!({"spec": {"minMember": group["spec"]["minMember"]}});
+            let name = group.metadata.name.as_deref().unwrap_or_default();
+            let patch = serde_json::json!({"spec": {"minMember": group.spec.min_member}});
             bounded(api.patch(name, &crate::writes::patch_params(), &Patch::Merge(&patch)))
                 .await
                 .map(|_| ())

@@ -33,17 +33,17 @@ use tokio::sync::mpsc;
 
 use super::{Caches, Context, Error, Requeue, Settings, WAITING_RETRY, reconcile_inner};
 use crate::allocator::Allocator;
-use diorch_core::api::{DIJob, DIJobStatus, Phase};
-use diorch_core::build::{BuildContext, Gang, GangKind};
 use crate::controller::cache::PodIndex;
-use diorch_core::cached::CachedPod;
 use crate::controller::expectations::Expectations;
-use diorch_core::planner::{self, Action, Observed};
 use crate::controller::queue::Queue;
 use crate::controller::throttle::Throttle;
 use crate::metrics::Metrics;
 use crate::plugin::registry::PluginRegistry;
 use crate::plugin::{HostConfig, NativePolicy, PluginHost};
+use diorch_core::api::{DIJob, DIJobStatus, Phase};
+use diorch_core::build::{BuildContext, Gang, GangKind};
+use diorch_core::cached::CachedPod;
+use diorch_core::planner::{self, Action, Observed};
 
 const JOB_UID: &str = "job-uid";
 const SVC_UID: &str = "svc-uid";
@@ -1317,10 +1317,27 @@ async fn a_gang_scheduled_job_ensures_its_podgroup_before_the_pods() {
     let calls = h.server.take();
     let create = format!("POST {groups}?&fieldManager=diorch name=j");
     assert_calls(&calls, &[&[&create], pods_and_service, status]);
-    assert_eq!(calls[0].body["spec"]["minMember"], 3);
+    // The whole PodGroup: named and labelled like the job, owned by it, minMember its replicas.
     assert_eq!(
-        calls[0].body["metadata"]["ownerReferences"][0]["uid"],
-        JOB_UID
+        calls[0].body,
+        json!({
+            "apiVersion": "scheduling.volcano.sh/v1beta1",
+            "kind": "PodGroup",
+            "metadata": {
+                "name": "j",
+                "namespace": "default",
+                "labels": {"diengine/job": "j", "diengine/operator": "di-operator"},
+                "ownerReferences": [{
+                    "apiVersion": "diengine.opendilab.org/v2alpha1",
+                    "kind": "DIJob",
+                    "name": "j",
+                    "uid": JOB_UID,
+                    "controller": true,
+                    "blockOwnerDeletion": true,
+                }],
+            },
+            "spec": {"minMember": 3},
+        })
     );
     let pod = body_of(&calls, "POST", PODS, "j-learner-0");
     assert_eq!(pod["spec"]["schedulerName"], "volcano");
