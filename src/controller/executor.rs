@@ -6,6 +6,7 @@
 //! expectations that keep a lagging cache from causing duplicates, and the per-job error
 //! backoff. Decides nothing itself: what to write comes from `planner::plan`.
 
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -533,14 +534,23 @@ async fn reconcile_inner(job: &DIJob, ctx: &Context) -> Result<Requeue, Error> {
         return Ok(Requeue::await_change());
     }
 
-    if plan.status_first() && !write_status(ctx, &jobs, job, &plan).await? {
-        ctx.count("requeue");
-        return Ok(Requeue::requeue(Duration::from_millis(200)));
+    // The job as this pass leaves it: once its status is written, the server's answer, whose
+    // resourceVersion guards any later status write of the pass (the cached one is stale then).
+    let mut latest = Cow::Borrowed(job);
+    if plan.status_first() {
+        let Some(written) = write_status(ctx, &jobs, job, &plan).await? else {
+            ctx.count("requeue");
+            return Ok(Requeue::requeue(Duration::from_millis(200)));
+        };
+        latest = written;
     }
     let outcome = execute(ctx, job, &key, &plan).await;
-    if !plan.status_first() && !write_status(ctx, &jobs, job, &plan).await? {
-        ctx.count("requeue");
-        return Ok(Requeue::requeue(Duration::from_millis(200)));
+    if !plan.status_first() {
+        let Some(written) = write_status(ctx, &jobs, job, &plan).await? else {
+            ctx.count("requeue");
+            return Ok(Requeue::requeue(Duration::from_millis(200)));
+        };
+        latest = written;
     }
     publish(ctx, job, &plan.events);
     publish_once(ctx, job, &key, &plan.once);
@@ -566,11 +576,18 @@ async fn reconcile_inner(job: &DIJob, ctx: &Context) -> Result<Requeue, Error> {
     }
 
     if let Some(message) = outcome.invalid {
-        // The API server refused a pod as invalid: retrying cannot help, the job fails once.
-        let failed = planner::fail(job, message, &now);
-        if write_status(ctx, &jobs, job, &failed).await? {
-            publish(ctx, job, &failed.events);
+        // The API server refused a pod as invalid: retrying cannot help, the job fails once,
+        // on this pass, from the status this pass wrote.
+        let failed = planner::fail(&latest, message, &now);
+        if write_status(ctx, &jobs, &latest, &failed).await?.is_none() {
+            // Changed by someone else since: the next pass plans from the newer job.
+            if let Some(err) = outcome.error {
+                return Err(err);
+            }
+            ctx.count("requeue");
+            return Ok(Requeue::requeue(Duration::from_millis(200)));
         }
+        publish(ctx, job, &failed.events);
     }
     if let Some(err) = outcome.error {
         return Err(err);
@@ -588,16 +605,17 @@ async fn reconcile_inner(job: &DIJob, ctx: &Context) -> Result<Requeue, Error> {
 /// How often a job waiting for capacity is tried again without any capacity event.
 const WAITING_RETRY: Duration = Duration::from_secs(30);
 
-/// Writes `plan.status` (if any) with the cached resourceVersion as guard. `Ok(false)` on a
+/// Writes `plan.status` (if any) with `job`'s resourceVersion as guard, and returns the job as
+/// the server now stores it (`job` itself when there was nothing to write). `Ok(None)` on a
 /// conflict: the cache is behind, and the next pass plans from the newer job.
-async fn write_status(
+async fn write_status<'a>(
     ctx: &Context,
     jobs: &Api<DIJob>,
-    job: &DIJob,
+    job: &'a DIJob,
     plan: &Plan,
-) -> Result<bool, Error> {
+) -> Result<Option<Cow<'a, DIJob>>, Error> {
     let Some(status) = &plan.status else {
-        return Ok(true);
+        return Ok(Some(Cow::Borrowed(job)));
     };
     let update = DIJob {
         metadata: ObjectMeta {
@@ -612,10 +630,10 @@ async fn write_status(
     ctx.throttle.acquire().await;
     let name = job.metadata.name.as_deref().unwrap_or_default();
     match bounded(jobs.replace_status(name, &crate::writes::post_params(), &update)).await {
-        Ok(_) => Ok(true),
+        Ok(written) => Ok(Some(Cow::Owned(written))),
         Err(err) if is_status(&err, 409) => {
             tracing::debug!(job = %job_key(job), "status conflict; replanning from the newer job");
-            Ok(false)
+            Ok(None)
         }
         Err(source) => Err(Error::Status {
             job: job_key(job),
