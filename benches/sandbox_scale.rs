@@ -1,4 +1,4 @@
-//! Sandbox scale bench: runs the real `diorch sandbox` binary (API server only, no simulated
+//! Sandbox scale bench: runs the `diorch-sandbox serve` binary (API server only, no simulated
 //! cluster), loads it with 5 000 DIJobs and 20 000 pods while 10 watchers follow the pods, and
 //! prints objects created per second, list latency, watch event latency and the server's
 //! resident memory.

@@ -40,11 +40,11 @@ pub struct LeaderArgs {
     pub leader_election_namespace: String,
     /// How long a lease lasts without renewal: a standby takes over at most this long after
     /// the leader dies without releasing it.
-    #[arg(long, default_value = "15s", value_parser = crate::operator::parse_duration)]
+    #[arg(long, default_value = "15s", value_parser = crate::flags::parse_duration)]
     pub leader_elect_lease_duration: Duration,
     /// The leader renews this long before the lease would expire (also the clock skew
     /// tolerated between nodes).
-    #[arg(long, default_value = "5s", value_parser = crate::operator::parse_duration)]
+    #[arg(long, default_value = "5s", value_parser = crate::flags::parse_duration)]
     pub leader_elect_renew_grace: Duration,
 }
 

@@ -44,7 +44,7 @@ enum Command {
     /// Run the operator against a cluster (the current kubeconfig context by default).
     Run {
         #[command(flatten)]
-        cluster: operator::ClusterArgs,
+        cluster: diorch::cluster::ClusterArgs,
         #[command(flatten)]
         args: operator::RunArgs,
     },
@@ -52,7 +52,7 @@ enum Command {
     /// them in a Secret (or files), and patch the CA into the webhook configurations' caBundle.
     WebhookCert {
         #[command(flatten)]
-        cluster: operator::ClusterArgs,
+        cluster: diorch::cluster::ClusterArgs,
         #[command(flatten)]
         args: diorch::webhook::cert::CertArgs,
     },
@@ -160,12 +160,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Plugin { command } => diorch::plugin::cli::run(command).await,
         Command::Run { cluster, args } => {
-            let conn = operator::connect(&cluster.target()).await?;
+            let conn = diorch::cluster::connect(&cluster.target()).await?;
             operator::run(conn, args, shutdown_signal()).await?;
             Ok(())
         }
         Command::WebhookCert { cluster, args } => {
-            let conn = operator::connect(&cluster.target()).await?;
+            let conn = diorch::cluster::connect(&cluster.target()).await?;
             for line in diorch::webhook::cert::run(conn.client, &args).await? {
                 say!("{line}");
             }

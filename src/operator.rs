@@ -5,54 +5,25 @@
 //! the controller's) and must not know about the sandbox: it treats every API server alike.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 
-use kube::api::ListParams;
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Api, Client, Config};
 use tracing::{info, warn};
 
 use crate::allocator::Allocator;
+use crate::cluster::{ClusterArgs, Connection, preflight};
 use crate::controller::executor::{self, Settings};
+use crate::flags::{BindAddress, parse_bind_address, parse_duration};
 use crate::metrics::Metrics;
 use crate::plugin::registry::PluginRegistry;
 use crate::plugin::{HostConfig, Limits, NativePolicy, PluginHost};
-use diorch_core::api::DIJob;
 use diorch_core::build::{BuildContext, Gang, GangKind};
 use futures::StreamExt as _;
 
 /// Why the operator could not start or stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum OperatorError {
-    #[error("cannot read kubeconfig {path}: {source}")]
-    Kubeconfig {
-        path: PathBuf,
-        #[source]
-        source: kube::config::KubeconfigError,
-    },
-    #[error("cannot use the requested kubeconfig context: {0}")]
-    Context(#[source] kube::config::KubeconfigError),
-    #[error("no usable cluster configuration: {0}")]
-    Infer(#[from] kube::config::InferConfigError),
-    #[error("cannot build a Kubernetes client: {0}")]
-    Client(#[source] kube::Error),
-    #[error("cannot reach the Kubernetes API server at {url}: {source}")]
-    Unreachable {
-        url: String,
-        #[source]
-        source: kube::Error,
-    },
-    #[error(
-        "the DIJob CRD (dijobs.diengine.opendilab.org) is not installed on {url}: install it with `kubectl apply -f crds/` or `diorch crd | kubectl apply -f -`"
-    )]
-    CrdMissing { url: String },
-    #[error("cannot list DIJobs on {url}: {source}")]
-    ListDijobs {
-        url: String,
-        #[source]
-        source: kube::Error,
-    },
+    #[error(transparent)]
+    Cluster(#[from] crate::cluster::ClusterError),
     #[error("cannot start the Wasm plugin host: {0}")]
     PluginHost(#[source] crate::plugin::PluginError),
     #[error("cannot serve {what} on {addr}: {source}")]
@@ -68,103 +39,6 @@ pub enum OperatorError {
         "lost the leader lease; stopped so that no write follows (the pod restarts as a standby)"
     )]
     LostLease,
-}
-
-/// The flags that choose the cluster.
-#[derive(Clone, Debug, clap::Args)]
-pub struct ClusterArgs {
-    /// Kubeconfig file to use instead of KUBECONFIG / ~/.kube/config / in-cluster config.
-    #[arg(long, env = "DIORCH_KUBECONFIG")]
-    pub kubeconfig: Option<PathBuf>,
-    /// Kubeconfig context to use.
-    #[arg(long)]
-    pub context: Option<String>,
-}
-
-impl ClusterArgs {
-    pub fn target(self) -> ClusterTarget {
-        ClusterTarget {
-            kubeconfig: self.kubeconfig,
-            context: self.context,
-        }
-    }
-}
-
-/// Where to find the cluster.
-#[derive(Clone, Debug, Default)]
-pub struct ClusterTarget {
-    /// Explicit kubeconfig file; `None` infers (KUBECONFIG, ~/.kube/config, in-cluster).
-    pub kubeconfig: Option<PathBuf>,
-    /// Context to use within the kubeconfig.
-    pub context: Option<String>,
-}
-
-/// A client and the URL of the API server it talks to (for messages).
-#[derive(Clone)]
-pub struct Connection {
-    pub client: Client,
-    pub url: String,
-    /// The client's API calls (`diorch_kube_api_requests_total`); empty for a client built
-    /// elsewhere.
-    pub api_requests: crate::audit::ApiRequests,
-}
-
-/// Builds a client for the target cluster.
-pub async fn connect(target: &ClusterTarget) -> Result<Connection, OperatorError> {
-    let options = KubeConfigOptions {
-        context: target.context.clone(),
-        ..KubeConfigOptions::default()
-    };
-    let config = match &target.kubeconfig {
-        Some(path) => {
-            let kubeconfig =
-                Kubeconfig::read_from(path).map_err(|source| OperatorError::Kubeconfig {
-                    path: path.clone(),
-                    source,
-                })?;
-            Config::from_custom_kubeconfig(kubeconfig, &options)
-                .await
-                .map_err(|source| OperatorError::Kubeconfig {
-                    path: path.clone(),
-                    source,
-                })?
-        }
-        None if target.context.is_some() => Config::from_kubeconfig(&options)
-            .await
-            .map_err(OperatorError::Context)?,
-        None => Config::infer().await?,
-    };
-    let url = config.cluster_url.to_string();
-    let api_requests = crate::audit::ApiRequests::default();
-    let client = kube::client::ClientBuilder::try_from(config)
-        .map_err(OperatorError::Client)?
-        .with_layer(&api_requests.layer())
-        .build();
-    Ok(Connection {
-        client,
-        url,
-        api_requests,
-    })
-}
-
-/// Checks that the API server answers and serves DIJobs.
-pub async fn preflight(conn: &Connection) -> Result<(), OperatorError> {
-    let url = conn.url.clone();
-    conn.client
-        .apiserver_version()
-        .await
-        .map_err(|source| OperatorError::Unreachable {
-            url: url.clone(),
-            source,
-        })?;
-    let jobs: Api<DIJob> = Api::all(conn.client.clone());
-    match jobs.list_metadata(&ListParams::default().limit(1)).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(status)) if status.code == 404 => {
-            Err(OperatorError::CrdMissing { url })
-        }
-        Err(source) => Err(OperatorError::ListDijobs { url, source }),
-    }
 }
 
 /// Flags of `diorch run` (DI-orchestrator's spec section 12 names, kube-rs conventions for
@@ -355,34 +229,6 @@ impl RunArgs {
         .map_err(OperatorError::PluginHost)?;
         Ok(PluginRegistry::new(host, self.builtin_policy.into()))
     }
-}
-
-/// Go-style durations as DI-orchestrator takes them (`1m0s`, `30s`, `1h`).
-pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
-    let d: jiff::SignedDuration = s
-        .parse()
-        .map_err(|e| format!("invalid duration {s:?} (e.g. 1m, 30s): {e}"))?;
-    std::time::Duration::try_from(d).map_err(|_| format!("duration {s:?} must not be negative"))
-}
-
-/// An endpoint's address, or `None` when disabled.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct BindAddress(pub Option<SocketAddr>);
-
-/// Bind addresses as controller-runtime takes them: `:8080` for every interface, `host:port`,
-/// or `0` to disable.
-pub fn parse_bind_address(s: &str) -> Result<BindAddress, String> {
-    if s == "0" {
-        return Ok(BindAddress(None));
-    }
-    let full = if s.starts_with(':') {
-        format!("0.0.0.0{s}")
-    } else {
-        s.to_string()
-    };
-    full.parse()
-        .map(|a| BindAddress(Some(a)))
-        .map_err(|e| format!("invalid address {s:?} (e.g. :8080, 127.0.0.1:8080, 0): {e}"))
 }
 
 /// The configuration reference of `diorch run` as a Markdown table, rendered from the clap

@@ -1,4 +1,4 @@
-//! Placement and plugins end to end: the real `diorch run` against the real `diorch sandbox`
+//! Placement and plugins end to end: the real `diorch run` against the sandbox (in-process)
 //! (4 simulated nodes of 8 GPUs), driven with kubectl. Policy plugins uploaded as ConfigMaps
 //! place preemptible jobs and hot-swap, garbage uploads keep the last good version, mutators
 //! change pods, and oversized jobs wait for capacity. The same scenarios run against a real

@@ -1,5 +1,5 @@
 //! The DIJob lifecycle controller end to end: the real `diorch run` binary against the sandbox
-//! (the real `diorch sandbox` binary with its simulated kubelet), driven with kubectl. The same
+//! (the sandbox, in-process, with its simulated kubelet), driven with kubectl. The same
 //! scenarios run against a real cluster in `tests/e2e.rs`.
 
 mod common;

@@ -7,7 +7,7 @@
 //! ```
 //!
 //! (`scripts/e2e.sh` does that against the control plane in `../shared/kube`, with
-//! `diorch sandbox --attach` playing 4 nodes of 8 GPUs.) A test run without what it needs fails
+//! `diorch-sandbox serve --attach` playing 4 nodes of 8 GPUs.) A test run without what it needs fails
 //! and says how to skip it. The suite installs `crds/` itself, works in its own namespaces, and
 //! deletes them at the end. One test at a time (`--test-threads=1`): the admission test
 //! registers cluster-wide webhooks while it runs.
@@ -95,7 +95,7 @@ fn e2e_foundation() {
     foundation::owner_deletion_cascades(&k, &ns);
 }
 
-/// Graceful deletion on a real API server, with the nodes played by `diorch sandbox --attach`
+/// Graceful deletion on a real API server, with the nodes played by `diorch-sandbox serve --attach`
 /// (the scenario scripts its pods with `sandbox.diorch.io/*` annotations): the behaviour the
 /// in-process sandbox must match (`tests/sandbox_cli.rs`).
 #[test]
@@ -104,7 +104,7 @@ fn e2e_sandbox_kubelet() {
     let (kubeconfig, scratch) = target();
     require(
         "DIORCH_E2E_SANDBOX_NODES",
-        "nodes played by `diorch sandbox --attach`",
+        "nodes played by `diorch-sandbox serve --attach`",
         "e2e_sandbox_kubelet",
     );
     let k = Kubectl::new(&kubeconfig, scratch.path());
@@ -391,7 +391,7 @@ fn e2e_plugins_and_placement() {
 }
 
 /// The capacity-sized placement scenarios (a job holding whole 8-GPU nodes) and re-planning:
-/// they need 4 ready nodes with 8 free `nvidia.com/gpu` each (`diorch sandbox --attach
+/// they need 4 ready nodes with 8 free `nvidia.com/gpu` each (`diorch-sandbox serve --attach
 /// --nodes 4 --node-gpus 8` on a cluster without GPUs); set DIORCH_E2E_GPU_NODES=1 then.
 #[test]
 #[ignore = "needs a real cluster: set DIORCH_E2E_KUBECONFIG and run with --include-ignored (scripts/e2e.sh)"]

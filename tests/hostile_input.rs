@@ -1,5 +1,5 @@
 //! Hostile numbers in DIJobs and on their pods, end to end: the real `diorch run` binary against
-//! the real `diorch sandbox`, driven with kubectl as a user (or an attacker with write access to
+//! the sandbox (in-process), driven with kubectl as a user (or an attacker with write access to
 //! DIJobs, their status or their pods) would.
 //!
 //! Each case must cost a clear error naming the field and nothing else: the operator stays up,

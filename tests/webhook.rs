@@ -1,4 +1,4 @@
-//! Admission end to end: the real `diorch sandbox` calls the real `diorch run`'s webhooks over
+//! Admission end to end: the sandbox (in-process) calls the real `diorch run`'s webhooks over
 //! TLS, with the certificate made and the caBundle patched by the real `diorch webhook-cert`,
 //! driven with kubectl. The refusal scenarios also run against a real cluster in `tests/e2e.rs`.
 

@@ -14,7 +14,6 @@
 
 mod book;
 pub mod optimize;
-pub mod snapshot;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -711,7 +710,7 @@ impl Allocator {
     /// A policy plugin is called without the ledger lock (its call is bounded by its deadline,
     /// but the wait for a call slot is not, and every other admission would wait meanwhile).
     /// If the ledger changed during the call, the answer is checked again against what is free
-    /// now, and a stale one is asked for again, at most [`PLUGIN_TRIES`] times; then the
+    /// now, and a stale one is asked for again, at most `PLUGIN_TRIES` times; then the
     /// built-in policy decides under the lock, as it does when the plugin fails. The built-in
     /// policy is not a plugin call (microseconds): it always runs under the lock.
     pub async fn admit(&self, job: &DIJob) -> Admission {

@@ -87,19 +87,10 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// A pod of `job` in namespace `ns`: all the index reads.
     fn pod(name: &str, job: &str) -> CachedPod {
         serde_json::from_value(json!({
-            "metadata": {"name": name, "namespace": "ns", "labels": {"diengine/job": job, "team": "rl"},
-                "annotations": {"diengine/rank": "0", "diorch.io/template-hash": "h", "big": "x"},
-                "managedFields": [{"manager": "kubectl"}]},
-            "spec": {"nodeName": "n1", "containers": [
-                {"name": "di-container", "image": "big", "command": ["x"], "env": [{"name": "DI_NODES", "value": "a,b"}],
-                 "ports": [{"name": "di-port", "containerPort": 1234}]},
-                {"name": "sidecar", "image": "s"}
-            ]},
-            "status": {"phase": "Running", "podIP": "10.0.0.1",
-                "conditions": [{"type": "Ready", "status": "True", "message": "m"}, {"type": "Initialized", "status": "True"}],
-                "containerStatuses": [{"name": "di-container", "ready": true, "image": "big", "imageID": "sha", "restartCount": 0}]}
+            "metadata": {"name": name, "namespace": "ns", "labels": {"diengine/job": job}}
         }))
         .expect("pod")
     }

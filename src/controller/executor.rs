@@ -6,6 +6,7 @@
 //! expectations that keep a lagging cache from causing duplicates, and the per-job error
 //! backoff. Decides nothing itself: what to write comes from `planner::plan`.
 
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -29,7 +30,7 @@ use crate::metrics::{ActionLabels, ErrorLabels, Metrics, PhaseLabels, ResultLabe
 use crate::plugin::registry::PluginRegistry;
 use crate::plugin::{PluginError, TaskContext};
 use diorch_core::api::{DIJob, labels};
-use diorch_core::build::BuildContext;
+use diorch_core::build::{BuildContext, PodGroup};
 use diorch_core::cached::{self as cache, CachedJob, CachedPod};
 use diorch_core::naming;
 use diorch_core::placement::{Admission, ObjectKey, Placement};
@@ -525,14 +526,23 @@ async fn reconcile_inner(job: &DIJob, ctx: &Context) -> Result<Requeue, Error> {
         return Ok(Requeue::await_change());
     }
 
-    if plan.status_first() && !write_status(ctx, &jobs, job, &plan).await? {
-        ctx.count("requeue");
-        return Ok(Requeue::requeue(Duration::from_millis(200)));
+    // The job as this pass leaves it: once its status is written, the server's answer, whose
+    // resourceVersion guards any later status write of the pass (the cached one is stale then).
+    let mut latest = Cow::Borrowed(job);
+    if plan.status_first() {
+        let Some(written) = write_status(ctx, &jobs, job, &plan).await? else {
+            ctx.count("requeue");
+            return Ok(Requeue::requeue(Duration::from_millis(200)));
+        };
+        latest = written;
     }
     let outcome = execute(ctx, job, &key, &plan).await;
-    if !plan.status_first() && !write_status(ctx, &jobs, job, &plan).await? {
-        ctx.count("requeue");
-        return Ok(Requeue::requeue(Duration::from_millis(200)));
+    if !plan.status_first() {
+        let Some(written) = write_status(ctx, &jobs, job, &plan).await? else {
+            ctx.count("requeue");
+            return Ok(Requeue::requeue(Duration::from_millis(200)));
+        };
+        latest = written;
     }
     publish(ctx, job, &plan.events);
     publish_once(ctx, job, &key, &plan.once);
@@ -558,11 +568,18 @@ async fn reconcile_inner(job: &DIJob, ctx: &Context) -> Result<Requeue, Error> {
     }
 
     if let Some(message) = outcome.invalid {
-        // The API server refused a pod as invalid: retrying cannot help, the job fails once.
-        let failed = planner::fail(job, message, &now);
-        if write_status(ctx, &jobs, job, &failed).await? {
-            publish(ctx, job, &failed.events);
+        // The API server refused a pod as invalid: retrying cannot help, the job fails once,
+        // on this pass, from the status this pass wrote.
+        let failed = planner::fail(&latest, message, &now);
+        if write_status(ctx, &jobs, &latest, &failed).await?.is_none() {
+            // Changed by someone else since: the next pass plans from the newer job.
+            if let Some(err) = outcome.error {
+                return Err(err);
+            }
+            ctx.count("requeue");
+            return Ok(Requeue::requeue(Duration::from_millis(200)));
         }
+        publish(ctx, job, &failed.events);
     }
     if let Some(err) = outcome.error {
         return Err(err);
@@ -580,16 +597,17 @@ async fn reconcile_inner(job: &DIJob, ctx: &Context) -> Result<Requeue, Error> {
 /// How often a job waiting for capacity is tried again without any capacity event.
 const WAITING_RETRY: Duration = Duration::from_secs(30);
 
-/// Writes `plan.status` (if any) with the cached resourceVersion as guard. `Ok(false)` on a
+/// Writes `plan.status` (if any) with `job`'s resourceVersion as guard, and returns the job as
+/// the server now stores it (`job` itself when there was nothing to write). `Ok(None)` on a
 /// conflict: the cache is behind, and the next pass plans from the newer job.
-async fn write_status(
+async fn write_status<'a>(
     ctx: &Context,
     jobs: &Api<DIJob>,
-    job: &DIJob,
+    job: &'a DIJob,
     plan: &Plan,
-) -> Result<bool, Error> {
+) -> Result<Option<Cow<'a, DIJob>>, Error> {
     let Some(status) = &plan.status else {
-        return Ok(true);
+        return Ok(Some(Cow::Borrowed(job)));
     };
     let update = DIJob {
         metadata: ObjectMeta {
@@ -604,10 +622,10 @@ async fn write_status(
     ctx.throttle.acquire().await;
     let name = job.metadata.name.as_deref().unwrap_or_default();
     match bounded(jobs.replace_status(name, &crate::writes::post_params(), &update)).await {
-        Ok(_) => Ok(true),
+        Ok(written) => Ok(Some(Cow::Owned(written))),
         Err(err) if is_status(&err, 409) => {
             tracing::debug!(job = %job_key(job), "status conflict; replanning from the newer job");
-            Ok(false)
+            Ok(None)
         }
         Err(source) => Err(Error::Status {
             job: job_key(job).to_string(),
@@ -656,14 +674,14 @@ async fn execute(ctx: &Context, job: &DIJob, key: &ObjectKey, plan: &Plan) -> Ou
         };
         ctx.throttle.acquire().await;
         if let Err(err) = ensure_pod_group(ctx, &namespace, group).await {
-            let name = group["metadata"]["name"].as_str().unwrap_or_default();
+            let name = group.metadata.name.as_deref().unwrap_or_default();
             for pod in &creates {
                 ctx.expectations.forget(key, Some(pod), None);
             }
             let message = match &err {
                 kube::Error::Api(status) if status.code == 404 => format!(
                     "failed to create podgroup {name}: the {} PodGroup CRD is not installed (--gang-scheduler needs its scheduler)",
-                    group["apiVersion"].as_str().unwrap_or_default()
+                    group.api_version
                 ),
                 other => format!(
                     "failed to create podgroup {name} error: {}",
@@ -693,32 +711,35 @@ async fn execute(ctx: &Context, job: &DIJob, key: &ObjectKey, plan: &Plan) -> Ou
     }
 
     let job_uid = job.metadata.uid.as_deref().unwrap_or_default();
-    let results = future::join_all(plan.actions.iter().map(|action| {
+    let writes = future::join_all(plan.actions.iter().map(|action| {
         let pods = pods.clone();
         let services = services.clone();
         async move {
             ctx.throttle.acquire().await;
-            let (kind, what, result) = match action {
+            let write = match action {
                 Action::CreatePod(pod) => {
                     let name = pod.metadata.name.clone().unwrap_or_default();
-                    let (kind, result) = match mutate(ctx, job, pod).await {
+                    let ended = match mutate(ctx, job, pod).await {
                         Ok(pod) => {
                             match bounded(pods.create(&crate::writes::post_params(), &pod)).await {
-                                Ok(_) => ("create", Ok(())),
+                                Ok(_) => Ended::Done,
                                 Err(err) if is_status(&err, 409) => {
                                     already_exists(&pods, &name, job_uid, err).await
                                 }
-                                Err(err) => ("create", Err(err)),
+                                Err(err) => Ended::Failed(err),
                             }
                         }
-                        Err(e) => ("mutate", Err(kube::Error::Service(Box::new(e)))),
+                        Err(e) => Ended::Refused(kube::Error::Service(Box::new(e))),
                     };
                     // Only a create that happened (or found this very pod) awaits its event.
-                    if result.is_err() {
+                    if ended.error().is_some() {
                         ctx.expectations.forget(key, Some(&name), None);
                     }
-                    ctx.count_action("create_pod");
-                    (kind, format!("pod {name}"), result)
+                    Write {
+                        verb: Verb::Create,
+                        target: Target::Pod(name),
+                        ended,
+                    }
                 }
                 Action::DeletePod {
                     name, uid, grace, ..
@@ -731,23 +752,27 @@ async fn execute(ctx: &Context, job: &DIJob, key: &ObjectKey, plan: &Plan) -> Ou
                         }),
                         ..DeleteParams::default()
                     };
-                    let result = bounded(pods.delete(name, &params)).await.map(|_| ());
-                    if result.is_err() {
+                    let ended = Ended::of(bounded(pods.delete(name, &params)).await);
+                    if ended.error().is_some() {
                         ctx.expectations.forget(key, None, Some(uid));
                     }
-                    ctx.count_action("delete_pod");
-                    ("delete", format!("pod {name}"), result)
+                    Write {
+                        verb: Verb::Delete,
+                        target: Target::Pod(name.clone()),
+                        ended,
+                    }
                 }
                 Action::CreateService(svc) => {
                     let name = svc.metadata.name.clone().unwrap_or_default();
-                    let result = bounded(services.create(&crate::writes::post_params(), svc))
-                        .await
-                        .map(|_| ());
-                    ctx.count_action("create_service");
-                    ("create", format!("service {name}"), result)
+                    let result = bounded(services.create(&crate::writes::post_params(), svc)).await;
+                    Write {
+                        verb: Verb::Create,
+                        target: Target::Service(name),
+                        ended: Ended::of(result),
+                    }
                 }
                 // Written above, before any pod.
-                Action::EnsurePodGroup(_) => ("done", String::new(), Ok(())),
+                Action::EnsurePodGroup(_) => return None,
                 Action::DeleteService { name, uid } => {
                     let params = DeleteParams {
                         preconditions: Some(Preconditions {
@@ -756,12 +781,16 @@ async fn execute(ctx: &Context, job: &DIJob, key: &ObjectKey, plan: &Plan) -> Ou
                         }),
                         ..DeleteParams::default()
                     };
-                    let result = bounded(services.delete(name, &params)).await.map(|_| ());
-                    ctx.count_action("delete_service");
-                    ("delete", format!("service {name}"), result)
+                    let result = bounded(services.delete(name, &params)).await;
+                    Write {
+                        verb: Verb::Delete,
+                        target: Target::Service(name.clone()),
+                        ended: Ended::of(result),
+                    }
                 }
             };
-            (kind, what, result)
+            ctx.count_action(write.action());
+            Some(write)
         }
     }))
     .await;
@@ -769,63 +798,72 @@ async fn execute(ctx: &Context, job: &DIJob, key: &ObjectKey, plan: &Plan) -> Ou
     let mut outcome = Outcome::default();
     let mut events = Vec::new();
     let mut failed = 0;
-    for (kind, what, result) in results {
-        if kind == "done" {
-            continue;
-        }
-        let (reason, event_type, message) = match (&result, kind) {
-            (Ok(()), "create") => (
+    for Write {
+        verb,
+        target,
+        ended,
+    } in writes.into_iter().flatten()
+    {
+        let (reason, event_type, message) = match (verb, &ended) {
+            // This very pod is already there (a retried create the cache had not shown yet).
+            (_, Ended::Found) => continue,
+            (Verb::Create, Ended::Done) => (
                 "SuccessfulCreate",
                 EventType::Normal,
-                format!("{what} was successfully created"),
+                format!("{target} was successfully created"),
             ),
-            // This very pod is already there (a retried create the cache had not shown yet).
-            (Ok(()), "exists") => continue,
-            (Ok(()), _) => (
+            (Verb::Delete, Ended::Done) => (
                 "SuccessfulDelete",
                 EventType::Normal,
-                format!("{what} was successfully deleted"),
+                format!("{target} was successfully deleted"),
             ),
             // The service is there already (the planner creates it only while none is cached
             // under its name): the goal is met. Pods were checked in `already_exists`.
-            (Err(err), "create") if is_status(err, 409) && what.starts_with("service ") => {
+            (Verb::Create, Ended::Failed(err))
+                if is_status(err, 409) && matches!(target, Target::Service(_)) =>
+            {
                 continue;
             }
             // Already gone: the goal is met.
-            (Err(err), "delete") if is_status(err, 404) || is_status(err, 409) => continue,
+            (Verb::Delete, Ended::Failed(err)) if is_status(err, 404) || is_status(err, 409) => {
+                continue;
+            }
             // A mutator with failurePolicy Fail refused the pod: it is not created, like a
             // pod an admission webhook rejects, and the job retries with backoff.
-            (Err(err), "mutate") => (
+            (_, Ended::Refused(err)) => (
                 "MutatorFailed",
                 EventType::Warning,
-                format!("{what} was not created: {}", api_message(err)),
+                format!("{target} was not created: {}", api_message(err)),
             ),
-            (Err(err), "create") => {
-                if is_status(err, 422) && what.starts_with("pod ") && outcome.invalid.is_none() {
+            (Verb::Create, Ended::Failed(err)) => {
+                if is_status(err, 422)
+                    && matches!(target, Target::Pod(_))
+                    && outcome.invalid.is_none()
+                {
                     outcome.invalid =
-                        Some(format!("{what} failed to create: {}", api_message(err)));
+                        Some(format!("{target} failed to create: {}", api_message(err)));
                 }
                 (
                     "FailedCreate",
                     EventType::Warning,
-                    format!("failed to create {what} error: {}", api_message(err)),
+                    format!("failed to create {target} error: {}", api_message(err)),
                 )
             }
-            (Err(err), _) => (
+            (Verb::Delete, Ended::Failed(err)) => (
                 "FailedDelete",
                 EventType::Warning,
-                format!("failed to delete {what} error: {}", api_message(err)),
+                format!("failed to delete {target} error: {}", api_message(err)),
             ),
         };
-        if let Err(err) = &result {
+        if let Some(err) = ended.error() {
             failed += 1;
-            tracing::warn!(job = %key, object = %what, error = %err, "write failed");
+            tracing::warn!(job = %key, object = %target, error = %err, "write failed");
             if outcome.error.is_none() {
                 outcome.error = Some(Error::Writes {
                     job: key.to_string(),
                     failed: 0,
-                    kind,
-                    first: format!("{what}: {}", api_message(err)),
+                    kind: ended.kind(verb),
+                    first: format!("{target}: {}", api_message(err)),
                 });
             }
         }
@@ -835,7 +873,7 @@ async fn execute(ctx: &Context, job: &DIJob, key: &ObjectKey, plan: &Plan) -> Ou
                 reason,
                 message,
             },
-            Some(related(job, &what)),
+            Some(target.reference(job)),
         ));
     }
     if let Some(Error::Writes { failed: n, .. }) = outcome.error.as_mut() {
@@ -849,12 +887,109 @@ async fn execute(ctx: &Context, job: &DIJob, key: &ObjectKey, plan: &Plan) -> Ou
     outcome
 }
 
+/// What a write asks of its object.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Verb {
+    Create,
+    Delete,
+}
+
+/// The pod or service a write is about.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Target {
+    Pod(String),
+    Service(String),
+}
+
+impl std::fmt::Display for Target {
+    /// `pod <name>` / `service <name>`: how Events, log lines and errors name the object.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Target::Pod(name) => write!(f, "pod {name}"),
+            Target::Service(name) => write!(f, "service {name}"),
+        }
+    }
+}
+
+impl Target {
+    /// A reference to this object of `job`, so each object's Events stay apart instead of
+    /// folding into one series.
+    fn reference(&self, job: &DIJob) -> ObjectReference {
+        let (kind, name) = match self {
+            Target::Pod(name) => ("Pod", name),
+            Target::Service(name) => ("Service", name),
+        };
+        ObjectReference {
+            api_version: Some("v1".to_string()),
+            kind: Some(kind.to_string()),
+            name: Some(name.clone()),
+            namespace: job.metadata.namespace.clone(),
+            ..ObjectReference::default()
+        }
+    }
+}
+
+/// How a write ended.
+#[derive(Debug)]
+enum Ended {
+    /// Done as asked.
+    Done,
+    /// A pod create found this very pod there: a retried create whose first answer was lost.
+    /// Nothing to report; its expectation is met by the watch.
+    Found,
+    /// A mutator with failurePolicy Fail refused the pod: it was never sent.
+    Refused(kube::Error),
+    /// The API server refused the write, or it got no answer.
+    Failed(kube::Error),
+}
+
+impl Ended {
+    fn of<T>(result: Result<T, kube::Error>) -> Ended {
+        result.map_or_else(Ended::Failed, |_| Ended::Done)
+    }
+
+    fn error(&self) -> Option<&kube::Error> {
+        match self {
+            Ended::Done | Ended::Found => None,
+            Ended::Refused(err) | Ended::Failed(err) => Some(err),
+        }
+    }
+
+    /// The `kind` of the reconcile error (and of its metric) when this write failed.
+    fn kind(&self, verb: Verb) -> &'static str {
+        match (self, verb) {
+            (Ended::Refused(_), _) => "mutate",
+            (_, Verb::Create) => "create",
+            (_, Verb::Delete) => "delete",
+        }
+    }
+}
+
+/// One pod or service write of a pass.
+struct Write {
+    verb: Verb,
+    target: Target,
+    ended: Ended,
+}
+
+impl Write {
+    /// Its `action` label on the writes metric.
+    fn action(&self) -> &'static str {
+        match (self.verb, &self.target) {
+            (Verb::Create, Target::Pod(_)) => "create_pod",
+            (Verb::Delete, Target::Pod(_)) => "delete_pod",
+            (Verb::Create, Target::Service(_)) => "create_service",
+            (Verb::Delete, Target::Service(_)) => "delete_service",
+        }
+    }
+}
+
 /// A pod create answered 409 AlreadyExists. The name is held either by the pod this operator
 /// meant to create (a retried create whose first answer was lost, the cache not showing it yet:
-/// `("exists", Ok)`, its expectation stays and is met by the watch) or by another pod: one of
+/// [`Ended::Found`], its expectation stays and is met by the watch) or by another pod: one of
 /// the job's that is being deleted (Terminating until its containers stop, or held by a
 /// finalizer), or one that is not the job's. Then nothing was created and no watch event will
-/// say so: `("create", Err)`, so the expectation is dropped, a FailedCreate Event says who holds
+/// say so: [`Ended::Failed`], so the expectation is dropped, a FailedCreate Event says who holds
 /// the name, and the job is retried with backoff (and at once when the holder's deletion is
 /// seen, if the operator watches it).
 async fn already_exists(
@@ -862,7 +997,7 @@ async fn already_exists(
     name: &str,
     job_uid: &str,
     conflict: kube::Error,
-) -> (&'static str, Result<(), kube::Error>) {
+) -> Ended {
     // A list by name, not a get: the operator's RBAC (deploy/, src/rbac.rs) grants pods only
     // list, watch, create and delete.
     let by_name = ListParams::default().fields(&format!("metadata.name={name}"));
@@ -870,9 +1005,9 @@ async fn already_exists(
         Ok(list) => match list.items.into_iter().next() {
             Some(holder) => holder,
             // Gone since: nothing of ours is there; the next pass creates it.
-            None => return ("create", Err(conflict)),
+            None => return Ended::Failed(conflict),
         },
-        Err(err) => return ("create", Err(err)),
+        Err(err) => return Ended::Failed(err),
     };
     let ours = holder
         .metadata
@@ -882,7 +1017,7 @@ async fn already_exists(
         .any(|r| r.controller == Some(true) && r.uid == job_uid && !job_uid.is_empty());
     // A pod of ours that nothing deletes and the cache has not shown yet: this very create.
     if ours && holder.metadata.deletion_timestamp.is_none() {
-        return ("exists", Ok(()));
+        return Ended::Found;
     }
     let why = if holder.metadata.deletion_timestamp.is_some() {
         "a pod of that name is still being deleted"
@@ -895,7 +1030,7 @@ async fn already_exists(
         uid: holder.metadata.uid.unwrap_or_default(),
     };
     tracing::info!(pod = name, holder_uid = %taken.uid, why, "pod name taken; not created");
-    ("create", Err(kube::Error::Service(Box::new(taken))))
+    Ended::Failed(kube::Error::Service(Box::new(taken)))
 }
 
 /// A pod could not be created because another object holds its name.
@@ -911,23 +1046,28 @@ struct NameTaken {
 async fn ensure_pod_group(
     ctx: &Context,
     namespace: &str,
-    group: &serde_json::Value,
+    group: &PodGroup,
 ) -> Result<(), kube::Error> {
-    let api_version = group["apiVersion"].as_str().unwrap_or_default();
-    let (api_group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    // Neither scheduler's PodGroup is a k8s-openapi type: written as a DynamicObject of the
+    // group and version its apiVersion names.
+    let (api_group, version) = group
+        .api_version
+        .split_once('/')
+        .unwrap_or(("", group.api_version));
     let resource = kube::discovery::ApiResource::from_gvk_with_plural(
-        &kube::api::GroupVersionKind::gvk(api_group, version, "PodGroup"),
+        &kube::api::GroupVersionKind::gvk(api_group, version, group.kind),
         "podgroups",
     );
     let api: Api<kube::api::DynamicObject> =
         Api::namespaced_with(ctx.client.clone(), namespace, &resource);
-    let object: kube::api::DynamicObject =
-        serde_json::from_value(group.clone()).map_err(kube::Error::SerdeError)?;
+    let object: kube::api::DynamicObject = serde_json::to_value(group)
+        .and_then(serde_json::from_value)
+        .map_err(kube::Error::SerdeError)?;
     match bounded(api.create(&crate::writes::post_params(), &object)).await {
         Ok(_) => Ok(()),
         Err(err) if is_status(&err, 409) => {
-            let name = group["metadata"]["name"].as_str().unwrap_or_default();
-            let patch = serde_json::json!({"spec": {"minMember": group["spec"]["minMember"]}});
+            let name = group.metadata.name.as_deref().unwrap_or_default();
+            let patch = serde_json::json!({"spec": {"minMember": group.spec.min_member}});
             bounded(api.patch(name, &crate::writes::patch_params(), &Patch::Merge(&patch)))
                 .await
                 .map(|_| ())
@@ -982,19 +1122,6 @@ async fn mutate(ctx: &Context, job: &DIJob, pod: &Pod) -> Result<Pod, PluginErro
     ctx.plugins
         .mutate_pod(&task_context(job, pod), pod.clone())
         .await
-}
-
-/// A reference to the pod or service `what` ("pod <name>" / "service <name>") of `job`, so each
-/// object's Events stay apart instead of folding into one series.
-fn related(job: &DIJob, what: &str) -> ObjectReference {
-    let (kind, name) = what.split_once(' ').unwrap_or(("Pod", what));
-    ObjectReference {
-        api_version: Some("v1".to_string()),
-        kind: Some(if kind == "service" { "Service" } else { "Pod" }.to_string()),
-        name: Some(name.to_string()),
-        namespace: job.metadata.namespace.clone(),
-        ..ObjectReference::default()
-    }
 }
 
 fn api_message(err: &kube::Error) -> String {
@@ -1125,5 +1252,59 @@ mod tests {
         assert_eq!(delays, [500, 1000, 2000, 4000]);
         assert_eq!(backoff(30), Duration::from_secs(300));
         assert_eq!(backoff(u32::MAX), Duration::from_secs(300));
+    }
+
+    /// The words Events, logs and errors use for a write, and its metric labels, as they were
+    /// when writes were described by strings.
+    #[test]
+    fn writes_keep_their_texts_and_labels() {
+        let refused = || kube::Error::Service("no".into());
+        let write = |verb, target, ended| Write {
+            verb,
+            target,
+            ended,
+        };
+        let pod = || Target::Pod("j-learner-0".into());
+        let service = || Target::Service("di-j".into());
+        assert_eq!(pod().to_string(), "pod j-learner-0");
+        assert_eq!(service().to_string(), "service di-j");
+        let labels: Vec<&str> = [
+            write(Verb::Create, pod(), Ended::Done),
+            write(Verb::Delete, pod(), Ended::Done),
+            write(Verb::Create, service(), Ended::Done),
+            write(Verb::Delete, service(), Ended::Done),
+        ]
+        .iter()
+        .map(Write::action)
+        .collect();
+        assert_eq!(
+            labels,
+            [
+                "create_pod",
+                "delete_pod",
+                "create_service",
+                "delete_service"
+            ]
+        );
+        assert_eq!(Ended::Refused(refused()).kind(Verb::Create), "mutate");
+        assert_eq!(Ended::Failed(refused()).kind(Verb::Create), "create");
+        assert_eq!(Ended::Failed(refused()).kind(Verb::Delete), "delete");
+
+        let job: DIJob = serde_json::from_value(serde_json::json!({
+            "apiVersion": "diengine.opendilab.org/v2alpha1", "kind": "DIJob",
+            "metadata": {"name": "j", "namespace": "ns"}, "spec": {"tasks": []}
+        }))
+        .expect("job");
+        let reference = service().reference(&job);
+        assert_eq!(
+            (
+                reference.api_version.as_deref(),
+                reference.kind.as_deref(),
+                reference.name.as_deref(),
+                reference.namespace.as_deref()
+            ),
+            (Some("v1"), Some("Service"), Some("di-j"), Some("ns"))
+        );
+        assert_eq!(pod().reference(&job).kind.as_deref(), Some("Pod"));
     }
 }

@@ -229,12 +229,12 @@ pub async fn run(command: PluginCommand) -> anyhow::Result<()> {
             context,
             output,
         } => {
-            let conn = crate::operator::connect(&crate::operator::ClusterTarget {
+            let conn = crate::cluster::connect(&crate::cluster::ClusterTarget {
                 kubeconfig,
                 context,
             })
             .await?;
-            let snapshot = crate::allocator::snapshot::record(conn.client)
+            let snapshot = crate::plugin::record::record(conn.client)
                 .await
                 .with_context(|| format!("cannot read the cluster at {}", conn.url))?;
             let text = snapshot.to_json()?;

@@ -134,7 +134,7 @@ const BUDGET_PER_CALL: usize = 256 << 20;
 
 /// Half the container's memory limit (cgroup v2 `memory.max`, else v1
 /// `memory.limit_in_bytes`), leaving the other half to the operator itself; without a limit,
-/// [`BUDGET_PER_CALL`] (256 MiB) per concurrent call.
+/// `BUDGET_PER_CALL` (256 MiB) per concurrent call.
 pub fn default_memory_budget(max_concurrent_calls: usize) -> usize {
     let limit = [
         "/sys/fs/cgroup/memory.max",

@@ -10,6 +10,7 @@ pub mod checks;
 pub mod cli;
 mod host;
 pub mod native;
+pub mod record;
 pub mod registry;
 pub mod sample;
 pub mod snapshot;

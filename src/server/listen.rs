@@ -46,14 +46,14 @@ pub const MAX_HEADERS: usize = 64;
 pub struct HttpLimits {
     /// Longest a client may take to send a request's headers (and, for the webhooks, the TLS
     /// handshake); an idle keep-alive connection is closed after as long. Every listener.
-    #[arg(long = "http-header-timeout", default_value = "10s", value_parser = crate::operator::parse_duration)]
+    #[arg(long = "http-header-timeout", default_value = "10s", value_parser = crate::flags::parse_duration)]
     pub header_timeout: Duration,
     /// Longest a client may take to send a request's body, from the request's start.
-    #[arg(long = "http-body-timeout", default_value = "10s", value_parser = crate::operator::parse_duration)]
+    #[arg(long = "http-body-timeout", default_value = "10s", value_parser = crate::flags::parse_duration)]
     pub body_timeout: Duration,
     /// Longest a request may take until its response (503 after that), waiting for a slot
     /// included.
-    #[arg(long = "http-request-timeout", default_value = "60s", value_parser = crate::operator::parse_duration)]
+    #[arg(long = "http-request-timeout", default_value = "60s", value_parser = crate::flags::parse_duration)]
     pub request_timeout: Duration,
     /// Open connections per listener; more wait in the kernel's accept queue.
     #[arg(long = "http-max-connections", default_value_t = 256)]

@@ -1,5 +1,5 @@
-//! Scenarios of the simulated kubelet (`src/sandbox/kubelet.rs`) that hold on the sandbox and on
-//! a real API server with `diorch sandbox --attach` playing the nodes: graceful deletion as a
+//! Scenarios of the simulated kubelet (`crates/sandbox/src/kubelet.rs`) that hold on the sandbox and on
+//! a real API server with `diorch-sandbox serve --attach` playing the nodes: graceful deletion as a
 //! real kubelet does it.
 
 use std::io::{BufRead, BufReader};

@@ -11,6 +11,7 @@ use k8s_openapi::api::core::v1::{
     ServiceSpec,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use serde::Serialize;
 
 use super::naming;
 use super::ranks::RankTable;
@@ -101,21 +102,46 @@ impl std::str::FromStr for GangKind {
     }
 }
 
+/// A gang scheduler's PodGroup, as this operator writes it: the fields Volcano's
+/// (`scheduling.volcano.sh/v1beta1`) and scheduler-plugins' (`scheduling.x-k8s.io/v1alpha1`)
+/// PodGroups share. Only written, never read back, so it serializes only.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodGroup {
+    /// The scheduler's PodGroup API (`GangKind::api_version`).
+    pub api_version: &'static str,
+    /// Always [`POD_GROUP_KIND`].
+    pub kind: &'static str,
+    pub metadata: ObjectMeta,
+    pub spec: PodGroupSpec,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodGroupSpec {
+    /// Replicas the scheduler must be able to place together before it starts any.
+    pub min_member: i32,
+}
+
+/// The kind of both schedulers' PodGroups.
+pub const POD_GROUP_KIND: &str = "PodGroup";
+
 /// The PodGroup of `job`: named like the job, owned by it, with `min_member` replicas that must
 /// be placed together.
-pub fn build_pod_group(job: &DIJob, gang: GangKind, min_member: i32) -> serde_json::Value {
+pub fn build_pod_group(job: &DIJob, gang: GangKind, min_member: i32) -> PodGroup {
     let name = job.metadata.name.clone().unwrap_or_default();
-    serde_json::json!({
-        "apiVersion": gang.api_version(),
-        "kind": "PodGroup",
-        "metadata": {
-            "name": name,
-            "namespace": job.metadata.namespace.clone().unwrap_or_default(),
-            "labels": job_labels(&name),
-            "ownerReferences": [owner_reference(job)],
+    PodGroup {
+        api_version: gang.api_version(),
+        kind: POD_GROUP_KIND,
+        metadata: ObjectMeta {
+            labels: Some(job_labels(&name)),
+            name: Some(name),
+            namespace: Some(job.metadata.namespace.clone().unwrap_or_default()),
+            owner_references: Some(vec![owner_reference(job)]),
+            ..ObjectMeta::default()
         },
-        "spec": {"minMember": min_member},
-    })
+        spec: PodGroupSpec { min_member },
+    }
 }
 
 /// One replica's place in its job.
@@ -474,6 +500,23 @@ pub fn build_service(job: &DIJob) -> Service {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// The PodGroup exactly as it goes on the wire, for each scheduler: only `apiVersion` differs.
+    #[test]
+    fn the_pod_group_serializes_as_both_schedulers_read_it() {
+        let wire = r#"{"apiVersion":"API","kind":"PodGroup","metadata":{"labels":{"diengine/job":"job-with-tasks","diengine/operator":"di-operator"},"name":"job-with-tasks","namespace":"default","ownerReferences":[{"apiVersion":"diengine.opendilab.org/v2alpha1","blockOwnerDeletion":true,"controller":true,"kind":"DIJob","name":"job-with-tasks","uid":"u-1"}]},"spec":{"minMember":3}}"#;
+        for (gang, api_version) in [
+            (GangKind::Volcano, "scheduling.volcano.sh/v1beta1"),
+            (GangKind::SchedulerPlugins, "scheduling.x-k8s.io/v1alpha1"),
+        ] {
+            let group = build_pod_group(&job(), gang, 3);
+            assert_eq!(
+                serde_json::to_string(&group).expect("json"),
+                wire.replace("API", api_version),
+                "{gang:?}"
+            );
+        }
+    }
 
     #[test]
     fn pinning_ands_the_node_into_every_existing_term() {

@@ -104,7 +104,7 @@ pub enum Action {
     CreateService(Box<Service>),
     /// Create (or update the minMember of) the job's gang-scheduler PodGroup; carried out
     /// before the pods of the same plan.
-    EnsurePodGroup(Box<Value>),
+    EnsurePodGroup(Box<build::PodGroup>),
     DeleteService {
         name: String,
         uid: String,
@@ -169,8 +169,8 @@ impl Plan {
                 Action::DeleteService { name, .. } => format!("delete service {name}"),
                 Action::EnsurePodGroup(pg) => format!(
                     "ensure podgroup {} (minMember {})",
-                    pg["metadata"]["name"].as_str().unwrap_or_default(),
-                    pg["spec"]["minMember"]
+                    pg.metadata.name.as_deref().unwrap_or_default(),
+                    pg.spec.min_member
                 ),
             });
         }

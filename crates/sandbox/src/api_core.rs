@@ -1524,7 +1524,7 @@ impl Api {
         Ok(())
     }
 
-    /// POST pods/<name>/binding.
+    /// POST `pods/<name>/binding`.
     pub fn bind(&self, ns: &str, name: &str, mut body: Value) -> Result<Written, ApiError> {
         if body
             .get("kind")

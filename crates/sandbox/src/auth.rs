@@ -1,5 +1,5 @@
 //! TokenReview and SubjectAccessReview for the sandbox, decided from a static, documented file
-//! (`diorch sandbox --auth-file`), so that clients doing delegated authentication and
+//! (`diorch-sandbox serve --auth-file`), so that clients doing delegated authentication and
 //! authorization (the replica API's `--server-auth kubernetes`) can be tested end to end.
 //!
 //! Owns only these two review answers; the sandbox itself still authenticates nobody.

@@ -28,7 +28,7 @@
 //! grace 0 and a UID precondition. A pod whose containers never started is deleted at once.
 //! (The API server removes an unbound or finished pod itself: no kubelet is involved.)
 //!
-//! Attached to another API server (`diorch sandbox --attach`, [`run_attached`]) the same
+//! Attached to another API server (`diorch-sandbox serve --attach`, [`run_attached`]) the same
 //! kubelets run beside the real kube-scheduler: this simulation then binds nothing, and renews
 //! its nodes' Ready condition every [`HEARTBEAT`] so a node lifecycle controller keeps them.
 //!
@@ -44,7 +44,7 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Taint};
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch};
 use serde_json::{Value, json};
 
 use super::sim_pod::{IpPool, parse_duration, rfc3339};
@@ -112,7 +112,7 @@ fn parse_taints(s: &str) -> Result<NodeTaints, String> {
     Ok(NodeTaints(out))
 }
 
-/// The simulated cluster's shape and timing (flattened into `diorch sandbox`).
+/// The simulated cluster's shape and timing (flattened into `diorch-sandbox serve`).
 #[derive(clap::Args, Clone, Debug)]
 pub struct ClusterArgs {
     /// Number of simulated nodes (sandbox-node-0 .. N-1).
@@ -305,7 +305,7 @@ pub async fn ensure_nodes(
                 source,
             }
         };
-        let created = match api.create(&PostParams::default(), &node).await {
+        let created = match api.create(&crate::post_params(), &node).await {
             Ok(created) => Some(created),
             Err(kube::Error::Api(s)) if s.is_already_exists() => None,
             Err(e) => return Err(err("create")(e)),
@@ -318,12 +318,12 @@ pub async fn ensure_nodes(
         if taints_differ {
             let patch = json!({"metadata": {"labels": manifest["metadata"]["labels"]},
                                "spec": {"taints": manifest["spec"]["taints"]}});
-            api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            api.patch(&name, &crate::patch_params(), &Patch::Merge(&patch))
                 .await
                 .map_err(err("update"))?;
         }
         let status = json!({"status": cfg.node_status(index, Timestamp::now())});
-        api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
+        api.patch_status(&name, &crate::patch_params(), &Patch::Merge(&status))
             .await
             .map_err(err("write the status of"))?;
         names.push(name);
@@ -395,7 +395,7 @@ async fn heartbeat(
             let name = node_name(index);
             let status = json!({"status": {"conditions": cfg.node_status(index, Timestamp::now())["conditions"]}});
             if let Err(error) = api
-                .patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
+                .patch_status(&name, &crate::patch_params(), &Patch::Merge(&status))
                 .await
             {
                 tracing::warn!(node = %name, %error, "sandbox kubelet: node heartbeat failed");

@@ -41,6 +41,24 @@ pub mod table;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+/// The field manager of the simulated nodes', scheduler's and kubelet's writes, so that on a real
+/// API server (`serve --attach`) `managedFields` say who wrote what.
+pub(crate) const FIELD_MANAGER: &str = "diorch-sandbox";
+
+pub(crate) fn post_params() -> kube::api::PostParams {
+    kube::api::PostParams {
+        field_manager: Some(FIELD_MANAGER.to_string()),
+        ..Default::default()
+    }
+}
+
+pub(crate) fn patch_params() -> kube::api::PatchParams {
+    kube::api::PatchParams {
+        field_manager: Some(FIELD_MANAGER.to_string()),
+        ..Default::default()
+    }
+}
+
 /// Why the sandbox could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum SandboxError {

@@ -17,7 +17,7 @@ use futures::stream::FuturesUnordered;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Binding, Event, EventSource, Node, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{Api, DeleteParams, Patch, Preconditions};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::{Value, json};
 use tokio::time::Instant;
@@ -1023,7 +1023,7 @@ fn execute(client: kube::Client, req: Req) -> Pin<Box<dyn Future<Output = Done> 
                     .create_subresource::<Binding, Value>(
                         "binding",
                         name,
-                        &PostParams::default(),
+                        &crate::post_params(),
                         &binding,
                     )
                     .await
@@ -1039,7 +1039,7 @@ fn execute(client: kube::Client, req: Req) -> Pin<Box<dyn Future<Output = Done> 
                 let (ns, name) = split_key(&key);
                 let api: Api<Pod> = Api::namespaced(client, ns);
                 let result = api
-                    .patch_status(name, &PatchParams::default(), &Patch::Merge(&body))
+                    .patch_status(name, &crate::patch_params(), &Patch::Merge(&body))
                     .await
                     .map(|_| ());
                 if kubelet {
@@ -1056,7 +1056,7 @@ fn execute(client: kube::Client, req: Req) -> Pin<Box<dyn Future<Output = Done> 
             Req::Event(event) => {
                 let ns = event.metadata.namespace.clone().unwrap_or_default();
                 let api: Api<Event> = Api::namespaced(client, &ns);
-                if let Err(error) = api.create(&PostParams::default(), &event).await {
+                if let Err(error) = api.create(&crate::post_params(), &event).await {
                     tracing::debug!(%error, "sandbox cluster: event not written");
                 }
                 Done::Other

@@ -1013,15 +1013,13 @@ async fn a_pod_create_answered_already_exists_lists_the_holder_and_never_creates
     }
 }
 
-/// A pod the API server refuses as invalid (422) fails the job: retrying cannot help.
-///
-/// Pinned as the executor behaves today, which is not "fails once": the Failed status is
-/// written with the same cached resourceVersion as the Pending status written just before it
-/// in the same pass, so the server answers 409 and the failure is dropped silently (the pass
-/// even reports success). The job fails on a later pass whose plan writes no status, after
-/// creating the invalid pod again.
+/// A pod the API server refuses as invalid (422) fails the job: retrying cannot help. It fails
+/// on the same pass: the Failed status is planned from the job the pass's own status write
+/// returned and guarded by its new resourceVersion (the cached one is stale by then, which
+/// once made the server answer 409 and the failure be dropped, the pod re-created and a
+/// FailedCreate recorded on every pass). The next pass creates nothing.
 #[tokio::test]
-async fn an_invalid_pod_fails_the_job_with_the_servers_message() {
+async fn an_invalid_pod_fails_the_job_on_the_same_pass_with_the_servers_message() {
     let job = job_with(json!({"tasks": [task("learner", 1)]}));
     let mut h = Harness::new(&job);
     let message = "Pod \"j-learner-0\" is invalid: spec.containers[0].image: Required value";
@@ -1035,7 +1033,8 @@ async fn an_invalid_pod_fails_the_job_with_the_servers_message() {
     );
     let calls = h.server.take();
     let pending = format!("{status} phase=Pending rv=1");
-    let failed = format!("{status} phase=Failed rv=1");
+    // Guarded by the resourceVersion the Pending write answered with.
+    let failed = format!("{status} phase=Failed rv=2");
     assert_calls(
         &calls,
         &[
@@ -1044,43 +1043,11 @@ async fn an_invalid_pod_fails_the_job_with_the_servers_message() {
                 "POST /api/v1/namespaces/default/services?&fieldManager=diorch name=di-j",
             ],
             &[&pending],
-            // Stale guard: the Pending write above moved the job to rv 2, so this is a 409.
             &[&failed],
         ],
     );
-    assert_eq!(
-        h.server.job().status.and_then(|s| s.phase),
-        Some(Phase::Pending)
-    );
-    assert_eq!(
-        h.events(),
-        [
-            "Warning FailedCreate Pod/j-learner-0",
-            "Normal SuccessfulCreate Service/di-j",
-            "Normal JobPending",
-        ]
-    );
-
-    // Pass 2: the job as stored (Pending, rv 2) and its service; the plan changes no status,
-    // so the Failed write carries the current guard and lands.
-    let svc: Service =
-        serde_json::from_value(h.server.object("services", "di-j")).expect("service");
-    h.services.apply_watcher_event(&watcher::Event::Apply(svc));
-    let job = h.server.job();
-    assert_eq!(
-        h.reconcile(&job).await.expect("reconcile"),
-        Requeue::requeue(SYNC)
-    );
-    let calls = h.server.take();
-    let failed = format!("{status} phase=Failed rv=2");
-    assert_calls(
-        &calls,
-        &[
-            &["POST /api/v1/namespaces/default/pods?&fieldManager=diorch name=j-learner-0"],
-            &[&failed],
-        ],
-    );
-    let condition = calls[1].body["status"]["conditions"]
+    let conditions = calls[3].body["status"]["conditions"].clone();
+    let condition = conditions
         .as_array()
         .and_then(|c| c.last())
         .cloned()
@@ -1091,14 +1058,54 @@ async fn an_invalid_pod_fails_the_job_with_the_servers_message() {
         condition["message"],
         format!("pod j-learner-0 failed to create: {message}")
     );
+    // Planned from the job as the Pending write left it (its condition and rank table), not as
+    // the pass found it (no status at all).
+    let types: Vec<&Value> = conditions
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| &c["type"])
+        .collect();
+    assert_eq!(types, [&json!("Pending"), &json!("Failed")]);
+    let rest = |call: &Call| {
+        let mut status = call.body["status"].clone();
+        if let Some(s) = status.as_object_mut() {
+            for ended in ["phase", "conditions", "completionTimestamp"] {
+                s.remove(ended);
+            }
+        }
+        status
+    };
+    assert_eq!(rest(&calls[3]), rest(&calls[2]));
     assert_eq!(
         h.server.job().status.and_then(|s| s.phase),
         Some(Phase::Failed)
     );
     assert_eq!(
         h.events(),
-        ["Warning FailedCreate Pod/j-learner-0", "Warning JobFailed"]
+        [
+            "Warning FailedCreate Pod/j-learner-0",
+            "Normal SuccessfulCreate Service/di-j",
+            "Normal JobPending",
+            "Warning JobFailed",
+        ]
     );
+
+    // Pass 2, over the job as stored (Failed) and its service: the pod is not created again;
+    // the finished job's service goes, as for any failed job.
+    let svc: Service =
+        serde_json::from_value(h.server.object("services", "di-j")).expect("service");
+    h.services.apply_watcher_event(&watcher::Event::Apply(svc));
+    let job = h.server.job();
+    assert_eq!(
+        h.reconcile(&job).await.expect("reconcile"),
+        Requeue::requeue(SYNC)
+    );
+    assert_calls(
+        &h.server.take(),
+        &[&["DELETE /api/v1/namespaces/default/services/di-j? uid=server-uid-1 grace=null"]],
+    );
+    assert_eq!(h.events(), ["Normal SuccessfulDelete Service/di-j"]);
 }
 
 /// A job being deleted: garbage collection removes its pods and service through the owner
@@ -1283,6 +1290,62 @@ async fn a_placed_preemptible_job_writes_its_allocation_before_any_pod() {
     }
 }
 
+/// The same when the status goes first (a new allocation): the Failed status is guarded by the
+/// resourceVersion the allocation's write answered with.
+#[tokio::test]
+async fn an_invalid_pod_after_the_allocation_is_written_fails_the_job_on_the_same_pass() {
+    let mut job = new_job();
+    job.spec.preemptible = true;
+    let mut h = Harness::new(&job);
+    let node: Node = serde_json::from_value(json!({
+        "metadata": {"name": "n0"},
+        "status": {"allocatable": {"cpu": "32", "memory": "128Gi", "pods": "110"},
+            "conditions": [{"type": "Ready", "status": "True"}]}
+    }))
+    .expect("node");
+    h.nodes.apply_watcher_event(&watcher::Event::Apply(node));
+    h.server
+        .fail("POST", "pods", "j-collector-1", 422, "Invalid", "bad pod");
+
+    assert_eq!(
+        h.reconcile(&job).await.expect("reconcile"),
+        Requeue::requeue(SYNC)
+    );
+    let calls = h.server.take();
+    let status = "PUT /apis/diengine.opendilab.org/v2alpha1/namespaces/default/dijobs/j/status?&fieldManager=diorch";
+    assert_calls(
+        &calls,
+        &[
+            &[&format!("{status} phase=Pending rv=1")],
+            &[
+                "POST /api/v1/namespaces/default/pods?&fieldManager=diorch name=j-learner-0",
+                "POST /api/v1/namespaces/default/pods?&fieldManager=diorch name=j-collector-0",
+                "POST /api/v1/namespaces/default/pods?&fieldManager=diorch name=j-collector-1",
+                "POST /api/v1/namespaces/default/services?&fieldManager=diorch name=di-j",
+            ],
+            &[&format!("{status} phase=Failed rv=2")],
+        ],
+    );
+    // Planned from the written status: the allocation stays.
+    assert_eq!(
+        calls[5].body["status"]["allocation"],
+        json!(["n0", "n0", "n0"])
+    );
+    assert_eq!(
+        h.server.job().status.and_then(|s| s.phase),
+        Some(Phase::Failed)
+    );
+    let events = h.events();
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| e.starts_with("Warning FailedCreate"))
+            .collect::<Vec<_>>(),
+        ["Warning FailedCreate Pod/j-collector-1"]
+    );
+    assert_eq!(events.last().map(String::as_str), Some("Warning JobFailed"));
+}
+
 /// With a gang scheduler the PodGroup is ensured before any pod; when it exists already (409)
 /// its minMember is merge-patched instead.
 #[tokio::test]
@@ -1317,10 +1380,27 @@ async fn a_gang_scheduled_job_ensures_its_podgroup_before_the_pods() {
     let calls = h.server.take();
     let create = format!("POST {groups}?&fieldManager=diorch name=j");
     assert_calls(&calls, &[&[&create], pods_and_service, status]);
-    assert_eq!(calls[0].body["spec"]["minMember"], 3);
+    // The whole PodGroup: named and labelled like the job, owned by it, minMember its replicas.
     assert_eq!(
-        calls[0].body["metadata"]["ownerReferences"][0]["uid"],
-        JOB_UID
+        calls[0].body,
+        json!({
+            "apiVersion": "scheduling.volcano.sh/v1beta1",
+            "kind": "PodGroup",
+            "metadata": {
+                "name": "j",
+                "namespace": "default",
+                "labels": {"diengine/job": "j", "diengine/operator": "di-operator"},
+                "ownerReferences": [{
+                    "apiVersion": "diengine.opendilab.org/v2alpha1",
+                    "kind": "DIJob",
+                    "name": "j",
+                    "uid": JOB_UID,
+                    "controller": true,
+                    "blockOwnerDeletion": true,
+                }],
+            },
+            "spec": {"minMember": 3},
+        })
     );
     let pod = body_of(&calls, "POST", PODS, "j-learner-0");
     assert_eq!(pod["spec"]["schedulerName"], "volcano");

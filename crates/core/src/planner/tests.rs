@@ -47,7 +47,7 @@ struct Sim {
     admission: Option<Admission>,
     ctx: BuildContext,
     /// PodGroups as last ensured.
-    pod_groups: Vec<Value>,
+    pod_groups: Vec<build::PodGroup>,
     /// Deleted pods stay, Terminating with their names taken, until the test removes them
     /// (a kubelet stopping their containers, or a finalizer).
     linger: bool,
@@ -1072,10 +1072,13 @@ fn a_gang_scheduled_job_ensures_its_podgroup_before_creating_pods() {
     sim.settle();
     assert_eq!(sim.pod_groups.len(), 1, "once, with the first pods");
     let group = &sim.pod_groups[0];
-    assert_eq!(group["apiVersion"], "scheduling.x-k8s.io/v1alpha1");
-    assert_eq!(group["metadata"]["name"], "j");
-    assert_eq!(group["spec"]["minMember"], 4);
-    assert_eq!(group["metadata"]["ownerReferences"][0]["uid"], "uid-1");
+    assert_eq!(group.api_version, "scheduling.x-k8s.io/v1alpha1");
+    assert_eq!(group.metadata.name.as_deref(), Some("j"));
+    assert_eq!(group.spec.min_member, 4);
+    assert_eq!(
+        group.metadata.owner_references.as_ref().expect("owner")[0].uid,
+        "uid-1"
+    );
     for pod in &sim.pods {
         let spec = pod.spec.as_ref().expect("spec");
         assert_eq!(spec.scheduler_name.as_deref(), Some("sp"));
@@ -1089,10 +1092,7 @@ fn a_gang_scheduled_job_ensures_its_podgroup_before_creating_pods() {
     sim.settle();
     sim.job.spec.tasks[2].replicas = 4;
     sim.settle();
-    assert_eq!(
-        sim.pod_groups.last().expect("group")["spec"]["minMember"],
-        6
-    );
+    assert_eq!(sim.pod_groups.last().expect("group").spec.min_member, 6);
     // Volcano groups by annotation.
     let mut sim = Sim::new(job());
     sim.ctx.gang = Some(build::Gang {
@@ -1101,7 +1101,7 @@ fn a_gang_scheduled_job_ensures_its_podgroup_before_creating_pods() {
     });
     sim.step();
     assert_eq!(
-        sim.pod_groups[0]["apiVersion"],
+        sim.pod_groups[0].api_version,
         "scheduling.volcano.sh/v1beta1"
     );
     assert!(sim.pods.iter().all(|p| {
