@@ -114,6 +114,7 @@ pub async fn connect(target: &ClusterTarget) -> Result<Connection, ClusterError>
     let client = kube::client::ClientBuilder::try_from(config)
         .map_err(ClusterError::Client)?
         .with_layer(&api_requests.layer())
+        .with_layer(&crate::writes::FieldManagerLayer)
         .build();
     Ok(Connection {
         client,

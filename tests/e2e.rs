@@ -240,8 +240,10 @@ fn e2e_sandbox_api_scenarios() {
 }
 
 /// Every write of the operator names its field manager (`diorch`): on a real server the pods
-/// and the service it created, and the job status it wrote, list `diorch` in `managedFields`
-/// (the sandbox records them for apply only, so this scenario is the real server's).
+/// and the service it created, the job status it wrote, and the Events it recorded about the
+/// job (kube-runtime's Recorder names none: the client's `FieldManagerLayer` adds it) list
+/// `diorch` in `managedFields` (the sandbox records them for apply only, so this scenario is the
+/// real server's).
 fn writes_name_their_field_manager(k: &Kubectl, ns: &str) {
     let k = k.in_namespace(ns);
     scenario::apply(&k, &scenario::standard_job("managed", ""));
@@ -288,6 +290,22 @@ fn writes_name_their_field_manager(k: &Kubectl, ns: &str) {
     assert!(
         status.split_whitespace().any(|m| m == "diorch"),
         "the job's status writes name no manager: {status:?}"
+    );
+    let events = k.wait_for(
+        &[
+            "get",
+            "events",
+            "--field-selector",
+            "involvedObject.name=managed",
+            "-o",
+            "jsonpath={.items[*].metadata.managedFields[*].manager}",
+        ],
+        scenario::T,
+        |out| !out.trim().is_empty(),
+    );
+    assert!(
+        events.split_whitespace().all(|m| m == "diorch"),
+        "the job's Events were written under another manager: {events:?}"
     );
 }
 

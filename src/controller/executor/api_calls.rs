@@ -1427,7 +1427,9 @@ async fn a_gang_scheduled_job_ensures_its_podgroup_before_the_pods() {
 }
 
 /// With the real Event worker the Events go to events.k8s.io on their own (interleaved with the
-/// reconcile's writes, which stay exactly those pinned for a new job).
+/// reconcile's writes, which stay exactly those pinned for a new job). kube-runtime's Recorder
+/// names no field manager; the operator's client adds `diorch` in `writes::FieldManagerLayer`,
+/// which this bare test client does not have (tests/e2e.rs checks it on a real server).
 #[tokio::test]
 async fn events_are_recorded_by_the_worker_off_the_reconciles_calls() {
     let job = new_job();
