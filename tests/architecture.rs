@@ -103,15 +103,7 @@ fn the_operators_modules_import_each_other_without_a_cycle() {
 /// `cargo tree` of a package's normal dependencies, one crate name per line.
 fn dependencies(package: &str) -> BTreeSet<String> {
     let out = std::process::Command::new(env!("CARGO"))
-        .args([
-            "tree",
-            "--locked",
-            "--offline",
-            "-e",
-            "normal",
-            "--prefix",
-            "none",
-        ])
+        .args(["tree", "--locked", "-e", "normal", "--prefix", "none"])
         .args(["--format", "{p}", "-p", package])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
