@@ -546,15 +546,7 @@ async fn reconcile_inner(job: &DIJob, ctx: &Context) -> Result<Requeue, Error> {
     }
     publish(ctx, job, &plan.events);
     publish_once(ctx, job, &key, &plan.once);
-    if let Some(t) = &plan.transition {
-        ctx.metrics
-            .controller
-            .transitions
-            .get_or_create(&PhaseLabels {
-                phase: t.to.as_str(),
-            })
-            .inc();
-    }
+    count_transition(ctx, &plan);
     let phase = plan
         .status
         .as_ref()
@@ -580,6 +572,7 @@ async fn reconcile_inner(job: &DIJob, ctx: &Context) -> Result<Requeue, Error> {
             return Ok(Requeue::requeue(Duration::from_millis(200)));
         }
         publish(ctx, job, &failed.events);
+        count_transition(ctx, &failed);
     }
     if let Some(err) = outcome.error {
         return Err(err);
@@ -592,6 +585,19 @@ async fn reconcile_inner(job: &DIJob, ctx: &Context) -> Result<Requeue, Error> {
         ));
     }
     Ok(Requeue::requeue(ctx.settings.sync_period))
+}
+
+/// Counts a written plan's phase transition (`diorch_phase_transitions_total`).
+fn count_transition(ctx: &Context, plan: &Plan) {
+    if let Some(t) = &plan.transition {
+        ctx.metrics
+            .controller
+            .transitions
+            .get_or_create(&PhaseLabels {
+                phase: t.to.as_str(),
+            })
+            .inc();
+    }
 }
 
 /// How often a job waiting for capacity is tried again without any capacity event.

@@ -37,7 +37,7 @@ use crate::controller::cache::PodIndex;
 use crate::controller::expectations::Expectations;
 use crate::controller::queue::Queue;
 use crate::controller::throttle::Throttle;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, PhaseLabels};
 use crate::plugin::registry::PluginRegistry;
 use crate::plugin::{HostConfig, NativePolicy, PluginHost};
 use diorch_core::api::{DIJob, DIJobStatus, Phase};
@@ -1090,6 +1090,16 @@ async fn an_invalid_pod_fails_the_job_on_the_same_pass_with_the_servers_message(
             "Warning JobFailed",
         ]
     );
+    // Both transitions of the pass are counted, the failure too.
+    let transitions = |phase: &'static str| {
+        h.ctx
+            .metrics
+            .controller
+            .transitions
+            .get_or_create(&PhaseLabels { phase })
+            .get()
+    };
+    assert_eq!((transitions("Pending"), transitions("Failed")), (1, 1));
 
     // Pass 2, over the job as stored (Failed) and its service: the pod is not created again;
     // the finished job's service goes, as for any failed job.
