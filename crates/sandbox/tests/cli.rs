@@ -33,15 +33,19 @@ impl Running {
         (running, first)
     }
 
-    /// The first line the process prints (the ready line); empty if it exits first.
+    /// The first line the process prints (the ready line); empty if it exits first. Waits at
+    /// most 60 s, so that a process that never answers fails the test instead of hanging it.
     fn first_line(&mut self) -> String {
-        let mut line = String::new();
         let stdout = self.0.stdout.take().expect("stdout");
-        let mut reader = BufReader::new(stdout);
-        reader.read_line(&mut line).expect("read the ready line");
-        // Keep draining, so that later lines never block the process on a full pipe.
-        std::thread::spawn(move || for _ in reader.lines() {});
-        line
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut lines = BufReader::new(stdout).lines();
+            let _ = tx.send(lines.next().and_then(Result::ok).unwrap_or_default());
+            // Keep draining, so that later lines never block the process on a full pipe.
+            for _ in lines {}
+        });
+        rx.recv_timeout(Duration::from_secs(60))
+            .expect("diorch-sandbox printed no line within 60 s")
     }
 
     fn stop(&mut self) {
