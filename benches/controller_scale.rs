@@ -1,36 +1,70 @@
-//! Controller bench: time from creating N DIJobs (4 replicas each) to all their pods existing in
-//! the sandbox with the real `diorch run`, against creating the same pods and services directly
-//! with the kube client, in one run; then the operator's resident memory after 5 000 DIJobs ×
-//! 4 pods.
+//! Controller bench, on the sandbox and (with `BENCH_KUBECONFIG`) on a real API server whose
+//! nodes and kubelet are the sandbox's, attached to it:
+//! - **time**: from creating N DIJobs (4 replicas each) to all their pods existing, and to all
+//!   of them Running, with the real `diorch run`, against creating the same pods and services
+//!   directly with the kube client (the same simulated kubelet runs both); and the operator's
+//!   CPU seconds per 1 000 jobs;
+//! - **writes**: the API requests the operator made per job, by resource and verb, from create
+//!   to Running and from Running to Succeeded (its `diorch_kube_api_requests_total`), next to
+//!   the floor;
+//! - **memory**: the operator's resident memory after 5 000 DIJobs × 4 pods, and per job.
 //!
-//! `cargo bench --bench controller_scale` (env: SIZES=100,1000, MEMORY_JOBS=5000,
-//! CONCURRENCY=32, OPERATOR_ARGS for extra `diorch run` flags). The operator runs with `--qps 0` (no client-side limit), as the direct
-//! path has none either.
+//! `cargo bench --bench controller_scale` (env: SIZES=100,1000, WRITE_JOBS=100,
+//! MEMORY_JOBS=5000 (0 skips), CONCURRENCY=32, OPERATOR_ARGS for extra `diorch run` flags,
+//! BENCH_KUBECONFIG for the real server, BENCH_CSV=file to append the rows to). The operator
+//! runs with `--qps 0` (no client-side limit), as the direct path has none either.
 
 mod common;
 
+use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, Instant};
 
 use futures::{FutureExt, StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::core::v1::{Pod, Service};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{ListParams, PostParams, WatchEvent, WatchParams};
 use kube::{Api, Client};
 
-use common::{Operator, Sandbox, env_usize, rss_mib};
-use diorch_core::api::DIJob;
+use common::{Cluster, Nodes, Operator, Server, cpu_seconds, env_usize, rss_mib};
+use diorch_core::api::{DIJob, Phase};
 use diorch_core::build::{self, BuildContext, ReplicaSlot};
 use diorch_core::ranks::RankTable;
 
-fn job(i: usize) -> DIJob {
+/// Room for 5 000 jobs × 4 pods of 100m CPU; no kubelet Events (they would be the same on both
+/// paths, and only add load).
+fn nodes() -> Nodes {
+    Nodes::new(&[
+        "--nodes",
+        "40",
+        "--node-cpu",
+        "128",
+        "--node-pods",
+        "600",
+        "--kubelet-events",
+        "false",
+        "--sim-concurrency",
+        "64",
+        "--pod-start-delay",
+        "200ms",
+    ])
+}
+
+/// Job `i`: a learner, an evaluator and two collectors; with `exit_after`, each container
+/// exits 0 that long after Running (the sandbox kubelet's annotation), so the job succeeds.
+fn job(i: usize, namespace: &str, exit_after: Option<&str>) -> DIJob {
+    let annotations = match exit_after {
+        Some(after) => serde_json::json!({"sandbox.diorch.io/exit-after": after}),
+        None => serde_json::json!({}),
+    };
     let task = |t: &str, r: i32| {
-        serde_json::json!({"name": t, "type": t, "replicas": r, "template": {"spec": {"containers": [
+        serde_json::json!({"name": t, "type": t, "replicas": r, "template": {
+            "metadata": {"annotations": annotations},
+            "spec": {"containers": [
             {"name": "di-container", "image": "busybox", "resources": {"requests": {"cpu": "100m"}}}]}}})
     };
     serde_json::from_value(serde_json::json!({
         "apiVersion": "diengine.opendilab.org/v2alpha1",
         "kind": "DIJob",
-        "metadata": {"name": format!("job-{i}"), "namespace": "default", "uid": format!("uid-{i}")},
+        "metadata": {"name": format!("job-{i}"), "namespace": namespace},
         "spec": {"tasks": [task("learner", 1), task("evaluator", 1), task("collector", 2)]}
     }))
     .expect("valid job")
@@ -38,8 +72,9 @@ fn job(i: usize) -> DIJob {
 
 /// The pods and service the operator would create for `job(i)`, minus owner references (their
 /// owner does not exist on the direct path, and garbage collection would remove them).
-fn direct_objects(i: usize) -> (Vec<Pod>, Service) {
-    let job = job(i);
+fn direct_objects(i: usize, namespace: &str) -> (Vec<Pod>, Service) {
+    let mut job = job(i, namespace, None);
+    job.metadata.uid = Some(format!("uid-{i}"));
     let ctx = BuildContext::default();
     let slots = build::desired_slots(&job);
     let names: Vec<String> = slots.iter().map(|(n, _, _)| n.clone()).collect();
@@ -63,93 +98,145 @@ fn direct_objects(i: usize) -> (Vec<Pod>, Service) {
     (pods, svc)
 }
 
-async fn install_crd(client: &Client) -> anyhow::Result<()> {
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    crds.create(&PostParams::default(), &diorch_core::api::crd::dijob_crd())
-        .await?;
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    Ok(())
+/// When the pods of a burst exist and when they all run.
+struct Progress {
+    exist: Instant,
+    running: Instant,
 }
 
-/// Counts pods ADDED in `default` from now on, until `want` have been seen.
-async fn pods_seen(client: Client, want: usize) -> anyhow::Result<Instant> {
-    let pods: Api<Pod> = Api::namespaced(client, "default");
-    let rv = pods
+/// Follows the pods of `namespace` ADDED from now on until `want` exist and all of those run.
+async fn pods_progress(client: Client, namespace: String, want: usize) -> anyhow::Result<Progress> {
+    let pods: Api<Pod> = Api::namespaced(client, &namespace);
+    let mut rv = pods
         .list_metadata(&ListParams::default().limit(1))
         .await?
         .metadata
         .resource_version
         .unwrap_or_default();
-    let mut seen = 0;
-    let mut rv = rv;
-    while seen < want {
+    let mut added = HashSet::new();
+    let mut running = HashSet::new();
+    let mut exist = None;
+    loop {
         let mut events = pods
-            .watch_metadata(&WatchParams::default().timeout(290), &rv)
+            .watch(&WatchParams::default().timeout(290), &rv)
             .await?
             .boxed();
         while let Some(event) = events.try_next().await? {
-            match event {
+            let pod = match event {
                 WatchEvent::Added(p) => {
-                    seen += 1;
-                    rv = p.metadata.resource_version.unwrap_or_default();
-                    if seen >= want {
-                        break;
-                    }
+                    added.insert(p.metadata.name.clone().unwrap_or_default());
+                    p
                 }
-                WatchEvent::Bookmark(b) => rv = b.metadata.resource_version,
-                WatchEvent::Modified(p) | WatchEvent::Deleted(p) => {
-                    rv = p.metadata.resource_version.unwrap_or_default();
+                WatchEvent::Modified(p) | WatchEvent::Deleted(p) => p,
+                WatchEvent::Bookmark(b) => {
+                    rv = b.metadata.resource_version;
+                    continue;
                 }
                 WatchEvent::Error(e) => anyhow::bail!("watch error: {e:?}"),
+            };
+            rv = pod.metadata.resource_version.clone().unwrap_or_default();
+            let name = pod.metadata.name.unwrap_or_default();
+            let phase = pod.status.and_then(|s| s.phase);
+            if added.contains(&name) && phase.as_deref() == Some("Running") {
+                running.insert(name);
+            }
+            if exist.is_none() && added.len() >= want {
+                exist = Some(Instant::now());
+            }
+            if let Some(exist) = exist
+                && running.len() >= want
+            {
+                return Ok(Progress {
+                    exist,
+                    running: Instant::now(),
+                });
             }
         }
     }
-    Ok(Instant::now())
 }
 
-/// Creates N DIJobs and times until all 4N pods exist; returns (elapsed, sandbox, operator).
-async fn via_operator(
-    n: usize,
-    concurrency: usize,
-) -> anyhow::Result<(Duration, Sandbox, Operator)> {
-    let sandbox = Sandbox::start()?;
-    install_crd(&sandbox.client).await?;
-    let extra = std::env::var("OPERATOR_ARGS").unwrap_or_default();
-    let extra: Vec<&str> = extra.split_whitespace().collect();
-    let operator = Operator::start(&sandbox.kubeconfig, &extra)?;
-    // Warm up: the operator has synced its caches once a first job's pods exist.
-    let jobs: Api<DIJob> = Api::namespaced(sandbox.client.clone(), "default");
-    let warm = pods_seen(sandbox.client.clone(), 4);
-    let mut w = job(0);
-    w.metadata.name = Some("warmup".into());
-    w.metadata.uid = None;
-    jobs.create(&PostParams::default(), &w).await?;
-    tokio::time::timeout(Duration::from_secs(30), warm).await??;
+/// What one burst of N jobs cost.
+struct Run {
+    exist: Duration,
+    running: Duration,
+    /// Operator CPU seconds (user + system) from the first create to all pods Running.
+    operator_cpu: Option<f64>,
+}
 
-    let done = tokio::spawn(pods_seen(sandbox.client.clone(), 4 * n));
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    let start = Instant::now();
-    stream::iter(0..n)
+async fn create_jobs(
+    api: &Api<DIJob>,
+    namespace: &str,
+    range: std::ops::Range<usize>,
+    exit_after: Option<&str>,
+    concurrency: usize,
+) -> anyhow::Result<()> {
+    stream::iter(range)
         .map(|i| {
-            let api = jobs.clone();
-            let mut j = job(i);
-            j.metadata.uid = None;
+            let api = api.clone();
+            let j = job(i, namespace, exit_after);
             async move { api.create(&PostParams::default(), &j).await }
         })
         .buffer_unordered(concurrency)
         .try_collect::<Vec<_>>()
         .await?;
-    let end = done.await??;
-    Ok((end - start, sandbox, operator))
+    Ok(())
 }
 
-/// Creates the same pods and services directly; returns the elapsed time.
-async fn direct(n: usize, concurrency: usize) -> anyhow::Result<Duration> {
-    let sandbox = Sandbox::start()?;
-    install_crd(&sandbox.client).await?;
-    let pods: Api<Pod> = Api::namespaced(sandbox.client.clone(), "default");
-    let services: Api<Service> = Api::namespaced(sandbox.client.clone(), "default");
-    let objects: Vec<(Vec<Pod>, Service)> = (0..n).map(direct_objects).collect();
+/// Starts the operator on `cluster` and waits until a first job's pods run (caches synced).
+async fn warm_operator(cluster: &Cluster, metrics: bool) -> anyhow::Result<Operator> {
+    let extra = std::env::var("OPERATOR_ARGS").unwrap_or_default();
+    let extra: Vec<&str> = extra.split_whitespace().collect();
+    let operator = Operator::start_with(&cluster.kubeconfig, &extra, metrics)?;
+    let jobs: Api<DIJob> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
+    let warm = pods_progress(cluster.client.clone(), cluster.namespace.clone(), 4);
+    let mut w = job(0, &cluster.namespace, None);
+    w.metadata.name = Some("warmup".into());
+    let warm = tokio::spawn(warm);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    jobs.create(&PostParams::default(), &w).await?;
+    tokio::time::timeout(Duration::from_secs(120), warm).await???;
+    Ok(operator)
+}
+
+/// Creates N DIJobs and times until all 4N pods exist and run.
+async fn via_operator(server: &Server, n: usize, concurrency: usize) -> anyhow::Result<Run> {
+    let cluster = Cluster::start(server, &nodes()).await?;
+    let operator = warm_operator(&cluster, false).await?;
+    let jobs: Api<DIJob> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
+    let done = tokio::spawn(pods_progress(
+        cluster.client.clone(),
+        cluster.namespace.clone(),
+        4 * n,
+    ));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let cpu = cpu_seconds(operator.pid());
+    let start = Instant::now();
+    create_jobs(&jobs, &cluster.namespace, 0..n, None, concurrency).await?;
+    let progress = tokio::time::timeout(Duration::from_secs(900), done).await???;
+    let run = Run {
+        exist: progress.exist - start,
+        running: progress.running - start,
+        operator_cpu: Some(cpu_seconds(operator.pid()) - cpu),
+    };
+    drop(operator);
+    cluster.finish().await?;
+    Ok(run)
+}
+
+/// Creates the same pods and services directly; times until they exist and run.
+async fn direct(server: &Server, n: usize, concurrency: usize) -> anyhow::Result<Run> {
+    let cluster = Cluster::start(server, &nodes()).await?;
+    let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
+    let services: Api<Service> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
+    let objects: Vec<(Vec<Pod>, Service)> = (0..n)
+        .map(|i| direct_objects(i, &cluster.namespace))
+        .collect();
+    let done = tokio::spawn(pods_progress(
+        cluster.client.clone(),
+        cluster.namespace.clone(),
+        4 * n,
+    ));
+    tokio::time::sleep(Duration::from_millis(100)).await;
     let start = Instant::now();
     stream::iter(objects.into_iter().flat_map(|(p, s)| {
         let services = services.clone();
@@ -168,7 +255,186 @@ async fn direct(n: usize, concurrency: usize) -> anyhow::Result<Duration> {
     .buffer_unordered(concurrency)
     .try_collect::<Vec<_>>()
     .await?;
-    Ok(start.elapsed())
+    let progress = tokio::time::timeout(Duration::from_secs(900), done).await???;
+    cluster.finish().await?;
+    Ok(Run {
+        exist: progress.exist - start,
+        running: progress.running - start,
+        operator_cpu: None,
+    })
+}
+
+/// Waits until every job of `namespace` but the warm-up is in `phase`.
+async fn all_jobs_in(api: &Api<DIJob>, n: usize, phase: Phase) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        let list = api.list(&ListParams::default()).await?;
+        let done = list
+            .items
+            .iter()
+            .filter(|j| j.metadata.name.as_deref() != Some("warmup"))
+            .filter(|j| j.status.as_ref().and_then(|s| s.phase.as_ref()) == Some(&phase))
+            .count();
+        if done >= n {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "{done} of {n} jobs {phase:?} after 10 min"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// The operator's request counts once they have not changed for `quiet` (its Event worker and
+/// last status writes trail the phase a bench sees).
+async fn settled_requests(
+    addr: &str,
+    quiet: Duration,
+) -> anyhow::Result<BTreeMap<(String, String), f64>> {
+    let mut last = common::api_requests(addr).await?;
+    loop {
+        tokio::time::sleep(quiet).await;
+        let now = common::api_requests(addr).await?;
+        if now == last {
+            return Ok(now);
+        }
+        last = now;
+    }
+}
+
+type Counts = BTreeMap<(String, String), f64>;
+
+fn delta(after: &Counts, before: &Counts) -> Counts {
+    after
+        .iter()
+        .map(|(k, v)| (k.clone(), v - before.get(k).copied().unwrap_or(0.0)))
+        .filter(|(_, v)| *v > 0.0)
+        .collect()
+}
+
+/// The writes a job needs (DI-orchestrator's observable results): its 4 pods, its service, and
+/// one status write per phase it shows (Pending, Starting, Running; then Succeeded), and the
+/// service's delete at the end. Events are not in it: client-go's recorder would write 8 for a
+/// 4-pod job to Running (JobPending, 5 SuccessfulCreate, JobStarting, JobRunning) and 2 after.
+fn floor(resource: &str, verb: &str, to_succeeded: bool) -> Option<f64> {
+    match (resource, verb, to_succeeded) {
+        ("pods", "create", false) => Some(4.0),
+        ("services", "create", false) => Some(1.0),
+        ("dijobs/status", "update" | "patch", false) => Some(3.0),
+        ("dijobs/status", "update" | "patch", true) => Some(1.0),
+        // cleanPodPolicy: DI-orchestrator deletes the service of a finished job.
+        ("services", "delete", true) => Some(1.0),
+        _ => None,
+    }
+}
+
+/// N jobs whose pods exit 0 30 s after Running: the requests per job from create to all jobs
+/// Running, and from there to all jobs Succeeded.
+async fn writes(server: &Server, n: usize, concurrency: usize) -> anyhow::Result<()> {
+    let cluster = Cluster::start(server, &nodes()).await?;
+    let operator = warm_operator(&cluster, true).await?;
+    let addr = operator.metrics.clone().unwrap_or_default();
+    let jobs: Api<DIJob> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
+    let before = settled_requests(&addr, Duration::from_secs(1)).await?;
+    create_jobs(
+        &jobs,
+        &cluster.namespace,
+        1..n + 1,
+        Some("30s"),
+        concurrency,
+    )
+    .await?;
+    all_jobs_in(&jobs, n, Phase::Running).await?;
+    let running = common::api_requests(&addr).await?;
+    all_jobs_in(&jobs, n, Phase::Succeeded).await?;
+    let succeeded = settled_requests(&addr, Duration::from_secs(2)).await?;
+    drop(operator);
+    cluster.finish().await?;
+
+    let to_running = delta(&running, &before);
+    let to_succeeded = delta(&succeeded, &running);
+    println!(
+        "  API requests per job, {} ({n} jobs of 4 pods; floor: pods, service, one status write per phase):",
+        server.label()
+    );
+    println!(
+        "    {:<26} {:>16} {:>7} {:>18} {:>7}",
+        "resource verb", "create→Running", "floor", "Running→Succeeded", "floor"
+    );
+    let keys: std::collections::BTreeSet<&(String, String)> =
+        to_running.keys().chain(to_succeeded.keys()).collect();
+    let (mut writes_running, mut writes_succeeded) = (0.0, 0.0);
+    for key in keys {
+        let (resource, verb) = key;
+        let a = to_running.get(key).copied().unwrap_or(0.0) / n as f64;
+        let b = to_succeeded.get(key).copied().unwrap_or(0.0) / n as f64;
+        let is_write = matches!(
+            verb.as_str(),
+            "create" | "update" | "patch" | "delete" | "deletecollection"
+        );
+        if is_write {
+            writes_running += a;
+            writes_succeeded += b;
+        }
+        let show = |f: Option<f64>| f.map_or("-".to_string(), |f| format!("{f:.0}"));
+        println!(
+            "    {:<26} {a:>16.2} {:>7} {b:>18.2} {:>7}",
+            format!("{resource} {verb}"),
+            show(floor(resource, verb, false)),
+            show(floor(resource, verb, true)),
+        );
+        common::csv_row(&format!(
+            "controller-writes,{},{resource},{verb},{a:.3},{b:.3}",
+            server.label()
+        ));
+    }
+    println!(
+        "    {:<26} {writes_running:>16.2} {:>7} {writes_succeeded:>18.2} {:>7}",
+        "all writes", 8, 2
+    );
+    println!("    (Events, not in the floor: client-go's recorder would write 8 and 2)");
+    Ok(())
+}
+
+/// Memory: the operator's RSS after `jobs` DIJobs × 4 pods, and after half of them (the
+/// difference over the jobs between is the cost of one more job).
+async fn memory(server: &Server, jobs: usize, concurrency: usize) -> anyhow::Result<()> {
+    let cluster = Cluster::start(server, &nodes()).await?;
+    let operator = warm_operator(&cluster, false).await?;
+    let api: Api<DIJob> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
+    let half = jobs / 2;
+    let mut rss = Vec::new();
+    for range in [0..half, half..jobs] {
+        let want = 4 * range.len();
+        let done = tokio::spawn(pods_progress(
+            cluster.client.clone(),
+            cluster.namespace.clone(),
+            want,
+        ));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        create_jobs(&api, &cluster.namespace, range, None, concurrency).await?;
+        tokio::time::timeout(Duration::from_secs(900), done).await???;
+        all_jobs_in(&api, rss.len().max(1) * half, Phase::Running).await?;
+        // The status writes and Events that trail the pods, then a quiet moment.
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        rss.push(rss_mib(operator.pid()));
+    }
+    let per_job_kib = (rss[1] - rss[0]) * 1024.0 / (jobs - half) as f64;
+    println!(
+        "  operator RSS, {}: {:.1} MiB after {half} DIJobs x 4 pods, {:.1} MiB after {jobs}; {per_job_kib:.1} KiB per extra job",
+        server.label(),
+        rss[0],
+        rss[1]
+    );
+    common::csv_row(&format!(
+        "memory,{},{jobs},{:.1},{per_job_kib:.1}",
+        server.label(),
+        rss[1]
+    ));
+    drop(operator);
+    cluster.finish().await?;
+    Ok(())
 }
 
 #[tokio::main]
@@ -178,29 +444,43 @@ async fn main() -> anyhow::Result<()> {
         .split(',')
         .filter_map(|s| s.trim().parse().ok())
         .collect();
+    let write_jobs = env_usize("WRITE_JOBS", 100);
     let memory_jobs = env_usize("MEMORY_JOBS", 5_000);
     let concurrency = env_usize("CONCURRENCY", 32);
 
     println!("controller bench: 4 replicas per DIJob, {concurrency} concurrent creates");
-    for n in sizes {
-        let d = direct(n, concurrency).await?;
-        let (o, _sandbox, _operator) = via_operator(n, concurrency).await?;
-        println!(
-            "  N = {n:>5}: direct {:>8.1} ms, via operator {:>8.1} ms, ratio {:.2}",
-            d.as_secs_f64() * 1e3,
-            o.as_secs_f64() * 1e3,
-            o.as_secs_f64() / d.as_secs_f64()
-        );
-    }
-    if memory_jobs > 0 {
-        let (elapsed, _sandbox, operator) = via_operator(memory_jobs, concurrency).await?;
-        // Let the phase writes that follow pod creation finish before measuring.
-        tokio::time::sleep(Duration::from_secs(5)).await;
-        println!(
-            "  operator RSS after {memory_jobs} DIJobs x 4 pods (all created in {:.1} s): {:.1} MiB",
-            elapsed.as_secs_f64(),
-            rss_mib(operator.0.id())
-        );
+    for server in Server::all() {
+        for &n in &sizes {
+            let d = direct(&server, n, concurrency).await?;
+            let o = via_operator(&server, n, concurrency).await?;
+            let cpu = o.operator_cpu.unwrap_or(0.0);
+            println!(
+                "  {}, N = {n:>5}: pods exist: direct {:>8.1} ms, via operator {:>8.1} ms, ratio {:.2}; pods Running: direct {:>8.1} ms, via operator {:>8.1} ms, ratio {:.2}; operator CPU {:.1} s per 1000 jobs",
+                server.label(),
+                d.exist.as_secs_f64() * 1e3,
+                o.exist.as_secs_f64() * 1e3,
+                o.exist.as_secs_f64() / d.exist.as_secs_f64(),
+                d.running.as_secs_f64() * 1e3,
+                o.running.as_secs_f64() * 1e3,
+                o.running.as_secs_f64() / d.running.as_secs_f64(),
+                cpu * 1000.0 / n as f64,
+            );
+            common::csv_row(&format!(
+                "controller-time,{},{n},{:.1},{:.1},{:.1},{:.1},{:.2}",
+                server.label(),
+                d.exist.as_secs_f64() * 1e3,
+                o.exist.as_secs_f64() * 1e3,
+                d.running.as_secs_f64() * 1e3,
+                o.running.as_secs_f64() * 1e3,
+                cpu * 1000.0 / n as f64,
+            ));
+        }
+        if write_jobs > 0 {
+            writes(&server, write_jobs, concurrency).await?;
+        }
+        if memory_jobs > 1 {
+            memory(&server, memory_jobs, concurrency).await?;
+        }
     }
     Ok(())
 }

@@ -14,18 +14,17 @@ use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{ListParams, PostParams, WatchEvent, WatchParams};
 use kube::{Api, Client};
 
-use common::{Operator, Sandbox, env_usize};
+use common::{Cluster, Nodes, Operator, Server, cpu_seconds, env_usize};
 use diorch_core::api::DIJob;
 
 fn job(name: &str) -> DIJob {
     serde_json::from_value(serde_json::json!({
         "apiVersion": "diengine.opendilab.org/v2alpha1",
         "kind": "DIJob",
-        "metadata": {"name": name, "namespace": "default"},
+        "metadata": {"name": name},
         "spec": {"preemptible": true, "tasks": [
             {"name": "learner", "type": "learner", "replicas": 1, "template": {"spec": {"containers": [
                 {"name": "di-container", "image": "busybox", "resources": {"requests": {"cpu": "500m", "nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}}}]}}},
@@ -37,8 +36,8 @@ fn job(name: &str) -> DIJob {
 }
 
 /// Counts pods of `default` getting a node from now on, until `want` are bound.
-async fn pods_bound(client: Client, want: usize) -> anyhow::Result<Instant> {
-    let pods: Api<Pod> = Api::namespaced(client, "default");
+async fn pods_bound(client: Client, namespace: String, want: usize) -> anyhow::Result<Instant> {
+    let pods: Api<Pod> = Api::namespaced(client, &namespace);
     let mut rv = pods
         .list_metadata(&ListParams::default().limit(1))
         .await?
@@ -71,24 +70,37 @@ async fn pods_bound(client: Client, want: usize) -> anyhow::Result<Instant> {
     Ok(Instant::now())
 }
 
-/// One run: a fresh sandbox of `nodes` nodes, the operator (with the Wasm bin-pack policy if
-/// `wasm`), N jobs created; returns the time to all 4N pods bound.
-async fn run(n: usize, nodes: usize, wasm: bool, concurrency: usize) -> anyhow::Result<Duration> {
-    let nodes_arg = nodes.to_string();
-    let sandbox = Sandbox::start_with(&[
+/// The nodes of every run: 100 of 16 GPUs (room for 1 600 jobs), no kubelet Events.
+fn nodes(count: usize) -> Nodes {
+    let count = count.to_string();
+    Nodes::new(&[
         "--nodes",
-        &nodes_arg,
+        &count,
         "--node-gpus",
         "16",
+        "--node-cpu",
+        "128",
+        "--node-pods",
+        "600",
         "--kubelet-events",
         "false",
         "--sim-concurrency",
         "64",
-    ])?;
-    let crds: Api<CustomResourceDefinition> = Api::all(sandbox.client.clone());
-    crds.create(&PostParams::default(), &diorch_core::api::crd::dijob_crd())
-        .await?;
-    let mut extra = vec!["--optimize-period", "0s"];
+    ])
+}
+
+/// One run: a fresh cluster of `nodes` nodes, the operator (with the Wasm bin-pack policy if
+/// `wasm`), N jobs created; returns the time to all 4N pods bound.
+async fn run(
+    server: &Server,
+    n: usize,
+    nodes_count: usize,
+    wasm: bool,
+    concurrency: usize,
+) -> anyhow::Result<Duration> {
+    let cluster = Cluster::start(server, &nodes(nodes_count)).await?;
+    let namespace = cluster.namespace.clone();
+    let mut extra = vec!["--optimize-period", "0s", "--plugin-namespace", &namespace];
     if wasm {
         let path =
             std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/plugins/binpack.wasm");
@@ -99,31 +111,29 @@ async fn run(n: usize, nodes: usize, wasm: bool, concurrency: usize) -> anyhow::
             "binpack",
             diorch::plugin::spec::PluginKind::Policy,
         );
-        let cm = diorch::plugin::spec::to_configmap(&spec, bytes, Some("default"));
-        Api::<ConfigMap>::namespaced(sandbox.client.clone(), "default")
+        let cm = diorch::plugin::spec::to_configmap(&spec, bytes, Some(&namespace));
+        Api::<ConfigMap>::namespaced(cluster.client.clone(), &namespace)
             .create(&PostParams::default(), &cm)
             .await?;
         extra.extend(["--default-policy", "binpack"]);
     }
     // PLACEMENT_METRICS=1: serve the operator's metrics and print the allocator's and
     // reconciler's totals after the run, to see where a difference comes from.
-    let metrics_port = std::env::var_os("PLACEMENT_METRICS").map(|_| free_port());
-    let metrics_addr = metrics_port.map(|p| format!("127.0.0.1:{p}"));
-    if let Some(addr) = &metrics_addr {
-        extra.extend(["--metric-addr", addr.as_str()]);
-    }
-    let operator = Operator::start(&sandbox.kubeconfig, &extra)?;
+    let show_metrics = std::env::var_os("PLACEMENT_METRICS").is_some();
+    let operator = Operator::start_with(&cluster.kubeconfig, &extra, show_metrics)?;
     // Warm up: caches synced, the plugin loaded, once a first job is placed.
-    let jobs: Api<DIJob> = Api::namespaced(sandbox.client.clone(), "default");
-    let warm = pods_bound(sandbox.client.clone(), 4);
+    let jobs: Api<DIJob> = Api::namespaced(cluster.client.clone(), &namespace);
+    let warm = tokio::spawn(pods_bound(cluster.client.clone(), namespace.clone(), 4));
+    tokio::time::sleep(Duration::from_millis(100)).await;
     jobs.create(&PostParams::default(), &job("warmup")).await?;
-    tokio::time::timeout(Duration::from_secs(60), warm).await??;
+    tokio::time::timeout(Duration::from_secs(120), warm).await???;
 
+    let server_pid = cluster.sandbox.as_ref().map(|s| s.pid());
     let cpu_before = (
-        cpu_seconds(operator.0.id()),
-        cpu_seconds(sandbox.child.id()),
+        cpu_seconds(operator.pid()),
+        server_pid.map_or(0.0, cpu_seconds),
     );
-    let done = tokio::spawn(pods_bound(sandbox.client.clone(), 4 * n));
+    let done = tokio::spawn(pods_bound(cluster.client.clone(), namespace.clone(), 4 * n));
     tokio::time::sleep(Duration::from_millis(100)).await;
     let start = Instant::now();
     stream::iter(0..n)
@@ -138,28 +148,23 @@ async fn run(n: usize, nodes: usize, wasm: bool, concurrency: usize) -> anyhow::
         .try_collect::<Vec<_>>()
         .await?;
     let end = tokio::time::timeout(Duration::from_secs(600), done).await???;
-    if let Some(addr) = &metrics_addr {
+    if let Some(addr) = &operator.metrics {
         print_totals(addr, if wasm { "Wasm" } else { "native" }).await?;
         println!(
             "      CPU seconds while placing (user + system): operator {:.2}, sandbox {:.2}",
-            cpu_seconds(operator.0.id()) - cpu_before.0,
-            cpu_seconds(sandbox.child.id()) - cpu_before.1
+            cpu_seconds(operator.pid()) - cpu_before.0,
+            server_pid.map_or(0.0, cpu_seconds) - cpu_before.1
         );
     }
     drop(operator);
+    cluster.finish().await?;
     Ok(end - start)
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map_or(0, |a| a.port())
 }
 
 /// Prints the policy-call histogram, the reconcile duration's sum and count and the reconcile
 /// totals.
 async fn print_totals(addr: &str, variant: &str) -> anyhow::Result<()> {
-    let text = reqwest_text(&format!("http://{addr}/metrics")).await?;
+    let text = common::http_get(&format!("http://{addr}/metrics")).await?;
     println!("    {variant}:");
     for line in text.lines().filter(|l| {
         l.starts_with("diorch_allocator_policy_call_duration_seconds_")
@@ -170,41 +175,6 @@ async fn print_totals(addr: &str, variant: &str) -> anyhow::Result<()> {
         println!("      {line}");
     }
     Ok(())
-}
-
-/// User plus system CPU seconds of a process so far (Linux `/proc`; 0 elsewhere).
-fn cpu_seconds(pid: u32) -> f64 {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return 0.0;
-    };
-    // The fields after the command name, which is in parentheses and may hold spaces.
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map_or(vec![], |(_, rest)| rest.split_whitespace().collect());
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    // utime and stime are fields 14 and 15 of proc(5), in clock ticks of 1/100 s.
-    (ticks(11) + ticks(12)) / 100.0
-}
-
-/// A plain HTTP/1.0 GET, so the bench needs no HTTP client crate.
-async fn reqwest_text(url: &str) -> anyhow::Result<String> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let rest = url.trim_start_matches("http://");
-    let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
-    let mut stream = tokio::net::TcpStream::connect(host).await?;
-    stream
-        .write_all(format!("GET /{path} HTTP/1.0\r\nHost: {host}\r\n\r\n").as_bytes())
-        .await?;
-    let mut body = String::new();
-    stream.read_to_string(&mut body).await?;
-    Ok(body
-        .split_once("\r\n\r\n")
-        .map_or(body.clone(), |(_, b)| b.to_string()))
 }
 
 #[tokio::main]
@@ -220,42 +190,53 @@ async fn main() -> anyhow::Result<()> {
         "placement bench: preemptible DIJobs of 4 replicas (1 GPU learner + 3 collectors), {nodes} nodes of 16 GPUs, time to all pods bound"
     );
     let rounds = env_usize("ROUNDS", 3).max(1);
-    for n in sizes {
-        let mut native_total = Duration::ZERO;
-        let mut wasm_total = Duration::ZERO;
-        let mut ratios = Vec::new();
-        for round in 1..=rounds {
-            // Native, Wasm, Wasm, native: on a shared machine the load drifts between runs; the
-            // mean of each variant's two runs cancels a drift that is linear in time.
-            let native_a = run(n, nodes, false, concurrency).await?;
-            let wasm_a = run(n, nodes, true, concurrency).await?;
-            let wasm_b = run(n, nodes, true, concurrency).await?;
-            let native_b = run(n, nodes, false, concurrency).await?;
-            let native = (native_a + native_b) / 2;
-            let wasm = (wasm_a + wasm_b) / 2;
-            let ratio = wasm.as_secs_f64() / native.as_secs_f64();
+    for server in Server::all() {
+        for &n in &sizes {
+            let mut native_total = Duration::ZERO;
+            let mut wasm_total = Duration::ZERO;
+            let mut ratios = Vec::new();
+            for round in 1..=rounds {
+                // Native, Wasm, Wasm, native: on a shared machine the load drifts between runs; the
+                // mean of each variant's two runs cancels a drift that is linear in time.
+                let native_a = run(&server, n, nodes, false, concurrency).await?;
+                let wasm_a = run(&server, n, nodes, true, concurrency).await?;
+                let wasm_b = run(&server, n, nodes, true, concurrency).await?;
+                let native_b = run(&server, n, nodes, false, concurrency).await?;
+                let native = (native_a + native_b) / 2;
+                let wasm = (wasm_a + wasm_b) / 2;
+                let ratio = wasm.as_secs_f64() / native.as_secs_f64();
+                println!(
+                    "  {}, N = {n:>5}, round {round}: built-in {:>7.1} ms, Wasm {:>7.1} ms, Wasm/native {ratio:.3}",
+                    server.label(),
+                    native.as_secs_f64() * 1e3,
+                    wasm.as_secs_f64() * 1e3,
+                );
+                native_total += native;
+                wasm_total += wasm;
+                ratios.push(ratio);
+            }
+            let runs = u32::try_from(rounds).unwrap_or(1);
+            let native = native_total / runs;
+            let wasm = wasm_total / runs;
+            let lowest = ratios.iter().copied().fold(f64::INFINITY, f64::min);
+            let highest = ratios.iter().copied().fold(0.0, f64::max);
             println!(
-                "  N = {n:>5}, round {round}: built-in {:>7.1} ms, Wasm {:>7.1} ms, Wasm/native {ratio:.3}",
+                "  {}, N = {n:>5}: built-in bin-pack {:>8.1} ms ({:.0} jobs/s), Wasm bin-pack {:>8.1} ms ({:.0} jobs/s), Wasm/native {:.3} (rounds {lowest:.3}..{highest:.3})",
+                server.label(),
                 native.as_secs_f64() * 1e3,
+                n as f64 / native.as_secs_f64(),
                 wasm.as_secs_f64() * 1e3,
+                n as f64 / wasm.as_secs_f64(),
+                wasm.as_secs_f64() / native.as_secs_f64()
             );
-            native_total += native;
-            wasm_total += wasm;
-            ratios.push(ratio);
+            for (round, ratio) in ratios.iter().enumerate() {
+                common::csv_row(&format!(
+                    "placement,{},{n},{},{ratio:.4}",
+                    server.label(),
+                    round + 1
+                ));
+            }
         }
-        let runs = u32::try_from(rounds).unwrap_or(1);
-        let native = native_total / runs;
-        let wasm = wasm_total / runs;
-        let lowest = ratios.iter().copied().fold(f64::INFINITY, f64::min);
-        let highest = ratios.iter().copied().fold(0.0, f64::max);
-        println!(
-            "  N = {n:>5}: built-in bin-pack {:>8.1} ms ({:.0} jobs/s), Wasm bin-pack {:>8.1} ms ({:.0} jobs/s), Wasm/native {:.3} (rounds {lowest:.3}..{highest:.3})",
-            native.as_secs_f64() * 1e3,
-            n as f64 / native.as_secs_f64(),
-            wasm.as_secs_f64() * 1e3,
-            n as f64 / wasm.as_secs_f64(),
-            wasm.as_secs_f64() / native.as_secs_f64()
-        );
     }
     Ok(())
 }

@@ -8,6 +8,11 @@ use tracing_subscriber::EnvFilter;
 
 use diorch::operator;
 
+/// mimalloc instead of glibc malloc: less resident memory for the same caches and less CPU per
+/// watch event (measured in docs/performance.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(
     name = "diorch",

@@ -1,12 +1,19 @@
-//! Shared pieces of the bench binaries: a `diorch-sandbox serve --no-cluster` process and its
-//! resident memory.
+//! Shared pieces of the bench binaries: the API servers a bench runs on (a fresh
+//! `diorch-sandbox serve` per run, and the real API server of `BENCH_KUBECONFIG` with the
+//! sandbox's simulated nodes and kubelet attached to it), the operator process, its metrics,
+//! CPU time and resident memory.
 #![allow(dead_code)] // each bench uses its own subset
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 
-use kube::Client;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::{Api, Client};
 
 /// A running `diorch-sandbox serve --no-cluster` (the sandbox crate's binary), killed on drop.
 pub struct Sandbox {
@@ -83,6 +90,26 @@ fn sandbox_binary() -> anyhow::Result<PathBuf> {
         .parent()
         .is_some_and(|dir| dir.ends_with("release"));
     let mut build = Command::new(env!("CARGO"));
+    // What cargo sets for the running bench is not for this build: ring's build script
+    // reruns when CARGO_MANIFEST_DIR changes, and each rebuild of it rebuilds half the tree,
+    // here and again in the next `cargo bench`.
+    for (name, _) in std::env::vars_os() {
+        let name = name.to_string_lossy();
+        if name.starts_with("CARGO_PKG_")
+            || matches!(
+                name.as_ref(),
+                "CARGO_MANIFEST_DIR"
+                    | "CARGO_MANIFEST_PATH"
+                    | "CARGO_CRATE_NAME"
+                    | "CARGO_BIN_NAME"
+                    | "CARGO_PRIMARY_PACKAGE"
+                    | "CARGO_TARGET_TMPDIR"
+                    | "OUT_DIR"
+            )
+        {
+            build.env_remove(name.as_ref());
+        }
+    }
     build.args([
         "build",
         "--locked",
@@ -120,18 +147,43 @@ pub fn env_usize(name: &str, default: usize) -> usize {
 }
 
 /// A running `diorch run` (the real binary) against `kubeconfig`, killed on drop.
-pub struct Operator(pub Child);
+pub struct Operator {
+    pub child: Child,
+    /// Where its `/metrics` are served, when asked for.
+    pub metrics: Option<String>,
+}
 
 impl Operator {
     /// `diorch run` with no client-side rate limit and no endpoints, plus `extra` flags.
     pub fn start(kubeconfig: &std::path::Path, extra: &[&str]) -> anyhow::Result<Operator> {
-        let child = Command::new(env!("CARGO_BIN_EXE_diorch"))
+        Operator::start_with(kubeconfig, extra, false)
+    }
+
+    /// As [`Operator::start`], serving `/metrics` on a free port when `metrics`.
+    pub fn start_with(
+        kubeconfig: &std::path::Path,
+        extra: &[&str],
+        metrics: bool,
+    ) -> anyhow::Result<Operator> {
+        let metrics = metrics.then(|| format!("127.0.0.1:{}", free_port()));
+        // OPERATOR_WRAPPER, e.g. `heaptrack -o /tmp/heap`, runs the operator under a profiler.
+        let wrapper = std::env::var("OPERATOR_WRAPPER").unwrap_or_default();
+        let mut wrapper = wrapper.split_whitespace();
+        let mut command = match wrapper.next() {
+            Some(program) => {
+                let mut command = Command::new(program);
+                command.args(wrapper).arg(env!("CARGO_BIN_EXE_diorch"));
+                command
+            }
+            None => Command::new(env!("CARGO_BIN_EXE_diorch")),
+        };
+        let child = command
             .args([
                 "run",
                 "--qps",
                 "0",
                 "--metric-addr",
-                "0",
+                metrics.as_deref().unwrap_or("0"),
                 "--probe-addr",
                 "0",
                 "--server-bind-address",
@@ -145,13 +197,300 @@ impl Operator {
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
             .spawn()?;
-        Ok(Operator(child))
+        Ok(Operator { child, metrics })
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 }
 
 impl Drop for Operator {
     fn drop(&mut self) {
-        let _ = self.0.kill();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The API server a run goes to.
+#[derive(Clone, Debug)]
+pub enum Server {
+    /// A fresh `diorch-sandbox serve` per run.
+    Sandbox,
+    /// The real API server of this kubeconfig (e.g. `../shared/kube/up.sh`); each run gets a
+    /// fresh namespace, deleted afterwards.
+    Real(PathBuf),
+}
+
+impl Server {
+    /// The sandbox, then the real API server when `BENCH_KUBECONFIG` names one.
+    pub fn all() -> Vec<Server> {
+        let mut servers = vec![Server::Sandbox];
+        match std::env::var_os("BENCH_KUBECONFIG") {
+            Some(path) if !path.is_empty() => servers.push(Server::Real(PathBuf::from(path))),
+            _ => println!(
+                "  (real API server: skipped; set BENCH_KUBECONFIG, e.g. to the kubeconfig ../shared/kube/up.sh prints)"
+            ),
+        }
+        servers
+    }
+
+    pub fn label(&self) -> &'static str {
+        match self {
+            Server::Sandbox => "sandbox",
+            Server::Real(_) => "real API server",
+        }
+    }
+}
+
+/// The nodes and kubelet of a run: `diorch-sandbox serve` flags (`--nodes 40 ...`). On the
+/// sandbox they are its own cluster; on a real server the same flags go to
+/// `diorch-sandbox serve --attach`, which registers the nodes and plays their kubelet there.
+#[derive(Clone, Debug)]
+pub struct Nodes(pub Vec<String>);
+
+impl Nodes {
+    pub fn new(args: &[&str]) -> Nodes {
+        Nodes(args.iter().map(|a| a.to_string()).collect())
+    }
+}
+
+/// One run's cluster: a fresh sandbox, or a fresh namespace on the real server.
+pub struct Cluster {
+    pub client: Client,
+    pub kubeconfig: PathBuf,
+    pub namespace: String,
+    /// The sandbox's process, whose CPU and memory are the API server's.
+    pub sandbox: Option<Sandbox>,
+    _attached: Option<Attached>,
+}
+
+static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+impl Cluster {
+    /// A cluster with `nodes`, and the DIJob CRD installed.
+    pub async fn start(server: &Server, nodes: &Nodes) -> anyhow::Result<Cluster> {
+        let cluster = match server {
+            Server::Sandbox => {
+                let args: Vec<&str> = nodes.0.iter().map(String::as_str).collect();
+                let sandbox = Sandbox::start_with(&args)?;
+                Cluster {
+                    client: sandbox.client.clone(),
+                    kubeconfig: sandbox.kubeconfig.clone(),
+                    namespace: "default".into(),
+                    sandbox: Some(sandbox),
+                    _attached: None,
+                }
+            }
+            Server::Real(kubeconfig) => {
+                let client = client_for(kubeconfig).await?;
+                install_crd(&client).await?;
+                let attached = Attached::start(kubeconfig, nodes)?;
+                let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let namespace = format!("bench-{}-{run}", std::process::id());
+                let namespaces: Api<Namespace> = Api::all(client.clone());
+                namespaces
+                    .create(
+                        &PostParams::default(),
+                        &serde_json::from_value(
+                            serde_json::json!({"metadata": {"name": namespace}}),
+                        )?,
+                    )
+                    .await?;
+                Cluster {
+                    client,
+                    kubeconfig: kubeconfig.clone(),
+                    namespace,
+                    sandbox: None,
+                    _attached: Some(attached),
+                }
+            }
+        };
+        if cluster.sandbox.is_some() {
+            install_crd(&cluster.client).await?;
+        }
+        Ok(cluster)
+    }
+
+    /// Ends the run: on a real server its namespace is deleted and awaited (with the operator
+    /// stopped first, so nothing recreates what the namespace controller deletes).
+    pub async fn finish(self) -> anyhow::Result<()> {
+        if self.sandbox.is_some() {
+            return Ok(());
+        }
+        let namespaces: Api<Namespace> = Api::all(self.client.clone());
+        namespaces
+            .delete(&self.namespace, &DeleteParams::default())
+            .await?;
+        let deadline = Instant::now() + Duration::from_secs(600);
+        while namespaces.get_opt(&self.namespace).await?.is_some() {
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "namespace {} still exists after 10 min",
+                self.namespace
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        Ok(())
+    }
+
+    pub fn is_real(&self) -> bool {
+        self.sandbox.is_none()
+    }
+}
+
+/// A client for the current context of `kubeconfig`.
+pub async fn client_for(kubeconfig: &std::path::Path) -> anyhow::Result<Client> {
+    let config = kube::Config::from_custom_kubeconfig(
+        kube::config::Kubeconfig::read_from(kubeconfig)?,
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await?;
+    Ok(Client::try_from(config)?)
+}
+
+/// Creates the DIJob CRD unless it exists, and waits until it is served.
+pub async fn install_crd(client: &Client) -> anyhow::Result<()> {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    match crds
+        .create(&PostParams::default(), &diorch_core::api::crd::dijob_crd())
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(status)) if status.code == 409 => {}
+        Err(err) => return Err(err.into()),
+    }
+    let jobs: Api<diorch_core::api::DIJob> = Api::all(client.clone());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while jobs
+        .list_metadata(&ListParams::default().limit(1))
+        .await
+        .is_err()
+    {
+        anyhow::ensure!(Instant::now() < deadline, "the DIJob CRD is not served");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(())
+}
+
+/// `diorch-sandbox serve --attach` on a real server, stopped (SIGTERM) on drop; the nodes stay
+/// registered for the next run.
+pub struct Attached(Child);
+
+impl Attached {
+    pub fn start(kubeconfig: &std::path::Path, nodes: &Nodes) -> anyhow::Result<Attached> {
+        let mut child = Command::new(sandbox_binary()?)
+            .args(["serve", "--attach", "--kubeconfig"])
+            .arg(kubeconfig)
+            .args(&nodes.0)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .spawn()?;
+        let stdout = child
+            .stdout
+            .take()
+            .ok_or_else(|| anyhow::anyhow!("no stdout"))?;
+        let mut lines = BufReader::new(stdout).lines();
+        let attached = lines
+            .by_ref()
+            .map_while(Result::ok)
+            .any(|l| l.starts_with("sandbox attached"));
+        std::thread::spawn(move || lines.for_each(drop));
+        anyhow::ensure!(attached, "diorch-sandbox serve --attach did not attach");
+        Ok(Attached(child))
+    }
+}
+
+impl Drop for Attached {
+    fn drop(&mut self) {
+        // SIGTERM: it stops its loops; a kill would do as well, the nodes stay either way.
+        let _ = Command::new("kill").arg(self.0.id().to_string()).status();
         let _ = self.0.wait();
+    }
+}
+
+/// User plus system CPU seconds of a process so far (Linux `/proc`; 0 elsewhere).
+pub fn cpu_seconds(pid: u32) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0.0;
+    };
+    // The fields after the command name, which is in parentheses and may hold spaces.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or(vec![], |(_, rest)| rest.split_whitespace().collect());
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // utime and stime are fields 14 and 15 of proc(5), in clock ticks of 1/100 s.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_or(0, |a| a.port())
+}
+
+/// A plain HTTP/1.0 GET, so the benches need no HTTP client crate.
+pub async fn http_get(url: &str) -> anyhow::Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let rest = url.trim_start_matches("http://");
+    let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let mut stream = tokio::net::TcpStream::connect(host).await?;
+    stream
+        .write_all(format!("GET /{path} HTTP/1.0\r\nHost: {host}\r\n\r\n").as_bytes())
+        .await?;
+    let mut body = String::new();
+    stream.read_to_string(&mut body).await?;
+    Ok(body
+        .split_once("\r\n\r\n")
+        .map_or(body.clone(), |(_, b)| b.to_string()))
+}
+
+/// The operator's API requests so far, by (resource, verb), from its
+/// `diorch_kube_api_requests_total` (all status codes together).
+pub async fn api_requests(
+    metrics_addr: &str,
+) -> anyhow::Result<std::collections::BTreeMap<(String, String), f64>> {
+    let text = http_get(&format!("http://{metrics_addr}/metrics")).await?;
+    let mut counts = std::collections::BTreeMap::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("diorch_kube_api_requests_total{") else {
+            continue;
+        };
+        let Some((labels, value)) = rest.rsplit_once("} ") else {
+            continue;
+        };
+        let label = |name: &str| {
+            labels
+                .split(',')
+                .find_map(|kv| kv.strip_prefix(&format!("{name}=\"")))
+                .map(|v| v.trim_end_matches('"').to_string())
+                .unwrap_or_default()
+        };
+        let value: f64 = value.trim().parse().unwrap_or(0.0);
+        *counts
+            .entry((label("resource"), label("verb")))
+            .or_insert(0.0) += value;
+    }
+    Ok(counts)
+}
+
+/// Appends a line to the file `BENCH_CSV` names, when set (scripts/bench.sh collects them
+/// into docs/performance.md).
+pub fn csv_row(line: &str) {
+    use std::io::Write as _;
+    let Some(path) = std::env::var_os("BENCH_CSV") else {
+        return;
+    };
+    if let Ok(mut file) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+    {
+        let _ = writeln!(file, "{line}");
     }
 }

@@ -128,6 +128,13 @@ pub struct Context {
     failures: std::sync::Mutex<HashMap<ObjectKey, u32>>,
     /// Notes of the plans' `once` Events already recorded, per job (forgotten with the job).
     reported: std::sync::Mutex<HashMap<ObjectKey, HashSet<String>>>,
+    /// When each job's status was last written (forgotten with the job): a write of replica
+    /// counts alone waits until [`COUNTS_WRITE_INTERVAL`] after it.
+    status_written: std::sync::Mutex<HashMap<ObjectKey, Instant>>,
+    /// Services this process created, by job, until the cache shows them or
+    /// [`SERVICE_EXPECTATION`] passes: a pass that comes before the service watch event
+    /// creates no duplicate (it would only get a 409).
+    services_created: std::sync::Mutex<HashMap<ObjectKey, Instant>>,
     placement: Arc<dyn Placement>,
     plugins: Arc<PluginRegistry>,
     /// Jobs triggered and waiting for a worker (the queue depth metric).
@@ -243,6 +250,8 @@ pub fn start(
         metrics,
         failures: std::sync::Mutex::new(HashMap::new()),
         reported: std::sync::Mutex::new(HashMap::new()),
+        status_written: std::sync::Mutex::new(HashMap::new()),
+        services_created: std::sync::Mutex::new(HashMap::new()),
         placement: placement.clone(),
         queue,
         plugins,
@@ -262,6 +271,8 @@ pub fn start(
             forget.expectations.remove(&key);
             forget.failures().remove(&key);
             forget.reported().remove(&key);
+            forget.status_written().remove(&key);
+            forget.services_created().remove(&key);
             forget.queue.done(&key);
             let placement = forget.placement.clone();
             tokio::spawn(async move { placement.forget(key).await });
@@ -422,6 +433,46 @@ impl Context {
         self.reported.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    fn status_written(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectKey, Instant>> {
+        // A poisoned map only risks one write held back or not.
+        self.status_written
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn services_created(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectKey, Instant>> {
+        // A poisoned map only risks one duplicate create (a 409, ignored).
+        self.services_created
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether this process created `key`'s service so recently that the cache may not show
+    /// it yet; forgets it once the cache does, or once the expectation is old.
+    fn service_expected(&self, key: &ObjectKey, cached: bool) -> bool {
+        let mut created = self.services_created();
+        match created.get(key) {
+            Some(at) if !cached && at.elapsed() < SERVICE_EXPECTATION => true,
+            Some(_) => {
+                created.remove(key);
+                false
+            }
+            None => false,
+        }
+    }
+
+    /// How long a status write that changes only replica counts must wait (`None`: it may go
+    /// now). Pods of a job change one by one (created, scheduled, running); folding their
+    /// counts keeps a job near one status write per phase (docs/performance.md).
+    fn counts_wait(&self, key: &ObjectKey, job: &DIJob, plan: &Plan) -> Option<Duration> {
+        let status = plan.status.as_ref()?;
+        if plan.transition.is_some() || !planner::counts_only(job.status.as_ref(), status) {
+            return None;
+        }
+        let last = *self.status_written().get(key)?;
+        COUNTS_WRITE_INTERVAL.checked_sub(last.elapsed())
+    }
+
     fn count(&self, result: &'static str) {
         self.metrics
             .controller
@@ -494,6 +545,7 @@ async fn reconcile_inner(job: &DIJob, ctx: &Context) -> Result<Requeue, Error> {
     let service = ctx
         .services
         .get(&ObjectRef::new(&naming::service_name(&name)).within(&namespace));
+    let service_expected = ctx.service_expected(&key, service.is_some());
     let admission = ctx.placement.consult(job).await;
     let observed = Observed {
         pods: pod_refs,
@@ -501,7 +553,15 @@ async fn reconcile_inner(job: &DIJob, ctx: &Context) -> Result<Requeue, Error> {
         admission: admission.as_ref(),
     };
     let now = Time(jiff::Timestamp::now());
-    let plan = planner::plan(job, &observed, &ctx.settings.build, &now);
+    let mut plan = planner::plan(job, &observed, &ctx.settings.build, &now);
+    if service_expected {
+        plan.actions
+            .retain(|a| !matches!(a, Action::CreateService(_)));
+    }
+    let counts_wait = ctx.counts_wait(&key, job, &plan);
+    if counts_wait.is_some() {
+        plan.status = None;
+    }
     let jobs: Api<DIJob> = Api::namespaced(ctx.client.clone(), &namespace);
 
     if let Some(patch) = &plan.spec_patch {
@@ -581,11 +641,23 @@ async fn reconcile_inner(job: &DIJob, ctx: &Context) -> Result<Requeue, Error> {
     if matches!(admission, Some(Admission::Waiting { .. })) {
         // Capacity changes wake waiting jobs at once; this is the safety net.
         return Ok(Requeue::requeue(
-            WAITING_RETRY.min(ctx.settings.sync_period),
+            WAITING_RETRY
+                .min(ctx.settings.sync_period)
+                .min(counts_wait.unwrap_or(Duration::MAX)),
         ));
+    }
+    if let Some(wait) = counts_wait {
+        // The held-back counts go out then, unless a pod event brings a pass sooner.
+        return Ok(Requeue::requeue(wait.min(ctx.settings.sync_period)));
     }
     Ok(Requeue::requeue(ctx.settings.sync_period))
 }
+
+/// How long a created service is taken as there without the cache showing it.
+const SERVICE_EXPECTATION: Duration = Duration::from_secs(5);
+
+/// Least time between a job's status writes when the later one changes only replica counts.
+const COUNTS_WRITE_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Counts a written plan's phase transition (`diorch_phase_transitions_total`).
 fn count_transition(ctx: &Context, plan: &Plan) {
@@ -628,7 +700,10 @@ async fn write_status<'a>(
     ctx.throttle.acquire().await;
     let name = job.metadata.name.as_deref().unwrap_or_default();
     match bounded(jobs.replace_status(name, &crate::writes::post_params(), &update)).await {
-        Ok(written) => Ok(Some(Cow::Owned(written))),
+        Ok(written) => {
+            ctx.status_written().insert(job_key(job), Instant::now());
+            Ok(Some(Cow::Owned(written)))
+        }
         Err(err) if is_status(&err, 409) => {
             tracing::debug!(job = %job_key(job), "status conflict; replanning from the newer job");
             Ok(None)
@@ -771,6 +846,9 @@ async fn execute(ctx: &Context, job: &DIJob, key: &ObjectKey, plan: &Plan) -> Ou
                 Action::CreateService(svc) => {
                     let name = svc.metadata.name.clone().unwrap_or_default();
                     let result = bounded(services.create(&crate::writes::post_params(), svc)).await;
+                    if result.is_ok() {
+                        ctx.services_created().insert(key.clone(), Instant::now());
+                    }
                     Write {
                         verb: Verb::Create,
                         target: Target::Service(name),
@@ -889,8 +967,39 @@ async fn execute(ctx: &Context, job: &DIJob, key: &ObjectKey, plan: &Plan) -> Ou
     if outcome.invalid.is_some() && failed == 1 {
         outcome.error = None;
     }
-    publish_related(ctx, job, events);
+    publish_related(ctx, job, coalesce_successes(events));
     outcome
+}
+
+/// Folds a pass's successful creates, and its successful deletes, into one Event each: a
+/// 4-pod job's start is one `SuccessfulCreate` whose note lists DI-orchestrator's message for
+/// each object, not five Events (each an API write, and a cache entry of the recorder). This is
+/// what client-go's correlator does to similar Events, sooner. A lone success keeps its
+/// object as the Event's related object; failures are never folded.
+fn coalesce_successes(
+    events: Vec<(planner::JobEvent, Option<ObjectReference>)>,
+) -> Vec<(planner::JobEvent, Option<ObjectReference>)> {
+    const FOLDED: [&str; 2] = ["SuccessfulCreate", "SuccessfulDelete"];
+    let count = |reason: &str| events.iter().filter(|(e, _)| e.reason == reason).count();
+    let fold: Vec<&str> = FOLDED.into_iter().filter(|r| count(r) > 1).collect();
+    if fold.is_empty() {
+        return events;
+    }
+    let mut out: Vec<(planner::JobEvent, Option<ObjectReference>)> = Vec::new();
+    for (event, related) in events {
+        if !fold.contains(&event.reason) {
+            out.push((event, related));
+            continue;
+        }
+        match out.iter_mut().find(|(e, _)| e.reason == event.reason) {
+            Some((folded, _)) => {
+                folded.message.push_str("; ");
+                folded.message.push_str(&event.message);
+            }
+            None => out.push((event, None)),
+        }
+    }
+    out
 }
 
 /// What a write asks of its object.
@@ -1251,6 +1360,65 @@ mod api_calls;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn successes_of_a_pass_fold_into_one_event_each_and_failures_do_not() {
+        let event = |type_, reason: &'static str, message: &str| planner::JobEvent {
+            type_,
+            reason,
+            message: message.to_string(),
+        };
+        let related = |name: &str| {
+            Some(ObjectReference {
+                name: Some(name.to_string()),
+                ..ObjectReference::default()
+            })
+        };
+        let ok = |m| event(EventType::Normal, "SuccessfulCreate", m);
+        let folded = coalesce_successes(vec![
+            (ok("pod a was successfully created"), related("a")),
+            (
+                event(EventType::Warning, "FailedCreate", "failed to create pod b"),
+                related("b"),
+            ),
+            (ok("service s was successfully created"), related("s")),
+            (
+                event(
+                    EventType::Normal,
+                    "SuccessfulDelete",
+                    "pod c was successfully deleted",
+                ),
+                related("c"),
+            ),
+        ]);
+        let seen: Vec<(&str, &str, Option<&str>)> = folded
+            .iter()
+            .map(|(e, r)| {
+                (
+                    e.reason,
+                    e.message.as_str(),
+                    r.as_ref().and_then(|r| r.name.as_deref()),
+                )
+            })
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                (
+                    "SuccessfulCreate",
+                    "pod a was successfully created; service s was successfully created",
+                    None
+                ),
+                ("FailedCreate", "failed to create pod b", Some("b")),
+                // Alone in its pass: DI-orchestrator's Event, related object and all.
+                (
+                    "SuccessfulDelete",
+                    "pod c was successfully deleted",
+                    Some("c")
+                ),
+            ]
+        );
+    }
 
     #[test]
     fn backoff_doubles_per_failure_up_to_five_minutes() {

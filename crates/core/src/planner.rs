@@ -329,6 +329,23 @@ pub fn plan(job: &DIJob, observed: &Observed<'_>, ctx: &BuildContext, now: &Time
     plan
 }
 
+/// Whether `new` differs from `old` only in the replica counts (`replicas`, `readyReplicas`,
+/// `taskStatus`): a status write that shows no phase, condition, rank, allocation, restart or
+/// timestamp, which the executor may hold back for a moment to fold the counts of several pod
+/// changes into one write.
+pub fn counts_only(old: Option<&DIJobStatus>, new: &DIJobStatus) -> bool {
+    let Some(old) = old else {
+        return false;
+    };
+    let without_counts = |s: &DIJobStatus| DIJobStatus {
+        replicas: 0,
+        ready_replicas: 0,
+        task_status: None,
+        ..s.clone()
+    };
+    without_counts(old) == without_counts(new)
+}
+
 /// A plan that only marks the job Failed with `message`: for errors found while carrying out a
 /// plan that retrying cannot fix (the API server refusing a pod as invalid).
 pub fn fail(job: &DIJob, message: String, now: &Time) -> Plan {

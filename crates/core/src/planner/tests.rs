@@ -1969,3 +1969,49 @@ const GOLDEN_TEMPLATE_HASHES: [&str; 4] = [
     "9a78d40313ce3388",
     "6bb96049e410d6c4",
 ];
+
+#[test]
+fn counts_only_is_true_for_replica_counts_and_nothing_else() {
+    let base = DIJobStatus {
+        phase: Some(Phase::Starting),
+        replicas: 4,
+        ready_replicas: 1,
+        task_status: Some(BTreeMap::from([(
+            "collector".to_string(),
+            BTreeMap::from([("Pending".to_string(), 2)]),
+        )])),
+        ..DIJobStatus::default()
+    };
+    let counts = DIJobStatus {
+        ready_replicas: 3,
+        task_status: Some(BTreeMap::from([(
+            "collector".to_string(),
+            BTreeMap::from([("Running".to_string(), 2)]),
+        )])),
+        ..base.clone()
+    };
+    assert!(counts_only(Some(&base), &counts));
+    assert!(counts_only(Some(&base), &base));
+    // No status yet: the first write is never held back.
+    assert!(!counts_only(None, &counts));
+    for other in [
+        DIJobStatus {
+            phase: Some(Phase::Running),
+            ..counts.clone()
+        },
+        DIJobStatus {
+            restarts: 1,
+            ..counts.clone()
+        },
+        DIJobStatus {
+            allocation: Some(vec!["n1".into()]),
+            ..counts.clone()
+        },
+        DIJobStatus {
+            ranks: Some(vec!["a".into()]),
+            ..counts.clone()
+        },
+    ] {
+        assert!(!counts_only(Some(&base), &other), "{other:?}");
+    }
+}

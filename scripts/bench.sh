@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# Runs every benchmark and regenerates docs/performance.md (with docs/ratio.svg, the raw rows in
+# docs/performance.csv and the benches' output in docs/performance.log). About 20 minutes on
+# 2 cores, first-time compiles not counted; run it on an otherwise idle machine.
+#
+# The benches append CSV rows to $BENCH_CSV (controller_scale, placement, bench-replica-api.sh);
+# plugin_calls and hot_swap print only, and their output is turned into rows here.
+# examples/bench_report.rs turns the rows into the report.
+#
+# With ../shared/kube (a real control plane; else the server of BENCH_KUBECONFIG, if set) the
+# controller and placement benches also run against a real API server; BENCH_REAL=0 skips that.
+#
+# Env (defaults): CONTROLLER_SIZES (100,300,1000), MEMORY_JOBS (5000), WRITE_JOBS (100),
+# PLACEMENT_SIZES (1000), ROUNDS (2), BENCH_REAL (1); the benches' own variables (CONCURRENCY,
+# NODES, SWAPS, CONNECTIONS, DURATION, THREADS, ...) pass through.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+started=$(date +%s)
+
+CONTROLLER_SIZES=${CONTROLLER_SIZES:-100,300,1000}
+MEMORY_JOBS=${MEMORY_JOBS:-5000}
+WRITE_JOBS=${WRITE_JOBS:-100}
+PLACEMENT_SIZES=${PLACEMENT_SIZES:-1000}
+ROUNDS=${ROUNDS:-2}
+BENCH_REAL=${BENCH_REAL:-1}
+kube=../shared/kube
+
+bash scripts/build-plugins.sh
+
+work=$(mktemp -d)
+csv="$work/bench.csv"
+combined="$work/combined.log"
+: >"$csv"
+: >"$combined"
+real_started=0
+cleanup() {
+    local rc=$?
+    if [ "$real_started" = 1 ]; then
+        bash "$kube/down.sh" "$work/kube" >/dev/null 2>&1 || true
+    fi
+    if [ "$rc" -eq 0 ]; then
+        rm -rf "$work"
+    else
+        echo "bench.sh failed (exit $rc); rows and logs kept in $work" >&2
+    fi
+}
+trap cleanup EXIT
+
+# Meta rows: the machine, the commit, the date and each bench's command.
+commit=$(git rev-parse --short HEAD)
+[ -z "$(git status --porcelain)" ] || commit="$commit-dirty"
+cpu_model=$(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//' || true)
+memory_gib=$(free -g | awk '/^Mem:/ {print $2}')
+{
+    echo "meta,machine,$(nproc) cores, ${memory_gib} GiB memory, ${cpu_model:-unknown CPU}"
+    echo "meta,commit,$commit"
+    echo "meta,date,$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    echo "meta,command,controller,SIZES=$CONTROLLER_SIZES MEMORY_JOBS=$MEMORY_JOBS WRITE_JOBS=$WRITE_JOBS cargo bench --locked --bench controller_scale"
+    echo "meta,command,placement,SIZES=$PLACEMENT_SIZES ROUNDS=$ROUNDS cargo bench --locked --bench placement"
+    echo "meta,command,plugin-calls,cargo bench --locked --bench plugin_calls"
+    echo "meta,command,hot-swap,cargo bench --locked --bench hot_swap"
+    echo "meta,command,replica-api,bash scripts/bench-replica-api.sh"
+} >>"$csv"
+export BENCH_CSV="$csv"
+
+if [ "$BENCH_REAL" = 0 ]; then
+    unset BENCH_KUBECONFIG
+    echo "real API server: skipped (BENCH_REAL=0)"
+    echo "meta,servers,sandbox only" >>"$csv"
+elif [ -f "$kube/up.sh" ]; then
+    echo "starting a real control plane ($kube/up.sh)"
+    real_started=1
+    KC=$(bash "$kube/up.sh" "$work/kube")
+    export BENCH_KUBECONFIG="$KC"
+    echo "meta,servers,sandbox and a real API server ($kube)" >>"$csv"
+elif [ -n "${BENCH_KUBECONFIG:-}" ]; then
+    echo "real API server: the one of BENCH_KUBECONFIG ($BENCH_KUBECONFIG)"
+    echo "meta,servers,sandbox and a real API server (BENCH_KUBECONFIG)" >>"$csv"
+else
+    echo "real API server: skipped ($kube/up.sh not found, BENCH_KUBECONFIG not set)"
+    echo "meta,servers,sandbox only" >>"$csv"
+fi
+
+# run NAME COMMAND...: runs a bench, its stdout into $work/NAME.log and the combined log.
+run() {
+    local name=$1
+    shift
+    local t0
+    t0=$(date +%s)
+    echo "== $name: $*" | tee -a "$combined"
+    "$@" | tee "$work/$name.log"
+    cat "$work/$name.log" >>"$combined"
+    echo "== $name: $(($(date +%s) - t0)) s" | tee -a "$combined"
+}
+
+run controller env SIZES="$CONTROLLER_SIZES" MEMORY_JOBS="$MEMORY_JOBS" WRITE_JOBS="$WRITE_JOBS" \
+    cargo bench --locked --bench controller_scale
+run placement env SIZES="$PLACEMENT_SIZES" ROUNDS="$ROUNDS" \
+    cargo bench --locked --bench placement
+run plugin_calls cargo bench --locked --bench plugin_calls
+run hot_swap cargo bench --locked --bench hot_swap
+run replica_api bash scripts/bench-replica-api.sh
+
+# plugin_calls is a criterion bench: "<id>   time:   [<low> <unit> <estimate> <unit> <high> <unit>]",
+# the id on the line before when it is long. One row per id: the estimate in microseconds.
+sed 's/\x1b\[[0-9;]*m//g' "$work/plugin_calls.log" | awk '
+    /^Benchmarking / { next }
+    /time:[ \t]*\[/ {
+        i = index($0, "time:")
+        id = substr($0, 1, i - 1)
+        gsub(/^[ \t]+|[ \t]+$/, "", id)
+        if (id == "") id = last
+        rest = substr($0, i + 5)
+        gsub(/[][]/, " ", rest)
+        n = split(rest, f, " ")
+        if (n < 6 || id == "") next
+        v = f[3]; u = f[4]
+        if (u == "ps") us = v / 1e6
+        else if (u == "ns") us = v / 1e3
+        else if (u == "ms") us = v * 1e3
+        else if (u == "s") us = v * 1e6
+        else us = v + 0   # µs
+        printf "plugin-calls,%s,%.3f\n", id, us
+        next
+    }
+    /^[^ \t]/ && !/^(Found |Warning|Gnuplot|Running |==)/ { last = $0; sub(/[ \t]+$/, "", last) }
+' >"$work/plugin_calls.csv"
+if [ -s "$work/plugin_calls.csv" ]; then
+    cat "$work/plugin_calls.csv" >>"$csv"
+else
+    echo "warning: no criterion results found in plugin_calls's output; no plugin-calls rows" >&2
+fi
+
+# hot_swap: "  <what>   n =   2, min   12.34 ms, median   15.00 ms, max   18.00 ms".
+sed -nE 's/^ +(.*[^ ]) +n = +([0-9]+), min +([0-9.]+) ms, median +([0-9.]+) ms, max +([0-9.]+) ms.*/\1|\2|\4|\5/p' \
+    "$work/hot_swap.log" | while IFS='|' read -r what n median max; do
+    echo "hot-swap,$what median (n = $n),$median"
+    echo "hot-swap,$what max (n = $n),$max"
+done >"$work/hot_swap.csv"
+if [ -s "$work/hot_swap.csv" ]; then
+    cat "$work/hot_swap.csv" >>"$csv"
+else
+    echo "warning: no results found in hot_swap's output; no hot-swap rows" >&2
+fi
+
+cargo run --release --locked --example bench_report -- "$csv" docs
+cp "$csv" docs/performance.csv
+cp "$combined" docs/performance.log
+elapsed=$(($(date +%s) - started))
+echo "bench.sh: done in $((elapsed / 60)) min $((elapsed % 60)) s; see docs/performance.md"
