@@ -10,7 +10,8 @@
 //! - **memory**: the operator's resident memory after 5 000 DIJobs × 4 pods, and per job.
 //!
 //! `cargo bench --bench controller_scale` (env: SIZES=100,1000, WRITE_JOBS=100,
-//! MEMORY_JOBS=5000 (0 skips), CONCURRENCY=32, OPERATOR_ARGS for extra `diorch run` flags,
+//! MEMORY_JOBS=5000 (0 skips; on the real server REAL_MEMORY_JOBS, default at most 2000),
+//! CONCURRENCY=32, OPERATOR_ARGS for extra `diorch run` flags,
 //! BENCH_KUBECONFIG for the real server, BENCH_CSV=file to append the rows to). The operator
 //! runs with `--qps 0` (no client-side limit), as the direct path has none either.
 
@@ -478,6 +479,12 @@ async fn main() -> anyhow::Result<()> {
         if write_jobs > 0 {
             writes(&server, write_jobs, concurrency).await?;
         }
+        // A real server's 20 000 pods take minutes to create and to delete again; the per-job
+        // slope needs fewer (REAL_MEMORY_JOBS).
+        let memory_jobs = match server {
+            Server::Sandbox => memory_jobs,
+            Server::Real(_) => env_usize("REAL_MEMORY_JOBS", memory_jobs.min(2_000)),
+        };
         if memory_jobs > 1 {
             memory(&server, memory_jobs, concurrency).await?;
         }

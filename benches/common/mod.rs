@@ -194,8 +194,16 @@ impl Operator {
             ])
             .arg(kubeconfig)
             .args(extra)
-            .env("RUST_LOG", "warn")
+            .env(
+                "RUST_LOG",
+                std::env::var("OPERATOR_RUST_LOG").unwrap_or_else(|_| "warn".into()),
+            )
             .stdout(Stdio::null())
+            // OPERATOR_LOG=<file>: the operator's log goes there (with OPERATOR_RUST_LOG).
+            .stderr(match std::env::var_os("OPERATOR_LOG") {
+                Some(path) => Stdio::from(std::fs::File::create(path)?),
+                None => Stdio::inherit(),
+            })
             .spawn()?;
         Ok(Operator { child, metrics })
     }
