@@ -621,6 +621,33 @@ fn goals(rows: &[Row]) -> Vec<Goal> {
     out
 }
 
+/// Why the operator's writes can exceed the floor, and what keeps them near it (the controller
+/// code these name is in src/controller/executor.rs).
+const WRITES_ABOVE_THE_FLOOR: &str = "\
+### Writes above the floor, and why
+
+- **Events** are not in the floor. A client-go controller's recorder would write 8 for a \
+4-pod job to Running (JobPending, one SuccessfulCreate per pod and for the service, \
+JobStarting, JobRunning) and 2 after (JobSucceeded, the service's SuccessfulDelete). diorch \
+folds a reconcile pass's successful creates, and its successful deletes, into one Event each \
+(`coalesce_successes`: the note lists DI-orchestrator's message for every object), so a job \
+to Running costs 4 Events. A lone create or delete keeps DI-orchestrator's exact Event.
+- **`dijobs/status`** above one write per phase: a write that changes only replica counts \
+(`replicas`, `readyReplicas`, `taskStatus`) waits until 1 s after the job's last status write \
+(`counts_wait`), so pods that are created, scheduled and started one by one fold into the \
+phase writes; what remains above the floor is a count change that comes more than a second \
+after the last write (a slow pod), and a write retried after a 409 conflict (the cache was \
+behind the job's own last write). From Running to Succeeded it is the same: the first pod \
+to finish changes the counts more than a second after the Running write, so they are \
+written at once, and the others fold into the Succeeded write: 2 where the floor says 1. \
+Holding the first count change back as well would save it, at the cost of `taskStatus` \
+lagging by up to the interval on every change.
+- **`services` create** above 1: only when a pass runs before the service's own watch event \
+and after the 5 s in which a created service is taken as there (`service_expected`); the \
+duplicate is answered 409 and ignored.
+- Reads (`list`, `watch`) are the reflectors' (jobs, pods, services, nodes, plugin \
+ConfigMaps) and are not per job.";
+
 fn report(rows: &[Row]) -> String {
     let mut md = String::new();
     let w = &mut md;
@@ -723,6 +750,7 @@ fn report(rows: &[Row]) -> String {
                 );
             }
         }
+        let _ = writeln!(w, "\n{WRITES_ABOVE_THE_FLOOR}");
     }
 
     let any_time = rows.iter().any(|r| matches!(r, Row::ControllerTime { .. }));

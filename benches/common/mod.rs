@@ -326,6 +326,18 @@ impl Cluster {
         if self.sandbox.is_some() {
             return Ok(());
         }
+        // Pods first, without grace: the namespace controller would delete them gracefully,
+        // one kubelet round trip each, minutes for thousands.
+        let pods: Api<k8s_openapi::api::core::v1::Pod> =
+            Api::namespaced(self.client.clone(), &self.namespace);
+        pods.delete_collection(
+            &DeleteParams {
+                grace_period_seconds: Some(0),
+                ..DeleteParams::default()
+            },
+            &ListParams::default(),
+        )
+        .await?;
         let namespaces: Api<Namespace> = Api::all(self.client.clone());
         namespaces
             .delete(&self.namespace, &DeleteParams::default())
