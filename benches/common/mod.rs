@@ -40,25 +40,11 @@ impl Sandbox {
             .env("RUST_LOG", "warn")
             .stdout(Stdio::piped())
             .spawn()?;
-        let stdout = child
-            .stdout
-            .take()
-            .ok_or_else(|| anyhow::anyhow!("no stdout"))?;
-        let mut url = String::new();
-        let mut lines = BufReader::new(stdout).lines();
-        for line in lines.by_ref() {
-            let line = line?;
-            if let Some(rest) = line.strip_prefix("sandbox ready: ") {
-                url = rest
-                    .split_whitespace()
-                    .next()
-                    .unwrap_or_default()
-                    .to_string();
-                break;
-            }
-        }
-        // Keep reading, so the sandbox never writes into a closed pipe.
-        std::thread::spawn(move || lines.for_each(drop));
+        let url = ready_line(&mut child, "sandbox ready: ")?
+            .split_whitespace()
+            .next()
+            .unwrap_or_default()
+            .to_string();
         anyhow::ensure!(!url.is_empty(), "sandbox did not start");
         let client = Client::try_from(kube::Config::new(url.parse()?))?;
         Ok(Sandbox {
@@ -79,6 +65,22 @@ impl Drop for Sandbox {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The rest of the first stdout line of `child` that starts with `prefix`; the lines after it
+/// are read and dropped on a thread, so the child never writes into a closed pipe.
+fn ready_line(child: &mut Child, prefix: &str) -> anyhow::Result<String> {
+    let stdout = child
+        .stdout
+        .take()
+        .ok_or_else(|| anyhow::anyhow!("no stdout"))?;
+    let mut lines = BufReader::new(stdout).lines();
+    let found = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .find_map(|line| line.strip_prefix(prefix).map(str::to_string));
+    std::thread::spawn(move || lines.for_each(drop));
+    found.ok_or_else(|| anyhow::anyhow!("no line starting {prefix:?}"))
 }
 
 /// The `diorch-sandbox` binary beside the operator's, built with the bench's profile first
@@ -406,16 +408,7 @@ impl Attached {
             .env("RUST_LOG", "warn")
             .stdout(Stdio::piped())
             .spawn()?;
-        let stdout = child
-            .stdout
-            .take()
-            .ok_or_else(|| anyhow::anyhow!("no stdout"))?;
-        let mut lines = BufReader::new(stdout).lines();
-        let attached = lines
-            .by_ref()
-            .map_while(Result::ok)
-            .any(|l| l.starts_with("sandbox attached"));
-        std::thread::spawn(move || lines.for_each(drop));
+        let attached = ready_line(&mut child, "sandbox attached").is_ok();
         anyhow::ensure!(attached, "diorch-sandbox serve --attach did not attach");
         Ok(Attached(child))
     }
