@@ -21,11 +21,12 @@ use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, Instant};
 
 use futures::{FutureExt, StreamExt, TryStreamExt, stream};
-use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
 use kube::api::{ListParams, PostParams, WatchEvent, WatchParams};
 use kube::{Api, Client};
 
 use common::{Cluster, Nodes, Operator, Server, cpu_seconds, env_usize, rss_mib};
+use diorch::plugin::spec::{self as plugin_spec, PluginKind, PluginSpec};
 use diorch_core::api::{DIJob, Phase};
 use diorch_core::build::{self, BuildContext, ReplicaSlot};
 use diorch_core::ranks::RankTable;
@@ -51,7 +52,9 @@ fn nodes() -> Nodes {
 
 /// Job `i`: a learner, an evaluator and two collectors; with `exit_after`, each container
 /// exits 0 that long after Running (the sandbox kubelet's annotation), so the job succeeds.
-fn job(i: usize, namespace: &str, exit_after: Option<&str>) -> DIJob {
+/// Job `i`: a learner, an evaluator and 2 collectors of 100m CPU each; `preemptible` jobs are
+/// placed by the allocator (its policy) before their pods are created.
+fn job(i: usize, namespace: &str, exit_after: Option<&str>, preemptible: bool) -> DIJob {
     let annotations = match exit_after {
         Some(after) => serde_json::json!({"sandbox.diorch.io/exit-after": after}),
         None => serde_json::json!({}),
@@ -66,7 +69,8 @@ fn job(i: usize, namespace: &str, exit_after: Option<&str>) -> DIJob {
         "apiVersion": "diengine.opendilab.org/v2alpha1",
         "kind": "DIJob",
         "metadata": {"name": format!("job-{i}"), "namespace": namespace},
-        "spec": {"tasks": [task("learner", 1), task("evaluator", 1), task("collector", 2)]}
+        "spec": {"preemptible": preemptible,
+            "tasks": [task("learner", 1), task("evaluator", 1), task("collector", 2)]}
     }))
     .expect("valid job")
 }
@@ -74,7 +78,7 @@ fn job(i: usize, namespace: &str, exit_after: Option<&str>) -> DIJob {
 /// The pods and service the operator would create for `job(i)`, minus owner references (their
 /// owner does not exist on the direct path, and garbage collection would remove them).
 fn direct_objects(i: usize, namespace: &str) -> (Vec<Pod>, Service) {
-    let mut job = job(i, namespace, None);
+    let mut job = job(i, namespace, None, false);
     job.metadata.uid = Some(format!("uid-{i}"));
     let ctx = BuildContext::default();
     let slots = build::desired_slots(&job);
@@ -169,12 +173,13 @@ async fn create_jobs(
     namespace: &str,
     range: std::ops::Range<usize>,
     exit_after: Option<&str>,
+    preemptible: bool,
     concurrency: usize,
 ) -> anyhow::Result<()> {
     stream::iter(range)
         .map(|i| {
             let api = api.clone();
-            let j = job(i, namespace, exit_after);
+            let j = job(i, namespace, exit_after, preemptible);
             async move { api.create(&PostParams::default(), &j).await }
         })
         .buffer_unordered(concurrency)
@@ -184,13 +189,31 @@ async fn create_jobs(
 }
 
 /// Starts the operator on `cluster` and waits until a first job's pods run (caches synced).
-async fn warm_operator(cluster: &Cluster, metrics: bool) -> anyhow::Result<Operator> {
+/// With `plugins`, the operator first loads the `binpack` policy (its default policy) and the
+/// `accel-env` mutator (every task) from ConfigMaps, and the warm-up job is preemptible.
+async fn warm_operator(
+    cluster: &Cluster,
+    metrics: bool,
+    plugins: bool,
+) -> anyhow::Result<Operator> {
     let extra = std::env::var("OPERATOR_ARGS").unwrap_or_default();
-    let extra: Vec<&str> = extra.split_whitespace().collect();
+    let mut extra: Vec<&str> = extra.split_whitespace().collect();
+    if plugins {
+        upload_plugins(cluster).await?;
+        extra.extend([
+            "--plugin-namespace",
+            &cluster.namespace,
+            "--default-policy",
+            "bench-policy",
+        ]);
+    }
     let operator = Operator::start_with(&cluster.kubeconfig, &extra, metrics)?;
+    if plugins {
+        plugins_loaded(cluster).await?;
+    }
     let jobs: Api<DIJob> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
     let warm = pods_progress(cluster.client.clone(), cluster.namespace.clone(), 4);
-    let mut w = job(0, &cluster.namespace, None);
+    let mut w = job(0, &cluster.namespace, None, plugins);
     w.metadata.name = Some("warmup".into());
     let warm = tokio::spawn(warm);
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -199,10 +222,57 @@ async fn warm_operator(cluster: &Cluster, metrics: bool) -> anyhow::Result<Opera
     Ok(operator)
 }
 
+/// The two plugins of the memory run, built by `scripts/build-plugins.sh`.
+const PLUGINS: [(&str, &str, PluginKind); 2] = [
+    ("bench-policy", "binpack", PluginKind::Policy),
+    ("bench-mutator", "accel_env", PluginKind::Mutator),
+];
+
+async fn upload_plugins(cluster: &Cluster) -> anyhow::Result<()> {
+    let api: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
+    for (name, file, kind) in PLUGINS {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("target/plugins")
+            .join(format!("{file}.wasm"));
+        let bytes = std::fs::read(&path).map_err(|e| {
+            anyhow::anyhow!("{}: {e}; run scripts/build-plugins.sh", path.display())
+        })?;
+        let spec = PluginSpec::new(name, kind);
+        let cm = plugin_spec::to_configmap(&spec, bytes, Some(&cluster.namespace));
+        api.create(&PostParams::default(), &cm).await?;
+    }
+    Ok(())
+}
+
+/// Waits until the operator reports both plugins loaded on their ConfigMaps.
+async fn plugins_loaded(cluster: &Cluster) -> anyhow::Result<()> {
+    let api: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
+    let started = Instant::now();
+    for (name, _, _) in PLUGINS {
+        loop {
+            let cm = api.get(&format!("plugin-{name}")).await?;
+            let state = cm
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(plugin_spec::STATE_LABEL).cloned());
+            if state.as_deref() == Some("Loaded") {
+                break;
+            }
+            anyhow::ensure!(
+                started.elapsed() < Duration::from_secs(120),
+                "plugin {name} not loaded after 120 s (state {state:?})"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    Ok(())
+}
+
 /// Creates N DIJobs and times until all 4N pods exist and run.
 async fn via_operator(server: &Server, n: usize, concurrency: usize) -> anyhow::Result<Run> {
     let cluster = Cluster::start(server, &nodes()).await?;
-    let operator = warm_operator(&cluster, false).await?;
+    let operator = warm_operator(&cluster, false, false).await?;
     let jobs: Api<DIJob> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
     let done = tokio::spawn(pods_progress(
         cluster.client.clone(),
@@ -212,7 +282,7 @@ async fn via_operator(server: &Server, n: usize, concurrency: usize) -> anyhow::
     tokio::time::sleep(Duration::from_millis(100)).await;
     let cpu = cpu_seconds(operator.pid());
     let start = Instant::now();
-    create_jobs(&jobs, &cluster.namespace, 0..n, None, concurrency).await?;
+    create_jobs(&jobs, &cluster.namespace, 0..n, None, false, concurrency).await?;
     let progress = tokio::time::timeout(Duration::from_secs(900), done).await???;
     let run = Run {
         exist: progress.exist - start,
@@ -334,7 +404,7 @@ fn floor(resource: &str, verb: &str, to_succeeded: bool) -> Option<f64> {
 /// Running, and from there to all jobs Succeeded.
 async fn writes(server: &Server, n: usize, concurrency: usize) -> anyhow::Result<()> {
     let cluster = Cluster::start(server, &nodes()).await?;
-    let operator = warm_operator(&cluster, true).await?;
+    let operator = warm_operator(&cluster, true, false).await?;
     let addr = operator.metrics.clone().unwrap_or_default();
     let jobs: Api<DIJob> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
     let before = settled_requests(&addr, Duration::from_secs(1)).await?;
@@ -343,6 +413,7 @@ async fn writes(server: &Server, n: usize, concurrency: usize) -> anyhow::Result
         &cluster.namespace,
         1..n + 1,
         Some("30s"),
+        false,
         concurrency,
     )
     .await?;
@@ -398,11 +469,12 @@ async fn writes(server: &Server, n: usize, concurrency: usize) -> anyhow::Result
     Ok(())
 }
 
-/// Memory: the operator's RSS after `jobs` DIJobs × 4 pods, and after half of them (the
-/// difference over the jobs between is the cost of one more job).
+/// Memory: the operator's RSS after `jobs` preemptible DIJobs × 4 pods, and after half of them
+/// (the difference over the jobs between is the cost of one more job), with a policy and a
+/// mutator loaded and used for every job.
 async fn memory(server: &Server, jobs: usize, concurrency: usize) -> anyhow::Result<()> {
     let cluster = Cluster::start(server, &nodes()).await?;
-    let operator = warm_operator(&cluster, false).await?;
+    let operator = warm_operator(&cluster, false, true).await?;
     let api: Api<DIJob> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
     let half = jobs / 2;
     let mut rss = Vec::new();
@@ -414,7 +486,7 @@ async fn memory(server: &Server, jobs: usize, concurrency: usize) -> anyhow::Res
             want,
         ));
         tokio::time::sleep(Duration::from_millis(100)).await;
-        create_jobs(&api, &cluster.namespace, range, None, concurrency).await?;
+        create_jobs(&api, &cluster.namespace, range, None, true, concurrency).await?;
         tokio::time::timeout(Duration::from_secs(900), done).await???;
         all_jobs_in(&api, rss.len().max(1) * half, Phase::Running).await?;
         // The status writes and Events that trail the pods, then a quiet moment.
@@ -423,7 +495,7 @@ async fn memory(server: &Server, jobs: usize, concurrency: usize) -> anyhow::Res
     }
     let per_job_kib = (rss[1] - rss[0]) * 1024.0 / (jobs - half) as f64;
     println!(
-        "  operator RSS, {}: {:.1} MiB after {half} DIJobs x 4 pods, {:.1} MiB after {jobs}; {per_job_kib:.1} KiB per extra job",
+        "  operator RSS, {} (policy and mutator loaded, jobs preemptible): {:.1} MiB after {half} DIJobs x 4 pods, {:.1} MiB after {jobs}; {per_job_kib:.1} KiB per extra job",
         server.label(),
         rss[0],
         rss[1]

@@ -10,6 +10,7 @@ use diorch::operator;
 
 /// mimalloc instead of glibc malloc: less resident memory for the same caches and less CPU per
 /// watch event (measured in docs/performance.md).
+#[cfg(not(feature = "system-allocator"))]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

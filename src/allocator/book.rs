@@ -26,7 +26,7 @@ pub struct Held {
     pub uid: String,
     /// For returning the same answer again.
     pub slots: SlotNodes,
-    /// What each placed replica takes on its node.
+    /// What the job takes on each node it uses (its replicas there, summed).
     pub usage: Vec<(String, Resources)>,
     /// Seen in the job's status (else it is a reservation this process made).
     pub confirmed: bool,

@@ -15,7 +15,7 @@
 mod book;
 pub mod optimize;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -127,7 +127,10 @@ impl Policies for PluginRegistry {
 pub struct Allocator {
     policies: Arc<dyn Policies>,
     nodes: Store<Node>,
-    pods: Store<view::UsagePod>,
+    /// The pods of a re-list in progress, handed to the book whole at its `InitDone`. Between
+    /// re-lists the book alone holds pods (only those it counts): a pod cache beside it would
+    /// keep every pod of the cluster twice.
+    relisted: std::sync::Mutex<Vec<view::UsagePod>>,
     jobs: Store<CachedJob>,
     settings: Settings,
     ledger: tokio::sync::Mutex<Ledger>,
@@ -146,11 +149,16 @@ fn job_key(job: &DIJob) -> ObjectKey {
 /// Per-node usage of an allocation: each slot's node, its task's requests.
 fn usage_of(job: &DIJob, slots: &SlotNodes) -> Vec<(String, Resources)> {
     let requests = view::task_requests(job);
-    view::slot_pods(job)
-        .iter()
-        .zip(slots.as_slice())
-        .filter(|(_, node)| !node.is_empty())
-        .map(|((_, task), node)| (node.clone(), requests[*task].clone()))
+    // One entry per node, not per replica: held for every placed job, it is kept small.
+    let mut per_node: BTreeMap<&str, Resources> = BTreeMap::new();
+    for ((_, task), node) in view::slot_pods(job).iter().zip(slots.as_slice()) {
+        if !node.is_empty() {
+            per_node.entry(node).or_default().add(&requests[*task]);
+        }
+    }
+    per_node
+        .into_iter()
+        .map(|(node, r)| (node.to_string(), r))
         .collect()
 }
 
@@ -180,7 +188,6 @@ impl Allocator {
     pub fn new(
         policies: Arc<dyn Policies>,
         nodes: Store<Node>,
-        pods: Store<view::UsagePod>,
         jobs: Store<CachedJob>,
         settings: Settings,
         metrics: Arc<Metrics>,
@@ -192,7 +199,7 @@ impl Allocator {
         let allocator = Arc::new(Allocator {
             policies,
             nodes,
-            pods,
+            relisted: std::sync::Mutex::new(Vec::new()),
             jobs,
             settings,
             ledger: tokio::sync::Mutex::new(Ledger::default()),
@@ -218,9 +225,7 @@ impl Allocator {
         futures::channel::mpsc::UnboundedReceiver<ObjectKey>,
     ) {
         let (node_store, node_writer) = reflector::store::<Node>();
-        let (pod_store, pod_writer) = reflector::store::<view::UsagePod>();
-        let (allocator, retries) =
-            Allocator::new(policies, node_store, pod_store, jobs, settings, metrics);
+        let (allocator, retries) = Allocator::new(policies, node_store, jobs, settings, metrics);
         let nodes = watcher(Api::<Node>::all(client.clone()), watcher::Config::default())
             .default_backoff()
             .modify(view::trim_node)
@@ -230,8 +235,7 @@ impl Allocator {
             Api::<view::UsagePod>::all(client),
             watcher::Config::default(),
         )
-        .default_backoff()
-        .reflect(pod_writer);
+        .default_backoff();
         let wake = allocator.clone();
         tokio::spawn(async move {
             let mut nodes = std::pin::pin!(nodes);
@@ -271,11 +275,9 @@ impl Allocator {
         (allocator, retries)
     }
 
-    /// Resolves once the node and pod caches have synced and the book has taken in the pods
-    /// (the cache is ready a moment before the watch hands the book its `InitDone`).
+    /// Resolves once the node cache has synced and the book has taken in the first pod list.
     pub async fn wait_until_ready(&self) -> Result<(), reflector::store::WriterDropped> {
         self.nodes.wait_until_ready().await?;
-        self.pods.wait_until_ready().await?;
         // The sender lives in `self`, so this cannot see it closed.
         let _ = self
             .book_synced
@@ -291,18 +293,20 @@ impl Allocator {
         match event {
             watcher::Event::Apply(pod) => self.ledger.lock().await.book.apply_pod(pod),
             watcher::Event::Delete(pod) => self.ledger.lock().await.book.delete_pod(pod),
-            // A re-list is in the cache once it is done: start over from it.
+            // A re-list replaces what the book knew of pods once it is whole.
+            watcher::Event::Init => self.relisted().clear(),
+            watcher::Event::InitApply(pod) => self.relisted().push(pod.clone()),
             watcher::Event::InitDone => {
-                let pods = self.pods.state();
-                self.ledger
-                    .lock()
-                    .await
-                    .book
-                    .reset_pods(pods.iter().map(AsRef::as_ref));
+                let pods = std::mem::take(&mut *self.relisted());
+                self.ledger.lock().await.book.reset_pods(pods.iter());
                 self.book_synced.send_replace(true);
             }
-            watcher::Event::Init | watcher::Event::InitApply(_) => {}
         }
+    }
+
+    fn relisted(&self) -> std::sync::MutexGuard<'_, Vec<view::UsagePod>> {
+        // Every holder pushes, clears or takes: a panic cannot leave it half-changed.
+        self.relisted.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Sends every waiting job to the controller again.
@@ -433,7 +437,9 @@ impl Allocator {
     /// group moves in this pass (counted as `stale`) and another pass follows shortly.
     pub async fn optimize_once(&self) -> Vec<optimize::Decision> {
         let started = Instant::now();
-        let mut groups: HashMap<Option<String>, Vec<DIJob>> = HashMap::new();
+        // The cached jobs, not decoded ones: a decoded job holds its pod templates (~15 KB for
+        // three tasks), and a pass over 5 000 jobs held 74 MB of them.
+        let mut groups: HashMap<Option<String>, Vec<(Arc<CachedJob>, bool)>> = HashMap::new();
         {
             let mut ledger = self.ledger.lock().await;
             if !ledger.seeded {
@@ -459,20 +465,21 @@ impl Allocator {
                 {
                     continue;
                 }
-                groups.entry(self.policy_name(&job)).or_default().push(job);
+                let high = job.spec.priority == diorch_core::api::Priority::High;
+                groups
+                    .entry(self.policy_name(&job))
+                    .or_default()
+                    .push((cached, high));
             }
         }
-        let mut groups: Vec<(Option<String>, Vec<DIJob>)> = groups.into_iter().collect();
-        let top = |jobs: &[DIJob]| {
-            jobs.iter()
-                .map(|j| j.spec.priority == diorch_core::api::Priority::High)
-                .max()
-                .unwrap_or(false)
-        };
+        let mut groups: Vec<(Option<String>, Vec<(Arc<CachedJob>, bool)>)> =
+            groups.into_iter().collect();
+        let top = |jobs: &[(Arc<CachedJob>, bool)]| jobs.iter().any(|(_, high)| *high);
         groups.sort_by(|a, b| top(&b.1).cmp(&top(&a.1)).then(a.0.cmp(&b.0)));
 
         let mut decisions = Vec::new();
         for (requested, jobs) in groups {
+            let jobs: Vec<Arc<CachedJob>> = jobs.into_iter().map(|(job, _)| job).collect();
             decisions.extend(self.optimize_group(requested.as_deref(), &jobs).await);
         }
         self.metrics
@@ -486,20 +493,23 @@ impl Allocator {
     async fn optimize_group(
         &self,
         requested: Option<&str>,
-        jobs: &[DIJob],
+        jobs: &[Arc<CachedJob>],
     ) -> Vec<optimize::Decision> {
         let mut ledger = self.ledger.lock().await;
-        let keys: HashSet<ObjectKey> = jobs.iter().map(job_key).collect();
+        let keys: HashSet<ObjectKey> = jobs.iter().map(|j| ObjectKey::of(&j.metadata)).collect();
         let nodes = self.model_nodes_without(&ledger, &keys);
         let node_index = view::node_index(&nodes);
         let now = jiff::Timestamp::now();
-        let mut models: Vec<(plugin::Job, ObjectKey, &DIJob)> = jobs
+        // Each job decoded once here and dropped (a moved job is decoded again below).
+        let mut models: Vec<(plugin::Job, ObjectKey, &Arc<CachedJob>, SlotNodes)> = jobs
             .iter()
-            .map(|j| {
+            .filter_map(|cached| {
+                let j = cached.decode().ok()?;
                 let age = j.metadata.creation_timestamp.as_ref().map_or(0, |t| {
                     u64::try_from(now.duration_since(t.0).as_secs()).unwrap_or(0)
                 });
-                (view::model_job(j, &node_index, age), job_key(j), j)
+                let model = view::model_job(&j, &node_index, age);
+                Some((model, job_key(&j), cached, view::placed_slots(&j)))
             })
             .collect();
         // Highest priority first, then oldest.
@@ -511,12 +521,12 @@ impl Allocator {
         });
         let current: HashMap<ObjectKey, SlotNodes> = models
             .iter()
-            .map(|(_, key, j)| (key.clone(), view::placed_slots(j)))
+            .map(|(_, key, _, slots)| (key.clone(), slots.clone()))
             .collect();
         // A plan names jobs as the policy sees them: by the model's key string.
         let previous: Vec<plugin::JobPlan> = models
             .iter()
-            .map(|(m, key, _)| plugin::JobPlan {
+            .map(|(m, key, _, _)| plugin::JobPlan {
                 job: m.key.clone(),
                 nodes: current.get(key).cloned().map(Vec::from).unwrap_or_default(),
                 replicas: None,
@@ -524,7 +534,7 @@ impl Allocator {
             .collect();
         let job_models: Arc<[plugin::Job]> = models
             .iter()
-            .map(|(m, _, _)| m.clone())
+            .map(|(m, _, _, _)| m.clone())
             .collect::<Vec<_>>()
             .into();
         let mut nodes: Arc<[plugin::Node]> = nodes.into();
@@ -603,7 +613,7 @@ impl Allocator {
         };
         let counts: HashMap<ObjectKey, Vec<u32>> = models
             .iter()
-            .map(|(m, key, _)| (key.clone(), m.tasks.iter().map(|t| t.replicas).collect()))
+            .map(|(m, key, _, _)| (key.clone(), m.tasks.iter().map(|t| t.replicas).collect()))
             .collect();
         let group = optimize::decide(
             &plan,
@@ -621,10 +631,11 @@ impl Allocator {
                     replicas,
                     moved,
                 } => {
-                    if let Some((_, key, dijob)) = models.iter().find(|(_, key, _)| key == job) {
+                    let found = models.iter().find(|(_, key, _, _)| key == job);
+                    if let Some((key, Ok(dijob))) = found.map(|(_, key, c, _)| (key, c.decode())) {
                         let sized = match replicas {
-                            Some(counts) => diorch_core::build::with_task_replicas(dijob, counts),
-                            None => (*dijob).clone(),
+                            Some(counts) => diorch_core::build::with_task_replicas(&dijob, counts),
+                            None => dijob.clone(),
                         };
                         ledger.book.hold(
                             key.clone(),
@@ -1102,16 +1113,14 @@ mod tests {
     struct Harness {
         allocator: Arc<Allocator>,
         retries: futures::channel::mpsc::UnboundedReceiver<ObjectKey>,
-        pods: reflector::store::Writer<view::UsagePod>,
         jobs: reflector::store::Writer<CachedJob>,
         nodes: reflector::store::Writer<Node>,
         metrics: Arc<Metrics>,
     }
 
     impl Harness {
-        /// A pod event, to the cache and then the allocator, as the watch delivers it.
+        /// A pod event, to the allocator, as the watch delivers it.
         async fn pod_event(&mut self, event: WatchEvent<view::UsagePod>) {
-            self.pods.apply_watcher_event(&event);
             self.allocator.pod_event(&event).await;
         }
     }
@@ -1130,7 +1139,6 @@ mod tests {
             .expect("node");
             node_writer.apply_watcher_event(&WatchEvent::Apply(node));
         }
-        let (pods, pod_writer) = reflector::store::<view::UsagePod>();
         let (jobs, job_writer) = reflector::store::<CachedJob>();
         let policies = Fake(
             named
@@ -1142,7 +1150,6 @@ mod tests {
         let (allocator, retries) = Allocator::new(
             Arc::new(policies),
             nodes,
-            pods,
             jobs,
             Settings {
                 default_policy: default_policy.map(String::from),
@@ -1153,7 +1160,6 @@ mod tests {
         Harness {
             allocator,
             retries,
-            pods: pod_writer,
             jobs: job_writer,
             nodes: node_writer,
             metrics,
@@ -1227,7 +1233,6 @@ mod tests {
         let (allocator, _) = Allocator::new(
             Arc::new(Fake(HashMap::new())),
             nodes,
-            h.allocator.pods.clone(),
             h.allocator.jobs.clone(),
             Settings::default(),
             h.metrics.clone(),
@@ -1290,6 +1295,30 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_relist_forgets_the_pods_it_no_longer_lists() {
+        let mut h = harness(1, vec![], None);
+        let busy: view::UsagePod = serde_json::from_value(json!({
+            "metadata": {"name": "busy", "namespace": "other"},
+            "spec": {"nodeName": "n0", "containers": [{"name": "c", "image": "i",
+                "resources": {"requests": {"nvidia.com/gpu": "6"}}}]},
+            "status": {"phase": "Running"}
+        }))
+        .expect("pod");
+        h.pod_event(WatchEvent::Apply(busy)).await;
+        assert!(matches!(
+            h.allocator.admit(&job("a", 1, 4, None)).await,
+            Admission::Waiting { .. }
+        ));
+        // Deleted while the watch was down: the re-list does not have it.
+        h.pod_event(WatchEvent::Init).await;
+        h.pod_event(WatchEvent::InitDone).await;
+        assert!(matches!(
+            h.allocator.admit(&job("a", 1, 4, None)).await,
+            Admission::Placed { .. }
+        ));
+    }
+
+    #[tokio::test]
     async fn ready_once_the_book_has_taken_in_the_first_pod_list() {
         let mut h = harness(1, vec![], None);
         let busy: view::UsagePod = serde_json::from_value(json!({
@@ -1300,18 +1329,14 @@ mod tests {
         }))
         .expect("pod");
         h.nodes.apply_watcher_event(&WatchEvent::InitDone);
-        // The cache has the list; the book not yet.
-        for event in [
-            WatchEvent::Init,
-            WatchEvent::InitApply(busy),
-            WatchEvent::InitDone,
-        ] {
-            h.pods.apply_watcher_event(&event);
-        }
         let ready = h.allocator.wait_until_ready();
         let mut ready = std::pin::pin!(ready);
+        // Part of the list is in: not ready.
+        let allocator = h.allocator.clone();
+        allocator.pod_event(&WatchEvent::Init).await;
+        allocator.pod_event(&WatchEvent::InitApply(busy)).await;
         assert!(futures::poll!(ready.as_mut()).is_pending());
-        h.allocator.pod_event(&WatchEvent::InitDone).await;
+        allocator.pod_event(&WatchEvent::InitDone).await;
         tokio::time::timeout(Duration::from_secs(5), ready)
             .await
             .expect("ready")
@@ -1647,7 +1672,6 @@ mod tests {
         let (allocator, retries) = Allocator::new(
             Arc::new(policies),
             h.allocator.nodes.clone(),
-            h.allocator.pods.clone(),
             h.allocator.jobs.clone(),
             Settings::default(),
             h.metrics.clone(),

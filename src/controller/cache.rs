@@ -28,9 +28,9 @@ struct IndexState {
 }
 
 fn job_key(pod: &CachedPod) -> Option<(JobKey, String)> {
-    let job = pod.metadata.labels.as_ref()?.get(labels::JOB)?;
+    let job = pod.label(labels::JOB)?;
     Some((
-        (pod.metadata.namespace.clone()?, job.clone()),
+        (pod.metadata.namespace.clone()?, job.to_string()),
         pod.metadata.name.clone()?,
     ))
 }

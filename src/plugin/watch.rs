@@ -40,6 +40,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use crate::events::Recorder;
 use futures::future::BoxFuture;
 use futures::{FutureExt as _, StreamExt as _};
 use http_body_util::BodyExt as _;
@@ -47,7 +48,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::Patch;
 use kube::runtime::WatchStreamExt as _;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::{Event, EventType, Reporter};
 use kube::runtime::watcher::{self, Event as WatchEvent};
 use kube::{Api, Client, Resource as _, ResourceExt as _};
 use serde_json::json;

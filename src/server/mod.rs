@@ -354,11 +354,7 @@ fn live_replicas(state: &ServerState, job: &CachedJob) -> Vec<Replica> {
         .filter(|p| is_live_pod_of(job, p))
         .filter_map(|pod| {
             let ip = pod.status.as_ref()?.pod_ip.clone()?;
-            let text = pod
-                .metadata
-                .annotations
-                .as_ref()?
-                .get(labels::ANNOTATION_RANK)?;
+            let text = pod.annotation(labels::ANNOTATION_RANK)?;
             // Anyone who may annotate pods in the namespace writes this: a rank outside the
             // job's size is ignored and counted, never used to size anything.
             let rank = match text.parse::<usize>() {
@@ -426,8 +422,8 @@ async fn get_replicas(
                     "rank": r.rank,
                     "address": r.address,
                     "pod": meta.name,
-                    "task": meta.labels.as_ref().and_then(|l| l.get(labels::TASK_NAME)),
-                    "type": meta.labels.as_ref().and_then(|l| l.get(labels::TASK_TYPE)),
+                    "task": r.pod.label(labels::TASK_NAME),
+                    "type": r.pod.label(labels::TASK_TYPE),
                     "phase": r.pod.status.as_ref().and_then(|s| s.phase.clone()),
                     "node": r.pod.spec.as_ref().and_then(|s| s.node_name.clone()),
                 })

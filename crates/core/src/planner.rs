@@ -253,11 +253,7 @@ fn owned_by(meta: &ObjectMeta, uid: &str) -> bool {
 }
 
 fn annotation<'a>(pod: &'a CachedPod, key: &str) -> Option<&'a str> {
-    pod.metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(key))
-        .map(String::as_str)
+    pod.annotation(key)
 }
 
 /// FNV-1a of what a task's pods are built from. Hand-written because it must stay stable across
@@ -756,13 +752,7 @@ impl Planner<'_> {
             .count() as i32;
         let mut task_status: BTreeMap<String, BTreeMap<String, i32>> = BTreeMap::new();
         for pod in owned {
-            let task = pod
-                .metadata
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(labels::TASK_NAME))
-                .cloned()
-                .unwrap_or_default();
+            let task = pod.label(labels::TASK_NAME).unwrap_or_default().to_string();
             let pod_phase = pod
                 .status
                 .as_ref()

@@ -20,12 +20,13 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::events::Recorder;
 use bytes::Bytes;
 use http_body_util::{BodyExt as _, Full};
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod, PodCondition, PodStatus, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Client;
-use kube::runtime::events::{Event, Recorder, Reporter};
+use kube::runtime::events::{Event, Reporter};
 use kube::runtime::reflector::{self, store::Writer};
 use kube::runtime::watcher;
 use serde_json::{Value, json};
@@ -515,7 +516,6 @@ struct Harness {
     pods: Writer<CachedPod>,
     services: Writer<Service>,
     nodes: Writer<Node>,
-    _usage: Writer<diorch_core::model::UsagePod>,
     _jobs: Writer<diorch_core::cached::CachedJob>,
 }
 
@@ -533,7 +533,6 @@ impl Harness {
         let (pod_store, pod_writer) = reflector::store();
         let (svc_store, svc_writer) = reflector::store();
         let (node_store, node_writer) = reflector::store();
-        let (usage_store, usage_writer) = reflector::store();
         let metrics = Arc::new(Metrics::new());
         let plugins = Arc::new(PluginRegistry::new(
             PluginHost::new(HostConfig::default()).expect("plugin host"),
@@ -542,7 +541,6 @@ impl Harness {
         let (allocator, _retries) = Allocator::new(
             plugins.clone(),
             node_store,
-            usage_store,
             job_store.clone(),
             crate::allocator::Settings::default(),
             metrics.clone(),
@@ -592,7 +590,6 @@ impl Harness {
             pods: pod_writer,
             services: svc_writer,
             nodes: node_writer,
-            _usage: usage_writer,
             _jobs: job_writer,
         }
     }
