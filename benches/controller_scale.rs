@@ -494,6 +494,12 @@ async fn memory(server: &Server, jobs: usize, concurrency: usize) -> anyhow::Res
         rss.push(rss_mib(operator.pid()));
     }
     let per_job_kib = (rss[1] - rss[0]) * 1024.0 / (jobs - half) as f64;
+    if std::env::var_os("OPERATOR_WRAPPER").is_some_and(|w| !w.is_empty()) {
+        println!("  (operator RSS not measured: OPERATOR_WRAPPER runs it under another process)");
+        drop(operator);
+        cluster.finish().await?;
+        return Ok(());
+    }
     println!(
         "  operator RSS, {} (policy and mutator loaded, jobs preemptible): {:.1} MiB after {half} DIJobs x 4 pods, {:.1} MiB after {jobs}; {per_job_kib:.1} KiB per extra job",
         server.label(),

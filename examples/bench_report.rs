@@ -13,11 +13,16 @@
 //! replica-api,<connections>,<req_per_s>,<p50_ms>,<p99_ms>
 //! plugin-calls,<name>,<microseconds>
 //! hot-swap,<name>,<milliseconds>
+//! heap-owner,<owner>,<mib>      (peak heap by owner, from `bench_report heap`)
 //! meta,<key>,<value>            (the value is the rest of the line, commas included;
 //!                                meta,command,<bench>,<command line> names a bench's command)
 //! ```
 //!
 //! Unknown kinds are ignored with a warning, malformed lines reported and skipped (on stderr).
+//!
+//! `bench_report heap <stacks> [<csv>]` sorts a heaptrack peak flamegraph (`heaptrack_print
+//! -F <stacks> --flamegraph-cost-type peak`) into the operator's owners of memory, prints them
+//! and appends them to `<csv>` as `heap-owner` rows (`scripts/heap-owners.sh`).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -80,6 +85,10 @@ enum Row {
     HotSwap {
         name: String,
         milliseconds: f64,
+    },
+    HeapOwner {
+        owner: String,
+        mib: f64,
     },
     Meta {
         key: String,
@@ -211,6 +220,10 @@ fn parse_line(line: &str) -> Result<Line, String> {
         "hot-swap" => {
             let (name, milliseconds) = name_and_number(rest, "milliseconds")?;
             Row::HotSwap { name, milliseconds }
+        }
+        "heap-owner" => {
+            let (owner, mib) = name_and_number(rest, "mib")?;
+            Row::HeapOwner { owner, mib }
         }
         "meta" => match rest.split_first() {
             Some((key, value)) if !value.is_empty() => Row::Meta {
@@ -753,6 +766,27 @@ fn report(rows: &[Row]) -> String {
         let _ = writeln!(w, "\n{WRITES_ABOVE_THE_FLOOR}");
     }
 
+    let owners: Vec<(&str, f64)> = rows
+        .iter()
+        .filter_map(|r| match r {
+            Row::HeapOwner { owner, mib } => Some((owner.as_str(), *mib)),
+            _ => None,
+        })
+        .collect();
+    if !owners.is_empty() {
+        let _ = writeln!(w, "\n## Heap owners\n");
+        let _ = writeln!(
+            w,
+            "The operator's heap at its peak in the memory run, by owner: glibc malloc (feature \
+             `system-allocator`) under heaptrack, `{}`.\n",
+            command(rows, &["heap-owners"]).unwrap_or_else(|| "bash scripts/heap-owners.sh".into())
+        );
+        let _ = writeln!(w, "| owner | MiB at peak |\n|---|---:|");
+        for (owner, mib) in owners {
+            let _ = writeln!(w, "| {} | {mib:.1} |", cell(owner));
+        }
+    }
+
     let any_time = rows.iter().any(|r| matches!(r, Row::ControllerTime { .. }));
     if any_time {
         let _ = writeln!(w, "\n## Controller timings\n");
@@ -1101,8 +1135,95 @@ fn svg(series: &[Series]) -> String {
     s
 }
 
+/// Who owns heap, by a substring of an allocation's call stack; the first match wins.
+const HEAP_OWNERS: [(&str, &[&str]); 9] = [
+    ("Event series cache", &["diorch::events::"]),
+    (
+        "allocator book (counted pods, held allocations)",
+        &["allocator::book::"],
+    ),
+    (
+        "allocator (node cache, re-plan, pod watch)",
+        &["diorch::allocator::"],
+    ),
+    ("controller pod cache (objects)", &["CachedPod"]),
+    ("DIJob cache (objects)", &["CachedJob"]),
+    (
+        "reflector stores (entries and keys)",
+        &["reflector::store::", "reflector::object_ref"],
+    ),
+    (
+        "plugins (compiled components, calls)",
+        &["wasmtime", "cranelift", "diorch::plugin::"],
+    ),
+    ("replica API", &["diorch::server::"]),
+    (
+        "HTTP clients, TLS, watches",
+        &["hyper", "rustls", "kube_client", "watcher"],
+    ),
+];
+
+/// Peak bytes by owner from a heaptrack flamegraph (`frame;frame;... bytes` per line), largest
+/// first, `other` for stacks no owner matches.
+fn heap_owners(stacks: &str) -> Vec<(String, u64)> {
+    let mut by: BTreeMap<&str, u64> = BTreeMap::new();
+    for line in stacks.lines() {
+        let Some((stack, bytes)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let Ok(bytes) = bytes.trim().parse::<u64>() else {
+            continue;
+        };
+        let owner = HEAP_OWNERS
+            .iter()
+            .find(|(_, keys)| keys.iter().any(|k| stack.contains(k)))
+            .map_or("other", |(owner, _)| owner);
+        *by.entry(owner).or_default() += bytes;
+    }
+    let mut owners: Vec<(String, u64)> = by
+        .into_iter()
+        .filter(|(_, b)| *b > 0)
+        .map(|(o, b)| (o.to_string(), b))
+        .collect();
+    owners.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    owners
+}
+
+fn heap_command(stacks: &std::path::Path, csv: Option<&std::path::Path>) -> anyhow::Result<()> {
+    let text = std::fs::read_to_string(stacks)
+        .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", stacks.display()))?;
+    let owners = heap_owners(&text);
+    let total: u64 = owners.iter().map(|(_, b)| b).sum();
+    let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
+    println!("heap at its peak, by owner ({:.1} MiB in all):", mib(total));
+    let mut rows = String::new();
+    for (owner, bytes) in &owners {
+        println!("  {:>8.1} MiB  {owner}", mib(*bytes));
+        let _ = writeln!(rows, "heap-owner,{owner},{:.1}", mib(*bytes));
+    }
+    if let Some(csv) = csv {
+        use std::io::Write as _;
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(csv)
+            .and_then(|mut f| f.write_all(rows.as_bytes()))
+            .map_err(|e| anyhow::anyhow!("cannot append to {}: {e}", csv.display()))?;
+    }
+    Ok(())
+}
+
 fn main() -> anyhow::Result<()> {
     let mut args = std::env::args_os().skip(1);
+    if std::env::args_os().nth(1).is_some_and(|a| a == "heap") {
+        let (Some(stacks), csv) = (args.nth(1), args.next()) else {
+            anyhow::bail!("usage: bench_report heap <stacks> [<csv>]");
+        };
+        return heap_command(
+            std::path::Path::new(&stacks),
+            csv.as_deref().map(std::path::Path::new),
+        );
+    }
     let (Some(csv), Some(out), None) = (args.next(), args.next(), args.next()) else {
         anyhow::bail!("usage: bench_report <csv> <out-dir>");
     };
@@ -1415,6 +1536,37 @@ mod tests {
             );
             assert!(!chart.contains("NaN") && !chart.contains("inf"), "{chart}");
         }
+    }
+
+    #[test]
+    fn heap_stacks_are_sorted_into_owners_first_match_wins() {
+        let stacks = "main;tokio;kube_runtime::reflector::store::Writer::apply;<diorch_core::cached::CachedPod as Clone>::clone; 3000\n\
+            main;tokio;kube_runtime::reflector::store::Writer::apply; 1000\n\
+            main;diorch::events::SeriesCache::record; 10\n\
+            main;diorch::allocator::book::Book::apply_pod;diorch::allocator::Allocator::start; 500\n\
+            main;std::rt::lang_start; 7\n\
+            main;zero; 0\n\
+            garbage line without a number\n";
+        assert_eq!(
+            heap_owners(stacks),
+            [
+                ("controller pod cache (objects)".to_string(), 3000),
+                ("reflector stores (entries and keys)".to_string(), 1000),
+                (
+                    "allocator book (counted pods, held allocations)".to_string(),
+                    500
+                ),
+                ("Event series cache".to_string(), 10),
+                ("other".to_string(), 7),
+            ]
+        );
+        assert_eq!(
+            one("heap-owner,Event series cache,0.4"),
+            Row::HeapOwner {
+                owner: "Event series cache".into(),
+                mib: 0.4
+            }
+        );
     }
 
     #[test]

@@ -95,6 +95,7 @@ run() {
 
 run controller env SIZES="$CONTROLLER_SIZES" MEMORY_JOBS="$MEMORY_JOBS" WRITE_JOBS="$WRITE_JOBS" \
     cargo bench --locked --bench controller_scale
+run heap_owners env MEMORY_JOBS="$MEMORY_JOBS" bash scripts/heap-owners.sh "$csv"
 run placement env SIZES="$PLACEMENT_SIZES" ROUNDS="$ROUNDS" \
     cargo bench --locked --bench placement
 run plugin_calls cargo bench --locked --bench plugin_calls

@@ -339,11 +339,11 @@ mod tests {
         assert_eq!(base, series_key(&noted, &reference("j", "u")));
     }
 
+    type Calls = Arc<Mutex<Vec<(String, String, Value)>>>;
+
     /// A client whose requests are recorded as `(method, path, body)` and answered with the
     /// status `answer` gives for each (201/200 with the body echoed back, or an error).
-    fn mock(
-        answer: impl Fn(&str) -> u16 + Send + Sync + 'static,
-    ) -> (Client, Arc<Mutex<Vec<(String, String, Value)>>>) {
+    fn mock(answer: impl Fn(&str) -> u16 + Send + Sync + 'static) -> (Client, Calls) {
         let calls = Arc::new(Mutex::new(Vec::new()));
         let (seen, answer) = (calls.clone(), Arc::new(answer));
         let service = tower::service_fn(move |req: http::Request<kube::client::Body>| {

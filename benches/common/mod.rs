@@ -196,6 +196,11 @@ impl Operator {
             ])
             .arg(kubeconfig)
             .args(extra)
+            // As deploy/base/deployment.yaml runs it.
+            .env(
+                "MIMALLOC_ARENA_EAGER_COMMIT",
+                std::env::var("MIMALLOC_ARENA_EAGER_COMMIT").unwrap_or_else(|_| "0".into()),
+            )
             .env(
                 "RUST_LOG",
                 std::env::var("OPERATOR_RUST_LOG").unwrap_or_else(|_| "warn".into()),

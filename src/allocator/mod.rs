@@ -162,6 +162,9 @@ fn usage_of(job: &DIJob, slots: &SlotNodes) -> Vec<(String, Resources)> {
         .collect()
 }
 
+/// A job a re-plan may move, as cached, and whether its priority is high.
+type Candidate = (Arc<CachedJob>, bool);
+
 /// The controller asks the allocator through the core's contract.
 impl Placement for Allocator {
     fn consult<'a>(&'a self, job: &'a DIJob) -> BoxFuture<'a, Option<Admission>> {
@@ -439,7 +442,7 @@ impl Allocator {
         let started = Instant::now();
         // The cached jobs, not decoded ones: a decoded job holds its pod templates (~15 KB for
         // three tasks), and a pass over 5 000 jobs held 74 MB of them.
-        let mut groups: HashMap<Option<String>, Vec<(Arc<CachedJob>, bool)>> = HashMap::new();
+        let mut groups: HashMap<Option<String>, Vec<Candidate>> = HashMap::new();
         {
             let mut ledger = self.ledger.lock().await;
             if !ledger.seeded {
@@ -472,9 +475,8 @@ impl Allocator {
                     .push((cached, high));
             }
         }
-        let mut groups: Vec<(Option<String>, Vec<(Arc<CachedJob>, bool)>)> =
-            groups.into_iter().collect();
-        let top = |jobs: &[(Arc<CachedJob>, bool)]| jobs.iter().any(|(_, high)| *high);
+        let mut groups: Vec<(Option<String>, Vec<Candidate>)> = groups.into_iter().collect();
+        let top = |jobs: &[Candidate]| jobs.iter().any(|(_, high)| *high);
         groups.sort_by(|a, b| top(&b.1).cmp(&top(&a.1)).then(a.0.cmp(&b.0)));
 
         let mut decisions = Vec::new();
