@@ -1296,16 +1296,21 @@ mod tests {
         );
     }
 
-    #[tokio::test]
-    async fn a_relist_forgets_the_pods_it_no_longer_lists() {
-        let mut h = harness(1, vec![], None);
-        let busy: view::UsagePod = serde_json::from_value(json!({
+    /// Another workload's pod taking 6 of n0's 8 GPUs.
+    fn busy_pod() -> view::UsagePod {
+        serde_json::from_value(json!({
             "metadata": {"name": "busy", "namespace": "other"},
             "spec": {"nodeName": "n0", "containers": [{"name": "c", "image": "i",
                 "resources": {"requests": {"nvidia.com/gpu": "6"}}}]},
             "status": {"phase": "Running"}
         }))
-        .expect("pod");
+        .expect("pod")
+    }
+
+    #[tokio::test]
+    async fn a_relist_forgets_the_pods_it_no_longer_lists() {
+        let mut h = harness(1, vec![], None);
+        let busy = busy_pod();
         h.pod_event(WatchEvent::Apply(busy)).await;
         assert!(matches!(
             h.allocator.admit(&job("a", 1, 4, None)).await,
@@ -1323,13 +1328,7 @@ mod tests {
     #[tokio::test]
     async fn ready_once_the_book_has_taken_in_the_first_pod_list() {
         let mut h = harness(1, vec![], None);
-        let busy: view::UsagePod = serde_json::from_value(json!({
-            "metadata": {"name": "busy", "namespace": "other"},
-            "spec": {"nodeName": "n0", "containers": [{"name": "c", "image": "i",
-                "resources": {"requests": {"nvidia.com/gpu": "6"}}}]},
-            "status": {"phase": "Running"}
-        }))
-        .expect("pod");
+        let busy = busy_pod();
         h.nodes.apply_watcher_event(&WatchEvent::InitDone);
         let ready = h.allocator.wait_until_ready();
         let mut ready = std::pin::pin!(ready);
