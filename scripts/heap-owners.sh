@@ -24,7 +24,11 @@ SIZES= WRITE_JOBS=0 MEMORY_JOBS="${MEMORY_JOBS:-5000}" BENCH_KUBECONFIG= BENCH_C
     OPERATOR_WRAPPER="heaptrack -o $out/operator" \
     cargo bench --locked --features system-allocator --bench controller_scale >"$out/bench.log" 2>&1 ||
     { tail -30 "$out/bench.log"; echo "heap owners: the bench failed" >&2; exit 1; }
-data="$(ls "$out"/operator*.zst "$out"/operator*.gz 2>/dev/null | head -1)"
+# heaptrack names its file operator.<pid>.zst (or .gz, by build).
+data=""
+for f in "$out"/operator*.zst "$out"/operator*.gz; do
+    if [ -f "$f" ]; then data="$f"; break; fi
+done
 [ -n "$data" ] || { echo "heap owners: heaptrack wrote no data" >&2; exit 1; }
 heaptrack_print -f "$data" --print-peaks 0 --print-allocators 0 --print-temporary 0 \
     --print-leaks 0 -F "$out/stacks.txt" --flamegraph-cost-type peak 2>/dev/null |

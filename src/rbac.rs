@@ -40,7 +40,7 @@ pub const PERMISSIONS: &[Permission] = &[
         scope: Scope::Cluster,
         group: "diengine.opendilab.org",
         resource: "dijobs/status",
-        verbs: &["update", "patch"],
+        verbs: &["patch"],
         used_by: "controller (status), replica API (status.taskReplicas)",
     },
     Permission {

@@ -153,6 +153,8 @@ pub struct Operator {
     pub child: Child,
     /// Where its `/metrics` are served, when asked for.
     pub metrics: Option<String>,
+    /// Started under `OPERATOR_WRAPPER`, in a process group of its own.
+    wrapped: bool,
 }
 
 impl Operator {
@@ -171,10 +173,14 @@ impl Operator {
         // OPERATOR_WRAPPER, e.g. `heaptrack -o /tmp/heap`, runs the operator under a profiler.
         let wrapper = std::env::var("OPERATOR_WRAPPER").unwrap_or_default();
         let mut wrapper = wrapper.split_whitespace();
+        let wrapped = wrapper.clone().next().is_some();
         let mut command = match wrapper.next() {
             Some(program) => {
                 let mut command = Command::new(program);
                 command.args(wrapper).arg(env!("CARGO_BIN_EXE_diorch"));
+                // Its own process group, so that stopping it reaches the wrapper and the
+                // operator both (see `Drop`).
+                std::os::unix::process::CommandExt::process_group(&mut command, 0);
                 command
             }
             None => Command::new(env!("CARGO_BIN_EXE_diorch")),
@@ -212,7 +218,11 @@ impl Operator {
                 None => Stdio::inherit(),
             })
             .spawn()?;
-        Ok(Operator { child, metrics })
+        Ok(Operator {
+            child,
+            metrics,
+            wrapped,
+        })
     }
 
     pub fn pid(&self) -> u32 {
@@ -222,6 +232,20 @@ impl Operator {
 
 impl Drop for Operator {
     fn drop(&mut self) {
+        if self.wrapped {
+            // A profiler killed outright writes a truncated file and leaves the operator
+            // running: SIGTERM to the group stops the operator, then the profiler finishes.
+            let group = format!("-{}", self.child.id());
+            let _ = Command::new("kill").args(["-TERM", "--", &group]).status();
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+            while std::time::Instant::now() < deadline {
+                if let Ok(Some(_)) = self.child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            let _ = Command::new("kill").args(["-KILL", "--", &group]).status();
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use crate::events::Recorder;
 use futures::{FutureExt, StreamExt, future};
 use k8s_openapi::api::core::v1::{ObjectReference, Pod, Service};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{DeleteParams, ListParams, Patch, Preconditions};
 use kube::runtime::controller::{self, Action as Requeue, Controller};
 use kube::runtime::events::{Event, EventType as KubeEventType, Reporter};
@@ -33,6 +33,7 @@ use crate::plugin::{PluginError, TaskContext};
 use diorch_core::api::{DIJob, labels};
 use diorch_core::build::{BuildContext, PodGroup};
 use diorch_core::cached::{self as cache, CachedJob, CachedPod};
+use diorch_core::merge_patch;
 use diorch_core::naming;
 use diorch_core::placement::{Admission, ObjectKey, Placement};
 use diorch_core::planner::{self, Action, EventType, Observed, Plan};
@@ -77,6 +78,12 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
+    #[error("the planned status of {job} does not encode as JSON: {source}")]
+    EncodeStatus {
+        job: String,
+        #[source]
+        source: serde_json::Error,
+    },
     #[error("defaulting the task names of {job}: {source}")]
     Patch {
         job: String,
@@ -107,7 +114,7 @@ pub enum Error {
 impl Error {
     fn kind(&self) -> &'static str {
         match self {
-            Error::Status { .. } => "status",
+            Error::Status { .. } | Error::EncodeStatus { .. } => "status",
             Error::Patch { .. } | Error::Plan { .. } => "patch",
             Error::Decode { .. } => "decode",
             Error::Writes { kind, .. } => kind,
@@ -591,7 +598,7 @@ async fn reconcile_inner(job: &DIJob, ctx: &Context) -> Result<Requeue, Error> {
     // resourceVersion guards any later status write of the pass (the cached one is stale then).
     let mut latest = Cow::Borrowed(job);
     if plan.status_first() {
-        let Some(written) = write_status(ctx, &jobs, job, &plan).await? else {
+        let Some(written) = write_status(ctx, job, &plan).await? else {
             ctx.count("requeue");
             return Ok(Requeue::requeue(Duration::from_millis(200)));
         };
@@ -599,7 +606,7 @@ async fn reconcile_inner(job: &DIJob, ctx: &Context) -> Result<Requeue, Error> {
     }
     let outcome = execute(ctx, job, &key, &plan).await;
     if !plan.status_first() {
-        let Some(written) = write_status(ctx, &jobs, job, &plan).await? else {
+        let Some(written) = write_status(ctx, job, &plan).await? else {
             ctx.count("requeue");
             return Ok(Requeue::requeue(Duration::from_millis(200)));
         };
@@ -624,7 +631,7 @@ async fn reconcile_inner(job: &DIJob, ctx: &Context) -> Result<Requeue, Error> {
         // The API server refused a pod as invalid: retrying cannot help, the job fails once,
         // on this pass, from the status this pass wrote.
         let failed = planner::fail(&latest, message, &now);
-        if write_status(ctx, &jobs, &latest, &failed).await?.is_none() {
+        if write_status(ctx, &latest, &failed).await?.is_none() {
             // Changed by someone else since: the next pass plans from the newer job.
             if let Some(err) = outcome.error {
                 return Err(err);
@@ -676,34 +683,47 @@ fn count_transition(ctx: &Context, plan: &Plan) {
 /// How often a job waiting for capacity is tried again without any capacity event.
 const WAITING_RETRY: Duration = Duration::from_secs(30);
 
-/// Writes `plan.status` (if any) with `job`'s resourceVersion as guard, and returns the job as
-/// the server now stores it (`job` itself when there was nothing to write). `Ok(None)` on a
-/// conflict: the cache is behind, and the next pass plans from the newer job.
+/// Writes `plan.status` (if any) as a merge patch of what changed, applied by the server only to
+/// `job`'s resourceVersion, and returns the job as the server now stores it (`job` itself when
+/// there was nothing to write). `Ok(None)` on a conflict: the cache is behind, and the next pass
+/// plans from the newer job.
+///
+/// A patch of the changed fields instead of a replace of the whole object: the request carries
+/// no spec (pod templates are most of a DIJob) and the answer is decoded with the spec left
+/// raw, which is what the API server and the operator spend on a status write.
 async fn write_status<'a>(
     ctx: &Context,
-    jobs: &Api<DIJob>,
     job: &'a DIJob,
     plan: &Plan,
 ) -> Result<Option<Cow<'a, DIJob>>, Error> {
     let Some(status) = &plan.status else {
         return Ok(Some(Cow::Borrowed(job)));
     };
-    let update = DIJob {
-        metadata: ObjectMeta {
-            name: job.metadata.name.clone(),
-            namespace: job.metadata.namespace.clone(),
-            resource_version: job.metadata.resource_version.clone(),
-            ..ObjectMeta::default()
-        },
-        spec: job.spec.clone(),
-        status: Some(status.clone()),
+    let encode = |source| Error::EncodeStatus {
+        job: job_key(job).to_string(),
+        source,
     };
+    let old = serde_json::to_value(&job.status).map_err(encode)?;
+    let new = serde_json::to_value(status).map_err(encode)?;
+    let resource_version = job.metadata.resource_version.as_deref().unwrap_or_default();
+    let Some(patch) = merge_patch::status_patch(resource_version, &old, &new) else {
+        return Ok(Some(Cow::Borrowed(job)));
+    };
+    let namespace = job.metadata.namespace.as_deref().unwrap_or_default();
+    let jobs: Api<CachedJob> = Api::namespaced(ctx.client.clone(), namespace);
     ctx.throttle.acquire().await;
     let name = job.metadata.name.as_deref().unwrap_or_default();
-    match bounded(jobs.replace_status(name, &crate::writes::post_params(), &update)).await {
+    let params = crate::writes::patch_params();
+    let patch = Patch::Merge(&patch);
+    match bounded(jobs.patch_status(name, &params, &patch)).await {
         Ok(written) => {
             ctx.status_written().insert(job_key(job), Instant::now());
-            Ok(Some(Cow::Owned(written)))
+            Ok(Some(Cow::Owned(DIJob {
+                metadata: written.metadata,
+                // Unchanged: a status write cannot change the spec.
+                spec: job.spec.clone(),
+                status: written.status,
+            })))
         }
         Err(err) if is_status(&err, 409) => {
             tracing::debug!(job = %job_key(job), "status conflict; replanning from the newer job");

@@ -3,7 +3,8 @@
 //! Owns the DIJob API types and CRD ([`api`]), names ([`naming`]), pod and service building
 //! ([`build`]), ranks ([`ranks`]), validation ([`validate`]), the reconcile planner
 //! ([`planner`]), the cached shapes of watched objects ([`cached`]), the scheduling model and
-//! resource arithmetic ([`model`], [`resources`]) and the placement contract ([`placement`]).
+//! resource arithmetic ([`model`], [`resources`]), the placement contract ([`placement`]) and
+//! status merge patches ([`merge_patch`]).
 //! Must not touch: the network, the clock, threads or a kube client. `cargo tree -p diorch-core`
 //! shows no kube-client, hyper, tokio or wasmtime, and every test here is synchronous.
 //!
@@ -13,6 +14,7 @@
 pub mod api;
 pub mod build;
 pub mod cached;
+pub mod merge_patch;
 pub mod model;
 pub mod naming;
 pub mod placement;

@@ -83,9 +83,12 @@ impl Call {
             .next()
             .is_some_and(|p| p.ends_with("/status"))
         {
+            // A status patch names the phase only when it changes it.
             format!(
                 " phase={} rv={}",
-                s(&b["status"]["phase"]),
+                b["status"]
+                    .get("phase")
+                    .map_or_else(|| "unchanged".to_string(), s),
                 s(&b["metadata"]["resourceVersion"])
             )
         } else {
@@ -353,13 +356,20 @@ fn route(st: &mut State, call: &Call) -> (u16, Value) {
             json_patch::merge(object, &call.body);
             (200, object.clone())
         }
-        ("PUT", "dijobs", Some("status")) => {
+        ("PATCH", "dijobs", Some("status")) => {
+            if call.content_type != "application/merge-patch+json" {
+                return (
+                    415,
+                    status_body(415, "UnsupportedMediaType", &call.content_type),
+                );
+            }
             // The guard the executor relies on: a stale resourceVersion is a conflict.
             if call.body["metadata"]["resourceVersion"] != st.job["metadata"]["resourceVersion"] {
                 let message = "Operation cannot be fulfilled on dijobs.diengine.opendilab.org \"j\": the object has been modified; please apply your changes to the latest version and try again";
                 return (409, status_body(409, "Conflict", message));
             }
-            st.job["status"] = call.body["status"].clone();
+            // A status patch changes nothing but the status.
+            json_patch::merge(&mut st.job["status"], &call.body["status"]);
             st.job["metadata"]["resourceVersion"] = bump(&st.job["metadata"]["resourceVersion"]);
             (200, st.job.clone())
         }
@@ -701,7 +711,7 @@ async fn a_new_job_creates_its_pods_and_service_then_writes_pending() {
                 "POST /api/v1/namespaces/default/services?&fieldManager=diorch name=di-j",
             ],
             &[
-                "PUT /apis/diengine.opendilab.org/v2alpha1/namespaces/default/dijobs/j/status?&fieldManager=diorch phase=Pending rv=1",
+                "PATCH /apis/diengine.opendilab.org/v2alpha1/namespaces/default/dijobs/j/status?&fieldManager=diorch phase=Pending rv=1",
             ],
         ],
     );
@@ -745,12 +755,10 @@ async fn a_new_job_creates_its_pods_and_service_then_writes_pending() {
         status["status"]["ranks"],
         json!(["j-learner-0", "j-collector-0", "j-collector-1"])
     );
-    // The body names the object it replaces; the spec goes along unchanged.
-    assert_eq!(status["metadata"]["name"], "j");
-    assert_eq!(
-        status["spec"],
-        serde_json::to_value(&job.spec).expect("spec")
-    );
+    // A merge patch of the status alone, guarded by the resourceVersion it was planned from:
+    // neither the spec nor any other metadata goes along.
+    assert_eq!(status["metadata"], json!({"resourceVersion": "1"}));
+    assert_eq!(status.get("spec"), None);
 
     assert_eq!(
         h.events(),
@@ -814,7 +822,7 @@ async fn a_status_conflict_stops_the_pass_before_any_pod_write() {
     assert_calls(
         &h.server.take(),
         &[&[
-            "PUT /apis/diengine.opendilab.org/v2alpha1/namespaces/default/dijobs/j/status?&fieldManager=diorch phase=Restarting rv=1",
+            "PATCH /apis/diengine.opendilab.org/v2alpha1/namespaces/default/dijobs/j/status?&fieldManager=diorch phase=Restarting rv=1",
         ]],
     );
     // The transition did not happen: no Event says it did.
@@ -836,7 +844,7 @@ async fn a_failed_pod_is_deleted_after_restarting_is_written_and_recreated_next_
         &calls,
         &[
             &[
-                "PUT /apis/diengine.opendilab.org/v2alpha1/namespaces/default/dijobs/j/status?&fieldManager=diorch phase=Restarting rv=1",
+                "PATCH /apis/diengine.opendilab.org/v2alpha1/namespaces/default/dijobs/j/status?&fieldManager=diorch phase=Restarting rv=1",
             ],
             &["DELETE /api/v1/namespaces/default/pods/j-learner-0? uid=uid-j-learner-0 grace=0"],
         ],
@@ -877,7 +885,7 @@ async fn a_failed_pod_is_deleted_after_restarting_is_written_and_recreated_next_
     assert_calls(
         &h.server.take(),
         &[&[
-            "PUT /apis/diengine.opendilab.org/v2alpha1/namespaces/default/dijobs/j/status?&fieldManager=diorch phase=Starting rv=2",
+            "PATCH /apis/diengine.opendilab.org/v2alpha1/namespaces/default/dijobs/j/status?&fieldManager=diorch phase=Starting rv=2",
         ]],
     );
     assert_eq!(h.events(), ["Normal JobStarting"]);
@@ -956,7 +964,7 @@ async fn a_pod_create_answered_already_exists_lists_the_holder_and_never_creates
                 list,
             ],
             vec![
-                "PUT /apis/diengine.opendilab.org/v2alpha1/namespaces/default/dijobs/j/status?&fieldManager=diorch phase=Pending rv=1",
+                "PATCH /apis/diengine.opendilab.org/v2alpha1/namespaces/default/dijobs/j/status?&fieldManager=diorch phase=Pending rv=1",
             ],
         ]
     };
@@ -1016,7 +1024,7 @@ async fn an_invalid_pod_fails_the_job_on_the_same_pass_with_the_servers_message(
     let message = "Pod \"j-learner-0\" is invalid: spec.containers[0].image: Required value";
     h.server
         .fail("POST", "pods", "j-learner-0", 422, "Invalid", message);
-    let status = "PUT /apis/diengine.opendilab.org/v2alpha1/namespaces/default/dijobs/j/status?&fieldManager=diorch";
+    let status = "PATCH /apis/diengine.opendilab.org/v2alpha1/namespaces/default/dijobs/j/status?&fieldManager=diorch";
 
     assert_eq!(
         h.reconcile(&job).await.expect("reconcile"),
@@ -1058,8 +1066,8 @@ async fn an_invalid_pod_fails_the_job_on_the_same_pass_with_the_servers_message(
         .map(|c| &c["type"])
         .collect();
     assert_eq!(types, [&json!("Pending"), &json!("Failed")]);
-    let rest = |call: &Call| {
-        let mut status = call.body["status"].clone();
+    let rest_of = |status: &Value| {
+        let mut status = status.clone();
         if let Some(s) = status.as_object_mut() {
             for ended in ["phase", "conditions", "completionTimestamp"] {
                 s.remove(ended);
@@ -1067,7 +1075,11 @@ async fn an_invalid_pod_fails_the_job_on_the_same_pass_with_the_servers_message(
         }
         status
     };
-    assert_eq!(rest(&calls[3]), rest(&calls[2]));
+    let rest = |call: &Call| rest_of(&call.body["status"]);
+    // The failing write changes only those; the rest stays as the Pending write left it.
+    assert_eq!(rest(&calls[3]), json!({}));
+    let stored = serde_json::to_value(h.server.job().status).expect("status");
+    assert_eq!(rest_of(&stored), rest(&calls[2]));
     assert_eq!(
         h.server.job().status.and_then(|s| s.phase),
         Some(Phase::Failed)
@@ -1191,7 +1203,7 @@ async fn an_invalid_job_fails_with_a_status_write_only() {
     assert_calls(
         &calls,
         &[&[
-            "PUT /apis/diengine.opendilab.org/v2alpha1/namespaces/default/dijobs/j/status?&fieldManager=diorch phase=Failed rv=1",
+            "PATCH /apis/diengine.opendilab.org/v2alpha1/namespaces/default/dijobs/j/status?&fieldManager=diorch phase=Failed rv=1",
         ]],
     );
     assert_eq!(
@@ -1218,7 +1230,7 @@ async fn a_preemptible_job_waiting_for_capacity_writes_no_pod() {
         &[
             &["POST /api/v1/namespaces/default/services?&fieldManager=diorch name=di-j"],
             &[
-                "PUT /apis/diengine.opendilab.org/v2alpha1/namespaces/default/dijobs/j/status?&fieldManager=diorch phase=Pending rv=1",
+                "PATCH /apis/diengine.opendilab.org/v2alpha1/namespaces/default/dijobs/j/status?&fieldManager=diorch phase=Pending rv=1",
             ],
         ],
     );
@@ -1262,7 +1274,7 @@ async fn a_placed_preemptible_job_writes_its_allocation_before_any_pod() {
         &calls,
         &[
             &[
-                "PUT /apis/diengine.opendilab.org/v2alpha1/namespaces/default/dijobs/j/status?&fieldManager=diorch phase=Pending rv=1",
+                "PATCH /apis/diengine.opendilab.org/v2alpha1/namespaces/default/dijobs/j/status?&fieldManager=diorch phase=Pending rv=1",
             ],
             &[
                 "POST /api/v1/namespaces/default/pods?&fieldManager=diorch name=j-learner-0",
@@ -1313,7 +1325,7 @@ async fn an_invalid_pod_after_the_allocation_is_written_fails_the_job_on_the_sam
         Requeue::requeue(SYNC)
     );
     let calls = h.server.take();
-    let status = "PUT /apis/diengine.opendilab.org/v2alpha1/namespaces/default/dijobs/j/status?&fieldManager=diorch";
+    let status = "PATCH /apis/diengine.opendilab.org/v2alpha1/namespaces/default/dijobs/j/status?&fieldManager=diorch";
     assert_calls(
         &calls,
         &[
@@ -1327,10 +1339,11 @@ async fn an_invalid_pod_after_the_allocation_is_written_fails_the_job_on_the_sam
             &[&format!("{status} phase=Failed rv=2")],
         ],
     );
-    // Planned from the written status: the allocation stays.
+    // Planned from the written status: the allocation stays (the failing patch leaves it).
+    assert_eq!(calls[5].body["status"].get("allocation"), None);
     assert_eq!(
-        calls[5].body["status"]["allocation"],
-        json!(["n0", "n0", "n0"])
+        h.server.job().status.and_then(|s| s.allocation),
+        Some(vec!["n0".to_string(); 3])
     );
     assert_eq!(
         h.server.job().status.and_then(|s| s.phase),
@@ -1368,7 +1381,7 @@ async fn a_gang_scheduled_job_ensures_its_podgroup_before_the_pods() {
         "POST /api/v1/namespaces/default/services?&fieldManager=diorch name=di-j",
     ];
     let status: &[&str] = &[
-        "PUT /apis/diengine.opendilab.org/v2alpha1/namespaces/default/dijobs/j/status?&fieldManager=diorch phase=Pending rv=1",
+        "PATCH /apis/diengine.opendilab.org/v2alpha1/namespaces/default/dijobs/j/status?&fieldManager=diorch phase=Pending rv=1",
     ];
     let groups = "/apis/scheduling.volcano.sh/v1beta1/namespaces/default/podgroups";
 
@@ -1459,7 +1472,7 @@ async fn events_are_recorded_by_the_worker_off_the_reconciles_calls() {
                 "POST /api/v1/namespaces/default/services?&fieldManager=diorch name=di-j",
             ],
             &[
-                "PUT /apis/diengine.opendilab.org/v2alpha1/namespaces/default/dijobs/j/status?&fieldManager=diorch phase=Pending rv=1",
+                "PATCH /apis/diengine.opendilab.org/v2alpha1/namespaces/default/dijobs/j/status?&fieldManager=diorch phase=Pending rv=1",
             ],
         ],
     );
@@ -1525,7 +1538,7 @@ async fn replica_counts_changing_again_within_a_second_wait_for_one_write() {
     assert_calls(
         &calls,
         &[&[
-            "PUT /apis/diengine.opendilab.org/v2alpha1/namespaces/default/dijobs/j/status?&fieldManager=diorch phase=Running rv=1",
+            "PATCH /apis/diengine.opendilab.org/v2alpha1/namespaces/default/dijobs/j/status?&fieldManager=diorch phase=unchanged rv=1",
         ]],
     );
     let job = h.server.job();
