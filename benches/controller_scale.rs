@@ -2,14 +2,17 @@
 //! nodes and kubelet are the sandbox's, attached to it:
 //! - **time**: from creating N DIJobs (4 replicas each) to all their pods existing, and to all
 //!   of them Running, with the real `diorch run`, against creating the same pods and services
-//!   directly with the kube client (the same simulated kubelet runs both); and the operator's
-//!   CPU seconds per 1 000 jobs;
+//!   directly with the kube client (the same simulated kubelet runs both), and against the
+//!   floor: the DIJobs, their pods and services and the status writes a compatible controller
+//!   cannot avoid, written by the bench itself (`via_floor`); and the operator's CPU seconds per
+//!   1 000 jobs;
 //! - **writes**: the API requests the operator made per job, by resource and verb, from create
 //!   to Running and from Running to Succeeded (its `diorch_kube_api_requests_total`), next to
 //!   the floor;
 //! - **memory**: the operator's resident memory after 5 000 DIJobs × 4 pods, and per job.
 //!
-//! `cargo bench --bench controller_scale` (env: SIZES=100,1000, WRITE_JOBS=100,
+//! `cargo bench --bench controller_scale` (env: SIZES=100,1000 (on the real server REAL_SIZES,
+//! default SIZES), WRITE_JOBS=100,
 //! MEMORY_JOBS=5000 (0 skips; on the real server REAL_MEMORY_JOBS, default at most 2000),
 //! CONCURRENCY=32, OPERATOR_ARGS for extra `diorch run` flags,
 //! BENCH_KUBECONFIG for the real server, BENCH_CSV=file to append the rows to). The operator
@@ -20,9 +23,9 @@ mod common;
 use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, Instant};
 
-use futures::{FutureExt, StreamExt, TryStreamExt, stream};
+use futures::{FutureExt, StreamExt, TryFutureExt, TryStreamExt, future, stream};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
-use kube::api::{ListParams, PostParams, WatchEvent, WatchParams};
+use kube::api::{ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
 use kube::{Api, Client};
 
 use common::{Cluster, Nodes, Operator, Server, cpu_seconds, env_usize, rss_mib};
@@ -80,11 +83,21 @@ fn job(i: usize, namespace: &str, exit_after: Option<&str>, preemptible: bool) -
 fn direct_objects(i: usize, namespace: &str) -> (Vec<Pod>, Service) {
     let mut job = job(i, namespace, None, false);
     job.metadata.uid = Some(format!("uid-{i}"));
+    let (mut pods, mut svc) = objects_of(&job);
+    for pod in &mut pods {
+        pod.metadata.owner_references = None;
+    }
+    svc.metadata.owner_references = None;
+    (pods, svc)
+}
+
+/// The pods and service the operator creates for `job`, its ranks in order.
+fn objects_of(job: &DIJob) -> (Vec<Pod>, Service) {
     let ctx = BuildContext::default();
-    let slots = build::desired_slots(&job);
+    let slots = build::desired_slots(job);
     let names: Vec<String> = slots.iter().map(|(n, _, _)| n.clone()).collect();
     let ranks = RankTable::default().plan(&names);
-    let world = build::world(&job, &ranks, &ctx);
+    let world = build::world(job, &ranks, &ctx);
     let pods = slots
         .iter()
         .filter_map(|(name, task_index, local_rank)| {
@@ -93,14 +106,10 @@ fn direct_objects(i: usize, namespace: &str) -> (Vec<Pod>, Service) {
                 local_rank: *local_rank,
                 global_rank: ranks.rank_of(name).unwrap_or(0) as i32,
             };
-            let mut pod = build::build_pod(&job, &slot, &world, &ctx, None)?;
-            pod.metadata.owner_references = None;
-            Some(pod)
+            build::build_pod(job, &slot, &world, &ctx, None)
         })
         .collect();
-    let mut svc = build::build_service(&job);
-    svc.metadata.owner_references = None;
-    (pods, svc)
+    (pods, build::build_service(job))
 }
 
 /// When the pods of a burst exist and when they all run.
@@ -335,6 +344,78 @@ async fn direct(server: &Server, n: usize, concurrency: usize) -> anyhow::Result
     })
 }
 
+/// The floor of the operator path: what any DI-orchestrator-compatible controller must write
+/// before a job's pods exist, written by the bench itself with no watch, no cache and no
+/// decision: the DIJob (the user's create), its pods and service, and the Pending and Starting
+/// status writes (merge patches guarded by the resourceVersion, as the operator sends them).
+/// The Running write and the Events are left out, so this is a lower bound. Up to
+/// `concurrency` jobs at once, each job's five creates at once.
+async fn via_floor(server: &Server, n: usize, concurrency: usize) -> anyhow::Result<Run> {
+    let cluster = Cluster::start(server, &nodes()).await?;
+    let ns = cluster.namespace.clone();
+    let jobs: Api<DIJob> = Api::namespaced(cluster.client.clone(), &ns);
+    let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), &ns);
+    let services: Api<Service> = Api::namespaced(cluster.client.clone(), &ns);
+    let done = tokio::spawn(pods_progress(cluster.client.clone(), ns.clone(), 4 * n));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let start = Instant::now();
+    stream::iter(0..n)
+        .map(|i| {
+            let (jobs, pods, services, ns) = (jobs.clone(), pods.clone(), services.clone(), &ns);
+            async move {
+                let pp = PostParams::default();
+                let created = jobs.create(&pp, &job(i, ns, None, false)).await?;
+                let (owned, svc) = objects_of(&created);
+                let names: Vec<String> = owned
+                    .iter()
+                    .filter_map(|p| p.metadata.name.clone())
+                    .collect();
+                let creates = owned
+                    .iter()
+                    .map(|p| pods.create(&pp, p).map_ok(drop).boxed())
+                    .chain(std::iter::once(
+                        services.create(&pp, &svc).map_ok(drop).boxed(),
+                    ));
+                future::try_join_all(creates).await?;
+                let name = format!("job-{i}");
+                let now = jiff::Timestamp::now().to_string();
+                let condition = |phase: &str, reason: &str, message: &str| {
+                    serde_json::json!({"type": phase, "status": "True", "reason": reason,
+                        "message": message, "lastUpdateTime": now, "lastTransitionTime": now})
+                };
+                let pending = condition("Pending", "JobPending", "job created.");
+                let patch = serde_json::json!({
+                    "metadata": {"resourceVersion": created.metadata.resource_version},
+                    "status": {"phase": "Pending", "conditions": [pending], "replicas": 4,
+                        "readyReplicas": 0, "restarts": 0, "reschedules": 0, "ranks": names}
+                });
+                let pp = PatchParams::default();
+                let written = jobs.patch_status(&name, &pp, &Patch::Merge(&patch)).await?;
+                let starting = condition(
+                    "Starting",
+                    "JobStarting",
+                    "job is starting since all replicas are created.",
+                );
+                let patch = serde_json::json!({
+                    "metadata": {"resourceVersion": written.metadata.resource_version},
+                    "status": {"phase": "Starting", "conditions": [pending, starting]}
+                });
+                jobs.patch_status(&name, &pp, &Patch::Merge(&patch)).await?;
+                anyhow::Ok(())
+            }
+        })
+        .buffer_unordered(concurrency)
+        .try_collect::<Vec<_>>()
+        .await?;
+    let progress = tokio::time::timeout(Duration::from_secs(900), done).await???;
+    cluster.finish().await?;
+    Ok(Run {
+        exist: progress.exist - start,
+        running: progress.running - start,
+        operator_cpu: None,
+    })
+}
+
 /// Waits until every job of `namespace` but the warm-up is in `phase`.
 async fn all_jobs_in(api: &Api<DIJob>, n: usize, phase: Phase) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(600);
@@ -528,22 +609,48 @@ async fn main() -> anyhow::Result<()> {
     let concurrency = env_usize("CONCURRENCY", 32);
 
     println!("controller bench: 4 replicas per DIJob, {concurrency} concurrent creates");
+    // A real server's N = 1000 takes minutes per path; REAL_SIZES (default: SIZES) keeps the
+    // real runs to the sizes the goals are stated at.
+    let real_sizes: Vec<usize> = match std::env::var("REAL_SIZES") {
+        Ok(list) => list
+            .split(',')
+            .filter_map(|s| s.trim().parse().ok())
+            .collect(),
+        Err(_) => sizes.clone(),
+    };
     for server in Server::all() {
-        for &n in &sizes {
+        let sizes = match server {
+            Server::Sandbox => &sizes,
+            Server::Real(_) => &real_sizes,
+        };
+        for &n in sizes {
             let d = direct(&server, n, concurrency).await?;
+            let f = via_floor(&server, n, concurrency).await?;
             let o = via_operator(&server, n, concurrency).await?;
             let cpu = o.operator_cpu.unwrap_or(0.0);
+            let ms = |t: Duration| t.as_secs_f64() * 1e3;
+            let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64();
             println!(
-                "  {}, N = {n:>5}: pods exist: direct {:>8.1} ms, via operator {:>8.1} ms, ratio {:.2}; pods Running: direct {:>8.1} ms, via operator {:>8.1} ms, ratio {:.2}; operator CPU {:.1} s per 1000 jobs",
+                "  {}, N = {n:>5}: pods exist: direct {:>8.1} ms, floor {:>8.1} ms, via operator {:>8.1} ms, ratio {:.2} ({:.2} over the floor); pods Running: direct {:>8.1} ms, floor {:>8.1} ms, via operator {:>8.1} ms, ratio {:.2} ({:.2} over the floor); operator CPU {:.1} s per 1000 jobs",
                 server.label(),
-                d.exist.as_secs_f64() * 1e3,
-                o.exist.as_secs_f64() * 1e3,
-                o.exist.as_secs_f64() / d.exist.as_secs_f64(),
-                d.running.as_secs_f64() * 1e3,
-                o.running.as_secs_f64() * 1e3,
-                o.running.as_secs_f64() / d.running.as_secs_f64(),
+                ms(d.exist),
+                ms(f.exist),
+                ms(o.exist),
+                ratio(o.exist, d.exist),
+                ratio(o.exist, f.exist),
+                ms(d.running),
+                ms(f.running),
+                ms(o.running),
+                ratio(o.running, d.running),
+                ratio(o.running, f.running),
                 cpu * 1000.0 / n as f64,
             );
+            common::csv_row(&format!(
+                "controller-floor,{},{n},{:.1},{:.1}",
+                server.label(),
+                ms(f.exist),
+                ms(f.running),
+            ));
             common::csv_row(&format!(
                 "controller-time,{},{n},{:.1},{:.1},{:.1},{:.1},{:.2}",
                 server.label(),

@@ -7,6 +7,7 @@
 //!
 //! ```text
 //! controller-time,<server>,<n>,<direct_exist_ms>,<operator_exist_ms>,<direct_running_ms>,<operator_running_ms>,<operator_cpu_s_per_1000_jobs>
+//! controller-floor,<server>,<n>,<floor_exist_ms>,<floor_running_ms>
 //! controller-writes,<server>,<resource>,<verb>,<per_job_create_to_running>,<per_job_running_to_succeeded>
 //! memory,<server>,<jobs>,<rss_mib>,<kib_per_extra_job>
 //! placement,<server>,<n>,<round>,<wasm_over_native_ratio>
@@ -52,6 +53,13 @@ enum Row {
         direct_running_ms: f64,
         operator_running_ms: f64,
         cpu_s_per_1000_jobs: f64,
+    },
+    /// The same burst written by the bench itself, the least a compatible controller writes.
+    ControllerFloor {
+        server: String,
+        n: u64,
+        exist_ms: f64,
+        running_ms: f64,
     },
     ControllerWrites {
         server: String,
@@ -174,6 +182,15 @@ fn parse_line(line: &str) -> Result<Line, String> {
                 direct_running_ms: number(rest[4], "direct_running_ms")?,
                 operator_running_ms: number(rest[5], "operator_running_ms")?,
                 cpu_s_per_1000_jobs: number(rest[6], "cpu_s_per_1000_jobs")?,
+            }
+        }
+        "controller-floor" => {
+            want(4, "server,n,floor_exist_ms,floor_running_ms")?;
+            Row::ControllerFloor {
+                server: text(rest[0], "server")?,
+                n: count(rest[1], "n")?,
+                exist_ms: number(rest[2], "floor_exist_ms")?,
+                running_ms: number(rest[3], "floor_running_ms")?,
             }
         }
         "controller-writes" => {
@@ -352,6 +369,19 @@ impl Goal {
     }
 }
 
+/// The floor's (pods exist, pods Running) ms of `server` at `n` (the last row wins).
+fn floor_of(rows: &[Row], server: &str, n: u64) -> Option<(f64, f64)> {
+    rows.iter().rev().find_map(|row| match row {
+        Row::ControllerFloor {
+            server: s,
+            n: m,
+            exist_ms,
+            running_ms,
+        } if s == server && *m == n => Some((*exist_ms, *running_ms)),
+        _ => None,
+    })
+}
+
 /// The controller-time row of `server` at N = 1000, else at its largest N (the last row of
 /// that N wins).
 fn controller_at_goal_n<'a>(rows: &'a [Row], server: &str) -> Option<(u64, &'a Row)> {
@@ -465,9 +495,20 @@ fn goals(rows: &[Row]) -> Vec<Goal> {
             },
         )) = controller_at_goal_n(rows, server)
         {
-            for (measure, direct, operator) in [
-                ("pods exist", direct_exist_ms, operator_exist_ms),
-                ("pods Running", direct_running_ms, operator_running_ms),
+            let floor = floor_of(rows, server, n);
+            for (measure, direct, operator, floor) in [
+                (
+                    "pods exist",
+                    direct_exist_ms,
+                    operator_exist_ms,
+                    floor.map(|f| f.0),
+                ),
+                (
+                    "pods Running",
+                    direct_running_ms,
+                    operator_running_ms,
+                    floor.map(|f| f.1),
+                ),
             ] {
                 let r = ratio(*operator, *direct);
                 out.push(Goal {
@@ -480,6 +521,22 @@ fn goals(rows: &[Row]) -> Vec<Goal> {
                     met: r.map(|r| r <= RATIO_GOAL),
                     command: controller_cmd.clone(),
                 });
+                if let Some(floor) = floor {
+                    let direct_floor =
+                        ratio(floor, *direct).map_or("-".into(), |r| format!("{r:.2}x"));
+                    out.push(Goal {
+                        what: format!("{measure} time, operator/floor, N = {n}, {server}"),
+                        goal: "-".to_string(),
+                        measured: match ratio(*operator, floor) {
+                            Some(r) => format!(
+                                "{r:.2}x ({operator:.0} ms against {floor:.0} ms; floor/direct {direct_floor})"
+                            ),
+                            None => format!("- ({operator:.0} ms against {floor:.0} ms)"),
+                        },
+                        met: None,
+                        command: controller_cmd.clone(),
+                    });
+                }
             }
             out.push(Goal {
                 what: format!("operator CPU per 1 000 jobs, N = {n}, {server}"),
@@ -654,7 +711,10 @@ behind the job's own last write). From Running to Succeeded it is the same: the 
 to finish changes the counts more than a second after the Running write, so they are \
 written at once, and the others fold into the Succeeded write: 2 where the floor says 1. \
 Holding the first count change back as well would save it, at the cost of `taskStatus` \
-lagging by up to the interval on every change.
+lagging by up to the interval on every change. Each status write is a JSON merge patch of \
+the status fields that changed, guarded by the resourceVersion it was planned from (a 409 \
+when the job changed since): the request carries no spec, and its answer is decoded with the \
+spec left raw.
 - **`services` create** above 1: only when a pass runs before the service's own watch event \
 and after the 5 s in which a created service is taken as there (`service_expected`); the \
 duplicate is answered 409 and ignored.
@@ -793,13 +853,17 @@ fn report(rows: &[Row]) -> String {
         let _ = writeln!(
             w,
             "Time from the first create to all pods existing and to all pods Running: N DIJobs \
-             of 4 replicas through the operator, against the same pods created directly.\n"
+             of 4 replicas through the operator, against the same pods created directly, and \
+             against the floor: the bench itself writes the DIJobs, their pods and services and \
+             the Pending and Starting status writes, the least a DI-orchestrator-compatible \
+             controller writes before the pods exist (no watch, no cache, no Events, no Running \
+             write: a lower bound). Ratios: operator/direct, and operator/floor in brackets.\n"
         );
         let _ = writeln!(
             w,
-            "| server | N | pods exist: direct ms | via operator ms | ratio | pods Running: direct ms | via operator ms | ratio | operator CPU s per 1 000 jobs |"
+            "| server | N | pods exist: direct ms | floor ms | via operator ms | ratio | pods Running: direct ms | floor ms | via operator ms | ratio | operator CPU s per 1 000 jobs |"
         );
-        let _ = writeln!(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+        let _ = writeln!(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
         for server in &servers {
             let mut mine: Vec<&Row> = rows
                 .iter()
@@ -821,12 +885,23 @@ fn report(rows: &[Row]) -> String {
                 } = row
                 {
                     let show = |r: Option<f64>| r.map_or("-".to_string(), |r| format!("{r:.2}"));
+                    let floor = floor_of(rows, server, *n);
+                    let ms = |f: Option<f64>| f.map_or("-".to_string(), |f| format!("{f:.1}"));
+                    let over = |operator: f64, floor: Option<f64>| {
+                        floor
+                            .and_then(|f| ratio(operator, f))
+                            .map_or(String::new(), |r| format!(" ({r:.2})"))
+                    };
                     let _ = writeln!(
                         w,
-                        "| {} | {n} | {direct_exist_ms:.1} | {operator_exist_ms:.1} | {} | {direct_running_ms:.1} | {operator_running_ms:.1} | {} | {cpu_s_per_1000_jobs:.2} |",
+                        "| {} | {n} | {direct_exist_ms:.1} | {} | {operator_exist_ms:.1} | {}{} | {direct_running_ms:.1} | {} | {operator_running_ms:.1} | {}{} | {cpu_s_per_1000_jobs:.2} |",
                         cell(server),
+                        ms(floor.map(|f| f.0)),
                         show(ratio(*operator_exist_ms, *direct_exist_ms)),
+                        over(*operator_exist_ms, floor.map(|f| f.0)),
+                        ms(floor.map(|f| f.1)),
                         show(ratio(*operator_running_ms, *direct_running_ms)),
+                        over(*operator_running_ms, floor.map(|f| f.1)),
                     );
                 }
             }
@@ -1280,6 +1355,15 @@ mod tests {
             }
         );
         assert_eq!(
+            one("controller-floor,sandbox,1000,1200.5,2400"),
+            Row::ControllerFloor {
+                server: "sandbox".into(),
+                n: 1000,
+                exist_ms: 1200.5,
+                running_ms: 2400.0,
+            }
+        );
+        assert_eq!(
             one("controller-writes,sandbox,dijobs/status,patch,3.000,1.000"),
             Row::ControllerWrites {
                 server: "sandbox".into(),
@@ -1408,6 +1492,19 @@ mod tests {
             .met,
             Some(true)
         );
+        // 1840.9 / 1700.0 = 1.08 over the floor, whose own ratio is 1700.0 / 1610.4 = 1.06.
+        let g = goal(&goals, "pods exist time, operator/floor, N = 1000, sandbox");
+        assert_eq!(g.met, None);
+        assert_eq!(
+            g.measured,
+            "1.08x (1841 ms against 1700 ms; floor/direct 1.06x)"
+        );
+        assert!(
+            !goals
+                .iter()
+                .any(|g| g.what == "pods exist time, operator/floor, N = 1000, real API server"),
+            "no floor row, no floor goal"
+        );
         let g = goal(&goals, "operator CPU per 1 000 jobs, N = 1000, sandbox");
         assert_eq!((g.met, g.measured.as_str()), (None, "2.45 s"));
         // Writes: 4 + 1 + 3 + 8 Events; 1 + 1 + 2 Events.
@@ -1493,7 +1590,14 @@ mod tests {
         ));
         assert!(md.contains("| services | delete | 0.00 | - | 1.00 | 1 |"));
         assert!(md.contains("| events | create | 8.00 | client-go: 8 | 2.00 | client-go: 2 |"));
-        assert!(md.contains("| sandbox | 100 | 180.2 | 205.7 | 1.14 |"));
+        assert!(
+            md.contains("| sandbox | 100 | 180.2 | - | 205.7 | 1.14 |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| sandbox | 1000 | 1610.4 | 1700.0 | 1840.9 | 1.14 (1.08) | 3020.0 | 3200.0 | 3410.6 | 1.13 (1.07) |"),
+            "{md}"
+        );
         assert!(md.contains("![ratio against N](ratio.svg)"));
         // No command row: "-".
         let bare: Vec<Row> = rows
