@@ -65,8 +65,9 @@ pub struct RunArgs {
     #[arg(long, default_value = "1m", value_parser = parse_duration)]
     pub sync_period: std::time::Duration,
     /// DIJobs reconciled at the same time (0 = no limit). Each reconcile issues its writes in
-    /// parallel, so this also bounds the connections the operator opens.
-    #[arg(long, default_value_t = 16)]
+    /// parallel, so this also bounds the connections the operator opens (up to 5 each for a
+    /// 4-pod job: 160 at 32, under kube-apiserver's 200 mutating requests in flight).
+    #[arg(long, default_value_t = 32)]
     pub concurrency: u16,
     /// Address of the Prometheus `/metrics` endpoint and of `GET /plugins` (`0` disables it).
     /// Unless `--server-auth none`, both need a bearer token allowed `get` on their path (a

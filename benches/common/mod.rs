@@ -10,6 +10,7 @@ use std::process::{Child, Command, Stdio};
 
 use std::time::{Duration, Instant};
 
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{DeleteParams, ListParams, PostParams};
@@ -369,6 +370,41 @@ impl Cluster {
             &ListParams::default(),
         )
         .await?;
+        // The rest of what a run leaves, by this client too: the namespace controller and the
+        // garbage collector of kube-controller-manager write at its 20 requests/s, minutes for
+        // a thousand DIJobs, services and their Events. Services have no deletecollection.
+        let ns = &self.namespace;
+        let jobs: Api<diorch_core::api::DIJob> = Api::namespaced(self.client.clone(), ns);
+        jobs.delete_collection(&DeleteParams::background(), &ListParams::default())
+            .await?;
+        let services: Api<k8s_openapi::api::core::v1::Service> =
+            Api::namespaced(self.client.clone(), ns);
+        let names: Vec<String> = services
+            .list_metadata(&ListParams::default())
+            .await?
+            .items
+            .into_iter()
+            .filter_map(|s| s.metadata.name)
+            .collect();
+        futures::stream::iter(names)
+            .map(|name| {
+                let services = services.clone();
+                async move {
+                    match services.delete(&name, &DeleteParams::background()).await {
+                        Ok(_) => Ok(()),
+                        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+                        Err(err) => Err(err),
+                    }
+                }
+            })
+            .buffer_unordered(32)
+            .try_collect::<Vec<_>>()
+            .await?;
+        let events: Api<k8s_openapi::api::events::v1::Event> =
+            Api::namespaced(self.client.clone(), ns);
+        events
+            .delete_collection(&DeleteParams::default(), &ListParams::default())
+            .await?;
         let namespaces: Api<Namespace> = Api::all(self.client.clone());
         namespaces
             .delete(&self.namespace, &DeleteParams::default())

@@ -62,7 +62,7 @@ impl Default for Settings {
             qps: 100.0,
             burst: 200,
             sync_period: Duration::from_secs(60),
-            concurrency: 16,
+            concurrency: 32,
             reporter: labels::OPERATOR_NAME.to_string(),
             leader: crate::leader::Leadership::always(),
         }
