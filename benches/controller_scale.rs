@@ -303,6 +303,22 @@ async fn via_operator(server: &Server, n: usize, concurrency: usize) -> anyhow::
     Ok(run)
 }
 
+/// A run with no operator: waits until the burst's pods run, removes the cluster, and times
+/// from `start`.
+async fn unattended_run(
+    cluster: Cluster,
+    done: tokio::task::JoinHandle<anyhow::Result<Progress>>,
+    start: Instant,
+) -> anyhow::Result<Run> {
+    let progress = tokio::time::timeout(Duration::from_secs(900), done).await???;
+    cluster.finish().await?;
+    Ok(Run {
+        exist: progress.exist - start,
+        running: progress.running - start,
+        operator_cpu: None,
+    })
+}
+
 /// Creates the same pods and services directly; times until they exist and run.
 async fn direct(server: &Server, n: usize, concurrency: usize) -> anyhow::Result<Run> {
     let cluster = Cluster::start(server, &nodes()).await?;
@@ -335,13 +351,7 @@ async fn direct(server: &Server, n: usize, concurrency: usize) -> anyhow::Result
     .buffer_unordered(concurrency)
     .try_collect::<Vec<_>>()
     .await?;
-    let progress = tokio::time::timeout(Duration::from_secs(900), done).await???;
-    cluster.finish().await?;
-    Ok(Run {
-        exist: progress.exist - start,
-        running: progress.running - start,
-        operator_cpu: None,
-    })
+    unattended_run(cluster, done, start).await
 }
 
 /// The floor of the operator path: what any DI-orchestrator-compatible controller must write
@@ -407,13 +417,7 @@ async fn via_floor(server: &Server, n: usize, concurrency: usize) -> anyhow::Res
         .buffer_unordered(concurrency)
         .try_collect::<Vec<_>>()
         .await?;
-    let progress = tokio::time::timeout(Duration::from_secs(900), done).await???;
-    cluster.finish().await?;
-    Ok(Run {
-        exist: progress.exist - start,
-        running: progress.running - start,
-        operator_cpu: None,
-    })
+    unattended_run(cluster, done, start).await
 }
 
 /// Waits until every job of `namespace` but the warm-up is in `phase`.
