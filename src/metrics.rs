@@ -388,7 +388,7 @@ impl Metrics {
         );
         registry.register(
             "replica_api_ignored_ranks",
-            "Pod rank annotations the replica API ignored because they lie outside the job's size",
+            "Pod rank annotations the replica API ignored because they lie outside the job's size (counted when an answer is computed, not when a kept one is served)",
             server.ignored_ranks.clone(),
         );
         registry.register(

@@ -456,6 +456,7 @@ pub async fn run(
             metrics,
             auth,
             on_handled: None,
+            answers: Default::default(),
         });
         let limits = args.http.clone();
         tokio::spawn(async move {

@@ -25,6 +25,11 @@ struct IndexState {
     by_job: HashMap<JobKey, BTreeSet<String>>,
     /// Built during a watch re-list, swapped in at its end (as the reflector does).
     rebuilding: Option<HashMap<JobKey, BTreeSet<String>>>,
+    /// Per job with pods, the sequence number of the last pod event the pod cache has applied
+    /// for it: equal numbers mean the job's cached pods have not changed in between.
+    versions: HashMap<JobKey, u64>,
+    /// Last sequence number given out; only grows, so a number is never reused for a job.
+    seq: u64,
 }
 
 fn job_key(pod: &CachedPod) -> Option<(JobKey, String)> {
@@ -71,6 +76,41 @@ impl PodIndex {
         }
     }
 
+    /// Records that the pod cache has applied `event`: call it on every event after the
+    /// reflector has, so a version read before the cache is never newer than what it saw.
+    pub fn settled(&self, event: &watcher::Event<CachedPod>) {
+        let mut state = self.inner.write().unwrap_or_else(|e| e.into_inner());
+        state.seq += 1;
+        let seq = state.seq;
+        match event {
+            watcher::Event::Apply(pod) | watcher::Event::Delete(pod) => {
+                if let Some((key, _)) = job_key(pod) {
+                    if state.by_job.contains_key(&key) {
+                        state.versions.insert(key, seq);
+                    } else {
+                        state.versions.remove(&key);
+                    }
+                }
+            }
+            // The cache swaps in the re-listed pods at its end: every job's pods may differ.
+            watcher::Event::InitDone => {
+                let versions = state.by_job.keys().map(|k| (k.clone(), seq)).collect();
+                state.versions = versions;
+            }
+            watcher::Event::Init | watcher::Event::InitApply(_) => {}
+        }
+    }
+
+    /// The version of `job`'s cached pods in `namespace`, if it has any and the cache has
+    /// applied an event for them since the start (see [`PodIndex::settled`]).
+    pub fn version(&self, namespace: &str, job: &str) -> Option<u64> {
+        let state = self.inner.read().unwrap_or_else(|e| e.into_inner());
+        state
+            .versions
+            .get(&(namespace.to_string(), job.to_string()))
+            .copied()
+    }
+
     /// Names of the pods labelled with `job` in `namespace`.
     pub fn pods_of(&self, namespace: &str, job: &str) -> Vec<String> {
         let state = self.inner.read().unwrap_or_else(|e| e.into_inner());
@@ -93,6 +133,42 @@ mod tests {
             "metadata": {"name": name, "namespace": "ns", "labels": {"diengine/job": job}}
         }))
         .expect("pod")
+    }
+
+    #[test]
+    fn a_job_version_moves_on_with_each_settled_event_of_its_pods_only() {
+        let index = PodIndex::default();
+        let settle = |event: watcher::Event<CachedPod>| {
+            index.apply(&event);
+            index.settled(&event);
+        };
+        assert_eq!(index.version("ns", "j"), None);
+        settle(watcher::Event::Apply(pod("a", "j")));
+        let first = index.version("ns", "j").expect("a version");
+        // Applied but not yet settled: the version has not moved.
+        index.apply(&watcher::Event::Apply(pod("b", "j")));
+        assert_eq!(index.version("ns", "j"), Some(first));
+        index.settled(&watcher::Event::Apply(pod("b", "j")));
+        let second = index.version("ns", "j").expect("a version");
+        assert_ne!(second, first);
+        settle(watcher::Event::Apply(pod("c", "k")));
+        assert_eq!(index.version("ns", "j"), Some(second));
+        settle(watcher::Event::Delete(pod("a", "j")));
+        let third = index.version("ns", "j").expect("a version");
+        assert!(third != second && third != first);
+        // The last pod gone: no version, and the next pod never gets an earlier number.
+        settle(watcher::Event::Delete(pod("b", "j")));
+        assert_eq!(index.version("ns", "j"), None);
+        settle(watcher::Event::Apply(pod("d", "j")));
+        assert!(index.version("ns", "j").is_some_and(|v| v > third));
+        // A re-list ends with a new version for every job it found.
+        let before = index.version("ns", "k");
+        settle(watcher::Event::Init);
+        settle(watcher::Event::InitApply(pod("c", "k")));
+        assert_eq!(index.version("ns", "k"), before);
+        settle(watcher::Event::InitDone);
+        assert!(index.version("ns", "k").is_some_and(|v| Some(v) != before));
+        assert_eq!(index.version("ns", "j"), None);
     }
 
     #[test]

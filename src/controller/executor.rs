@@ -298,12 +298,21 @@ pub fn start(
     let pods = watcher(Api::<CachedPod>::all(client.clone()), owned.clone())
         .default_backoff()
         .modify(cache::trim_pod)
-        .inspect(move |event| {
-            if let Ok(event) = event {
-                index.apply(event);
+        .inspect({
+            let index = index.clone();
+            move |event| {
+                if let Ok(event) = event {
+                    index.apply(event);
+                }
             }
         })
         .reflect(pod_writer)
+        // After the reflector: the replica API's cached answers key on this version.
+        .inspect(move |event| {
+            if let Ok(event) = event {
+                index.settled(event);
+            }
+        })
         .touched_objects()
         .inspect({
             let queue = ctx.queue.clone();

@@ -1,5 +1,6 @@
 //! The replica API: di-server compatible HTTP endpoints for DI-engine workers (spec section 10),
-//! served by `diorch run` from the controller's caches.
+//! served by `diorch run` from the controller's caches. A GET replicas answer is kept encoded
+//! per job while the job and its pods are unchanged ([`Answers`]): workers poll it.
 //!
 //! Owns HTTP routing, job-id parsing, the `{"success","code","message","data"}` envelope, and the
 //! request metrics. Reads jobs and pods only from the reflector caches; its writes are the
@@ -44,6 +45,7 @@ use diorch_core::api::{
 use diorch_core::build;
 use diorch_core::cached::CachedJob;
 use diorch_core::cached::CachedPod;
+use diorch_core::naming;
 use diorch_core::placement::ObjectKey;
 
 /// Largest request body accepted (profilings are merged into the job's status).
@@ -68,6 +70,76 @@ pub struct ServerState {
     pub auth: Option<Arc<dyn auth::Authorizer>>,
     /// See [`HandledHook`]; `None` in the operator.
     pub on_handled: Option<HandledHook>,
+    /// GET replicas answers already encoded, per job (see [`Answers`]).
+    pub answers: Arc<Answers>,
+}
+
+/// Bytes of encoded answers [`Answers`] keeps (about 1.5 KiB per 64-replica job).
+const ANSWERS_BYTES: usize = 8 * 1024 * 1024;
+/// An answer is recomputed at least this often, so a job nobody polls lets its entry go.
+const ANSWER_TTL: Duration = Duration::from_secs(60);
+
+/// Encoded GET replicas answers per job. DI-engine workers poll this route; most polls find
+/// the same job and pods, so the answer is kept with what it was computed from (the job's uid
+/// and resourceVersion and the version of its pods in the index) and served again while those
+/// are unchanged. Bounded in bytes and time.
+pub struct Answers {
+    cache: auth::BoundedCache<ObjectKey, Arc<Answer>>,
+}
+
+impl Default for Answers {
+    fn default() -> Answers {
+        Answers {
+            cache: auth::BoundedCache::new(ANSWERS_BYTES, ANSWER_TTL),
+        }
+    }
+}
+
+/// One encoded answer and what it was computed from.
+struct Answer {
+    uid: String,
+    resource_version: String,
+    pods: u64,
+    body: Bytes,
+}
+
+/// What an answer for a job is computed from: its uid and resourceVersion and its pods'
+/// version, read before the pods.
+#[derive(Clone, Copy)]
+struct AnswerInputs<'a> {
+    uid: &'a str,
+    resource_version: &'a str,
+    pods: u64,
+}
+
+impl Answers {
+    fn get(&self, key: &ObjectKey, inputs: AnswerInputs<'_>) -> Option<Bytes> {
+        let hit = self.cache.get(key)?;
+        (hit.pods == inputs.pods
+            && hit.uid == inputs.uid
+            && hit.resource_version == inputs.resource_version)
+            .then(|| hit.body.clone())
+    }
+
+    fn insert(&self, key: ObjectKey, inputs: AnswerInputs<'_>, body: Bytes) {
+        let size = body.len() + inputs.uid.len() + inputs.resource_version.len();
+        let answer = Answer {
+            uid: inputs.uid.to_string(),
+            resource_version: inputs.resource_version.to_string(),
+            pods: inputs.pods,
+            body,
+        };
+        self.cache.insert(key, Arc::new(answer), size);
+    }
+
+    /// Answers held.
+    pub fn len(&self) -> usize {
+        self.cache.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.cache.is_empty()
+    }
 }
 
 impl ServerState {
@@ -111,7 +183,7 @@ pub fn router(state: ServerState) -> Router {
     let metrics_route = Router::new()
         .route(
             "/metrics",
-            get(|State(s): State<ServerState>| async move {
+            get(|State(s): State<Arc<ServerState>>| async move {
                 (
                     [(
                         header::CONTENT_TYPE,
@@ -134,7 +206,8 @@ pub fn router(state: ServerState) -> Router {
         )
         .route_layer(middleware::from_fn_with_state(metrics, track))
         .layer(DefaultBodyLimit::max(MAX_BODY))
-        .with_state(state)
+        // One Arc clone per extractor, not a clone of every field (a client, caches, metrics).
+        .with_state(Arc::new(state))
 }
 
 async fn track(State(metrics): State<Arc<Metrics>>, request: Request, next: Next) -> Response {
@@ -158,7 +231,7 @@ async fn track(State(metrics): State<Arc<Metrics>>, request: Request, next: Next
     response
 }
 
-async fn readyz(State(s): State<ServerState>) -> Response {
+async fn readyz(State(s): State<Arc<ServerState>>) -> Response {
     if s.caches.ready.load(Ordering::Acquire) {
         (StatusCode::OK, "ok").into_response()
     } else {
@@ -168,6 +241,11 @@ async fn readyz(State(s): State<ServerState>) -> Response {
 
 /// di-server's envelope: `code` 0 on success, 1 on failure.
 pub fn envelope(status: StatusCode, message: impl Into<String>, data: Value) -> Response {
+    encoded(status, envelope_body(status, message, data))
+}
+
+/// The envelope's text.
+fn envelope_body(status: StatusCode, message: impl Into<String>, data: Value) -> Bytes {
     let ok = status.is_success();
     let body = json!({
         "success": ok,
@@ -175,10 +253,15 @@ pub fn envelope(status: StatusCode, message: impl Into<String>, data: Value) -> 
         "message": message.into(),
         "data": data,
     });
+    Bytes::from(body.to_string())
+}
+
+/// A response carrying an envelope already encoded.
+fn encoded(status: StatusCode, body: Bytes) -> Response {
     (
         status,
         [(header::CONTENT_TYPE, "application/json; charset=utf-8")],
-        body.to_string(),
+        body,
     )
         .into_response()
 }
@@ -404,13 +487,32 @@ fn worker_port(pod: &CachedPod) -> i32 {
 /// GET replicas: `"ip:port"` per rank (a rank with no live pod is `""`; no replica at all is
 /// `null`, as di-server answers); `?detail=true` adds pod, task, phase and node per replica.
 async fn get_replicas(
-    State(state): State<ServerState>,
+    State(state): State<Arc<ServerState>>,
     method: Method,
     job: AuthorizedJob,
     Query(query): Query<ReplicasQuery>,
 ) -> Result<Response, ApiError> {
     let id = state.acting_on(&job, &method);
     let job = find_job(&state, id)?;
+    // Read before the pods are (see `PodIndex::settled`): a pod change after this read moves
+    // the version on, so an answer is never kept under a version newer than its pods.
+    let inputs = (!query.detail)
+        .then(|| {
+            Some(AnswerInputs {
+                uid: job.metadata.uid.as_deref()?,
+                resource_version: job.metadata.resource_version.as_deref()?,
+                pods: state
+                    .caches
+                    .index
+                    .version(&id.job.namespace, &naming::job_label_value(&id.job.name))?,
+            })
+        })
+        .flatten();
+    if let Some(inputs) = inputs
+        && let Some(body) = state.answers.get(&id.job, inputs)
+    {
+        return Ok(encoded(StatusCode::OK, body));
+    }
     let replicas = live_replicas(&state, &job);
     const MESSAGE: &str = "successfully get replicas";
     if query.detail {
@@ -431,8 +533,17 @@ async fn get_replicas(
             .collect();
         return Ok(envelope(StatusCode::OK, MESSAGE, Value::Array(data)));
     }
+    let body = envelope_body(StatusCode::OK, MESSAGE, replica_addresses(&job, replicas));
+    if let Some(inputs) = inputs {
+        state.answers.insert(id.job.clone(), inputs, body.clone());
+    }
+    Ok(encoded(StatusCode::OK, body))
+}
+
+/// GET replicas' `data`: the address per rank, `null` when there is no replica.
+fn replica_addresses(job: &CachedJob, replicas: Vec<Replica>) -> Value {
     if replicas.is_empty() {
-        return Ok(envelope(StatusCode::OK, MESSAGE, Value::Null));
+        return Value::Null;
     }
     // `status.ranks` is trusted no further than the job's size either.
     let ranks = job
@@ -440,7 +551,7 @@ async fn get_replicas(
         .as_ref()
         .and_then(|s| s.ranks.as_ref())
         .map_or(0, Vec::len)
-        .min(rank_bound(&job));
+        .min(rank_bound(job));
     // Every rank in `replicas` is below the bound (checked above), so is `len`.
     let len = replicas.last().map_or(0, |r| r.rank + 1).max(ranks);
     let mut data = vec![String::new(); len];
@@ -449,7 +560,7 @@ async fn get_replicas(
             *slot = r.address;
         }
     }
-    Ok(envelope(StatusCode::OK, MESSAGE, json!(data)))
+    json!(data)
 }
 
 /// Decodes a JSON body, answering malformed or oversized input with the envelope.
@@ -509,7 +620,7 @@ fn scale_request(body: &Value, allow_pods: bool) -> Result<(), String> {
 }
 
 async fn scale(
-    state: ServerState,
+    state: Arc<ServerState>,
     id: &JobId,
     body: Result<Bytes, BytesRejection>,
     delete: bool,
@@ -777,7 +888,7 @@ async fn write_status(
 }
 
 async fn add_replicas(
-    State(state): State<ServerState>,
+    State(state): State<Arc<ServerState>>,
     method: Method,
     job: AuthorizedJob,
     body: Result<Bytes, BytesRejection>,
@@ -787,7 +898,7 @@ async fn add_replicas(
 }
 
 async fn delete_replicas(
-    State(state): State<ServerState>,
+    State(state): State<Arc<ServerState>>,
     method: Method,
     job: AuthorizedJob,
     body: Result<Bytes, BytesRejection>,
@@ -832,7 +943,7 @@ fn oversized(job: &DIJob) -> Option<String> {
 
 /// POST profilings: `{"data": {...}}` (or a bare object) merged into `status.profilings`.
 async fn post_profilings(
-    State(state): State<ServerState>,
+    State(state): State<Arc<ServerState>>,
     method: Method,
     job: AuthorizedJob,
     body: Result<Bytes, BytesRejection>,

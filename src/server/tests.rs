@@ -50,6 +50,25 @@ fn pod(
 }
 
 fn state(jobs: Vec<Value>, pods: Vec<Value>, ready: bool) -> ServerState {
+    state_and_writers(jobs, pods, ready).0
+}
+
+/// The caches' writers, to change what the caches hold after the state is built.
+struct Writers {
+    jobs: reflector::store::Writer<CachedJob>,
+    pods: reflector::store::Writer<CachedPod>,
+}
+
+impl Writers {
+    /// A pod event as the controller's watch applies it: index, cache, then settled.
+    fn pod_event(&mut self, s: &ServerState, event: watcher::Event<CachedPod>) {
+        s.caches.index.apply(&event);
+        self.pods.apply_watcher_event(&event);
+        s.caches.index.settled(&event);
+    }
+}
+
+fn state_and_writers(jobs: Vec<Value>, pods: Vec<Value>, ready: bool) -> (ServerState, Writers) {
     let (job_store, mut job_writer) = reflector::store::<CachedJob>();
     for j in jobs {
         let j: CachedJob = serde_json::from_value(j).expect("job");
@@ -62,9 +81,10 @@ fn state(jobs: Vec<Value>, pods: Vec<Value>, ready: bool) -> ServerState {
         let event = watcher::Event::Apply(p);
         index.apply(&event);
         pod_writer.apply_watcher_event(&event);
+        index.settled(&event);
     }
     let config = kube::Config::new("http://127.0.0.1:9".parse().expect("url"));
-    ServerState {
+    let state = ServerState {
         caches: Caches {
             jobs: job_store,
             pods: pod_store,
@@ -75,7 +95,13 @@ fn state(jobs: Vec<Value>, pods: Vec<Value>, ready: bool) -> ServerState {
         metrics: Arc::new(Metrics::new()),
         auth: None,
         on_handled: None,
-    }
+        answers: Default::default(),
+    };
+    let writers = Writers {
+        jobs: job_writer,
+        pods: pod_writer,
+    };
+    (state, writers)
 }
 
 fn standard() -> ServerState {
@@ -137,6 +163,76 @@ async fn call(
     let value = serde_json::from_slice(&bytes)
         .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
     (status, value, headers)
+}
+
+/// A polled answer is kept while the job and its pods are unchanged, and recomputed as soon
+/// as either changes (the counter of ignored ranks counts computations).
+#[tokio::test]
+async fn a_kept_answer_follows_every_change_of_the_job_or_its_pods() {
+    let with_version = |rv: &str| {
+        let mut j = job("j", false, &[]);
+        j["metadata"]["resourceVersion"] = json!(rv);
+        j
+    };
+    let (s, mut writers) = state_and_writers(
+        vec![with_version("1")],
+        vec![
+            pod("j", "j-learner-0", 0, Some("10.0.0.1"), "Running", None),
+            pod("j", "j-collector-0", 99, Some("10.0.0.2"), "Running", None),
+        ],
+        true,
+    );
+    let get = || call(&s, Method::GET, "/v2alpha1/job/ns.j/replicas", "");
+    for _ in 0..3 {
+        let (status, body, headers) = get().await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(body["data"], json!(["10.0.0.1:22270"]));
+        assert_eq!(
+            headers.get("content-type").and_then(|v| v.to_str().ok()),
+            Some("application/json; charset=utf-8")
+        );
+    }
+    assert_eq!(s.metrics.server.ignored_ranks.get(), 1, "computed once");
+    assert_eq!(s.answers.len(), 1);
+
+    // A pod moves: the next answer has its new address.
+    let moved: CachedPod = serde_json::from_value(pod(
+        "j",
+        "j-learner-0",
+        0,
+        Some("10.0.0.7"),
+        "Running",
+        None,
+    ))
+    .expect("pod");
+    writers.pod_event(&s, watcher::Event::Apply(moved.clone()));
+    let (_, body, _) = get().await;
+    assert_eq!(body["data"], json!(["10.0.0.7:22270"]));
+    assert_eq!(s.metrics.server.ignored_ranks.get(), 2);
+
+    // A job change (its status ranks) is seen too.
+    let mut changed = with_version("2");
+    changed["status"]["ranks"] = json!(["a", "b", "c"]);
+    let changed: CachedJob = serde_json::from_value(changed).expect("job");
+    writers
+        .jobs
+        .apply_watcher_event(&watcher::Event::Apply(changed));
+    let (_, body, _) = get().await;
+    assert_eq!(body["data"], json!(["10.0.0.7:22270", "", ""]));
+
+    // The learner gone: the one pod left has an ignored rank, so no replica at all.
+    writers.pod_event(&s, watcher::Event::Delete(moved));
+    let (_, body, _) = get().await;
+    assert_eq!(body["data"], Value::Null);
+    // `?detail=true` is never served from what was kept.
+    let (_, body, _) = call(
+        &s,
+        Method::GET,
+        "/v2alpha1/job/ns.j/replicas?detail=true",
+        "",
+    )
+    .await;
+    assert_eq!(body["data"], json!([]));
 }
 
 #[tokio::test]
