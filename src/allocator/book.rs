@@ -63,8 +63,8 @@ fn sub(sums: &mut NodeSums, node: &str, r: &Resources) {
 /// Drops zero amounts, and the node once nothing is left.
 fn prune(sums: &mut NodeSums, node: &str) {
     if let Some(sum) = sums.get_mut(node) {
-        sum.0.retain(|_, v| *v != 0);
-        if sum.0.is_empty() {
+        sum.retain_nonzero();
+        if sum.is_empty() {
             sums.remove(node);
         }
     }
@@ -273,8 +273,8 @@ impl Used<'_> {
             Some(less) => {
                 let mut used = counted.cloned().unwrap_or_default();
                 used.sub(less);
-                used.0.retain(|_, v| *v != 0);
-                (!used.0.is_empty()).then_some(Cow::Owned(used))
+                used.retain_nonzero();
+                (!used.is_empty()).then_some(Cow::Owned(used))
             }
         }
     }
@@ -306,7 +306,7 @@ mod tests {
 
     fn held_on(nodes: &[&str], gpus: u8) -> Held {
         let mut r = Resources::default();
-        r.0.insert("nvidia.com/gpu".to_string(), i128::from(gpus) * 1000);
+        r.set("nvidia.com/gpu", i128::from(gpus) * 1000);
         Held {
             uid: String::new(),
             slots: nodes.iter().map(|n| n.to_string()).collect(),
@@ -334,9 +334,9 @@ mod tests {
             }
         }
         for r in usage.values_mut() {
-            r.0.retain(|_, v| *v != 0);
+            r.retain_nonzero();
         }
-        usage.retain(|_, r| !r.0.is_empty());
+        usage.retain(|_, r| !r.is_empty());
         usage
     }
 
@@ -354,8 +354,7 @@ mod tests {
         book.apply_pod(&pod("a-0", Some("a"), Some("n0"), 2, false));
         book.apply_pod(&pod("x", None, Some("n1"), 1, false));
         let none = HashSet::new();
-        let gpus =
-            |s: &NodeSums, n: &str| s.get(n).and_then(|r| r.0.get("nvidia.com/gpu").copied());
+        let gpus = |s: &NodeSums, n: &str| s.get(n).and_then(|r| r.amount("nvidia.com/gpu"));
         assert_eq!(gpus(&seen(&book, &["n0", "n1"], &none), "n0"), Some(2000));
         // Held on n1 with 4 GPUs: n0's pod no longer counts, the allocation does.
         let a = ObjectKey::new("ns", "a");
@@ -451,7 +450,7 @@ mod tests {
                         prop_assert_eq!(book.release(&key).is_some(), held.remove(&key).is_some());
                     }
                     Op::Retain(gpus) => {
-                        let keep = |h: &Held| h.usage.iter().all(|(_, r)| r.0.get("nvidia.com/gpu") != Some(&(i128::from(gpus) * 1000)));
+                        let keep = |h: &Held| h.usage.iter().all(|(_, r)| r.amount("nvidia.com/gpu") != Some(i128::from(gpus) * 1000));
                         book.retain(keep);
                         held.retain(|_, h| keep(h));
                     }

@@ -32,7 +32,7 @@ use crate::plugin::registry::PluginRegistry;
 use crate::plugin::{PluginError, TaskContext};
 use diorch_core::api::{DIJob, labels};
 use diorch_core::build::{BuildContext, PodGroup};
-use diorch_core::cached::{self as cache, CachedJob, CachedPod};
+use diorch_core::cached::{self as cache, CachedJob, CachedPod, CachedService};
 use diorch_core::merge_patch;
 use diorch_core::naming;
 use diorch_core::placement::{Admission, ObjectKey, Placement};
@@ -126,7 +126,7 @@ impl Error {
 pub struct Context {
     client: Client,
     caches: Caches,
-    services: Store<Service>,
+    services: Store<CachedService>,
     expectations: Expectations,
     /// Events waiting to be recorded by the background worker.
     events: tokio::sync::mpsc::Sender<(Event, ObjectReference)>,
@@ -228,7 +228,7 @@ pub fn start(
     ));
     let (job_store, job_writer) = reflector::store::<CachedJob>();
     let (pod_store, pod_writer) = reflector::store::<CachedPod>();
-    let (svc_store, svc_writer) = reflector::store::<Service>();
+    let (svc_store, svc_writer) = reflector::store::<CachedService>();
     let index = PodIndex::default();
     let Placer { placement, retries } = place(job_store.clone());
 
@@ -322,7 +322,7 @@ pub fn start(
                 }
             }
         });
-    let services = watcher(Api::<Service>::all(client), owned)
+    let services = watcher(Api::<CachedService>::all(client), owned)
         .default_backoff()
         .modify(cache::trim_service)
         .reflect(svc_writer)

@@ -15,7 +15,7 @@ use serde::Deserialize;
 use crate::api::{DIJob, Priority, labels};
 use crate::build;
 use crate::placement::{ObjectKey, SlotNodes};
-use crate::resources::{self, CPU, ContainerShape, GPU, MEMORY, Resources};
+use crate::resources::{self, CPU, ContainerShape, GPU, MEMORY, PODS, Resources};
 use diorch_policies as plugin;
 
 /// A pod as the allocator caches it: its job (if it is a DIJob's), its node and what it
@@ -115,7 +115,9 @@ impl From<PodShape> for UsagePod {
             ),
             None => (None, Resources::default()),
         };
-        requests.0.insert(PODS.to_string(), 1000);
+        requests.set(PODS, 1000);
+        // Kept per pod in the allocator's cache.
+        requests.shrink_to_fit();
         let terminal = matches!(
             pod.status.and_then(|s| s.phase).as_deref(),
             Some("Succeeded" | "Failed")
@@ -177,9 +179,8 @@ fn whole_up(milli: i128) -> u64 {
     u64::try_from((milli.max(0) + 999) / 1000).unwrap_or(u64::MAX)
 }
 
-/// A node's pod slots: every replica takes one, so a policy packing CPU-only replicas cannot
-/// exceed the kubelet's `maxPods`. Carried as the extended resource `pods`.
-const PODS: &str = "pods";
+// A node's pod slots (`resources::PODS`): every replica takes one, so a policy packing
+// CPU-only replicas cannot exceed the kubelet's `maxPods`. Carried as an extended resource.
 
 /// kubelet's default `maxPods`, for nodes that do not report it.
 const DEFAULT_MAX_PODS: i128 = 110_000;
@@ -199,10 +200,9 @@ pub fn model_resources(r: &Resources, up: bool) -> plugin::Resources {
         memory_bytes: conv(r.get(MEMORY)),
         gpus: u32::try_from(conv(r.get(GPU))).unwrap_or(u32::MAX),
         extended: r
-            .0
             .iter()
             .filter(|(name, _)| !not_extended(name))
-            .map(|(name, q)| (name.clone(), conv(*q)))
+            .map(|(name, q)| (name.to_string(), conv(q)))
             .filter(|(_, q)| *q > 0)
             .collect(),
     }
@@ -212,10 +212,7 @@ pub fn model_resources(r: &Resources, up: bool) -> plugin::Resources {
 /// from its allocatable to give `free`.
 pub fn model_node(node: &Node, used: Option<&Resources>) -> plugin::Node {
     let mut allocatable = resources::node_allocatable(node);
-    allocatable
-        .0
-        .entry(PODS.to_string())
-        .or_insert(DEFAULT_MAX_PODS);
+    allocatable.set_default(PODS, DEFAULT_MAX_PODS);
     let mut free = allocatable.clone();
     if let Some(used) = used {
         free.sub(used);
@@ -298,7 +295,7 @@ pub fn task_requests(job: &DIJob) -> Vec<Resources> {
                 .as_ref()
                 .map(|s| resources::pod_spec_requests(s, false))
                 .unwrap_or_default();
-            r.0.insert(PODS.to_string(), 1000);
+            r.set(PODS, 1000);
             r
         })
         .collect()
@@ -557,9 +554,9 @@ mod tests {
         trim_node(&mut n);
         assert_eq!(n.status.as_ref().and_then(|s| s.images.as_ref()), None);
         let mut used = Resources::default();
-        used.0.insert(GPU.into(), 3000);
-        used.0.insert(CPU.into(), 1500);
-        used.0.insert(MEMORY.into(), 1500); // 1.5 bytes
+        used.set(GPU, 3000);
+        used.set(CPU, 1500);
+        used.set(MEMORY, 1500); // 1.5 bytes
         let m = model_node(&n, Some(&used));
         assert_eq!(m.name, "n1");
         assert!(m.ready);
@@ -581,7 +578,7 @@ mod tests {
         assert!(!model_node(&node("n2", 8, false), None).ready);
         // Over-committed nodes show no room rather than wrapping around.
         let mut lots = Resources::default();
-        lots.0.insert(GPU.into(), 100_000);
+        lots.set(GPU, 100_000);
         assert_eq!(model_node(&n, Some(&lots)).free.gpus, 0);
     }
 

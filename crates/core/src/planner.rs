@@ -14,7 +14,7 @@ use serde_json::Value;
 
 use crate::api::{CleanPodPolicy, DIJob, DIJobStatus, JobCondition, Phase, labels};
 use crate::build::{self, BuildContext, ReplicaSlot};
-use crate::cached::CachedPod;
+use crate::cached::{CachedPod, CachedService};
 use crate::placement::{Admission, RankNodes};
 use crate::ranks::RankTable;
 use crate::validate;
@@ -30,7 +30,7 @@ pub struct Observed<'a> {
     /// Every cached pod in the job's namespace carrying its `diengine/job` label, owned or not.
     pub pods: Vec<&'a CachedPod>,
     /// The cached service named `di-<job>`, if any.
-    pub service: Option<&'a Service>,
+    pub service: Option<&'a CachedService>,
     /// The allocator's answer, when the job is preemptible and needs an allocation.
     pub admission: Option<&'a Admission>,
 }
@@ -588,7 +588,7 @@ impl Planner<'_> {
 
     /// Succeeded and Failed are absorbing (15.11, Kubeflow Trainer's recurring bug): clean up by
     /// policy, never create.
-    fn terminal(&mut self, owned: &[&CachedPod], service: Option<&Service>) {
+    fn terminal(&mut self, owned: &[&CachedPod], service: Option<&CachedService>) {
         if self.status.completion_timestamp.is_none() {
             self.status.completion_timestamp = Some(self.now.clone());
         }

@@ -4,6 +4,7 @@
 //!
 //! Owns no state and does no I/O.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Container, Node, Pod, PodSpec, ResourceRequirements};
@@ -13,6 +14,8 @@ pub const CPU: &str = "cpu";
 pub const MEMORY: &str = "memory";
 /// The GPU resource DI-engine jobs ask for.
 pub const GPU: &str = "nvidia.com/gpu";
+/// The pod count a node allows, counted like a resource (each pod takes 1).
+pub const PODS: &str = "pods";
 
 /// kube-scheduler's scoring defaults for containers that request nothing (100m CPU, 200 MiB).
 pub const NON_ZERO_CPU_MILLI: i128 = 100;
@@ -20,41 +23,129 @@ pub const NON_ZERO_MEMORY_MILLI: i128 = 200 * 1024 * 1024 * 1000;
 
 /// Amounts per resource name, in milli-units (1 CPU = 1000, 1 byte = 1000), rounded up as
 /// Kubernetes' `MilliValue` does.
+///
+/// Sorted by name, one entry per name, held in a vector of exactly its entries: the allocator
+/// keeps one of these per counted pod, and a `BTreeMap` leaf is ~450 bytes however few names
+/// it holds. The common names are not allocated at all (see [`ResourceName`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Resources(pub BTreeMap<String, i128>);
+pub struct Resources(Vec<(ResourceName, i128)>);
+
+/// A resource name: the names every pod asks for are borrowed statics, others owned.
+pub type ResourceName = Cow<'static, str>;
+
+/// Names worth not allocating: what nearly every pod and node lists.
+const COMMON_NAMES: [&str; 6] = [CPU, MEMORY, GPU, PODS, "ephemeral-storage", "hugepages-2Mi"];
+
+/// `name` as a [`ResourceName`], borrowed when it is a common one.
+pub fn resource_name(name: &str) -> ResourceName {
+    match COMMON_NAMES.iter().find(|n| **n == name) {
+        Some(n) => Cow::Borrowed(n),
+        None => Cow::Owned(name.to_string()),
+    }
+}
 
 impl Resources {
     /// Parses a ResourceList. Unparsable quantities are skipped: the API server validates them.
     pub fn from_list(list: Option<&BTreeMap<String, Quantity>>) -> Self {
-        let map = list
-            .into_iter()
-            .flatten()
-            .filter_map(|(k, q)| parse_quantity(&q.0).map(|v| (k.clone(), v)))
-            .collect();
-        Resources(map)
+        // A ResourceList is a sorted map already, so the entries come sorted and unique.
+        let mut r = Resources(
+            list.into_iter()
+                .flatten()
+                .filter_map(|(k, q)| parse_quantity(&q.0).map(|v| (resource_name(k), v)))
+                .collect(),
+        );
+        r.shrink_to_fit();
+        r
+    }
+
+    /// Drops spare room (for values kept long, one per pod).
+    pub fn shrink_to_fit(&mut self) {
+        self.0.shrink_to_fit();
+    }
+
+    fn find(&self, name: &str) -> Result<usize, usize> {
+        self.0.binary_search_by(|(k, _)| k.as_ref().cmp(name))
     }
 
     pub fn get(&self, name: &str) -> i128 {
-        self.0.get(name).copied().unwrap_or(0)
+        self.find(name).map_or(0, |i| self.0[i].1)
+    }
+
+    /// The amount of `name`, if it is listed (also when it is zero).
+    pub fn amount(&self, name: &str) -> Option<i128> {
+        self.find(name).ok().map(|i| self.0[i].1)
+    }
+
+    /// Sets `name` to `value`.
+    pub fn set(&mut self, name: &str, value: i128) {
+        *self.slot(name) = value;
+    }
+
+    /// Sets `name` to `value` unless it is listed already.
+    pub fn set_default(&mut self, name: &str, value: i128) {
+        if let Err(i) = self.find(name) {
+            self.0.insert(i, (resource_name(name), value));
+        }
+    }
+
+    /// The amount of `name`, listed as zero first if it is not.
+    fn slot(&mut self, name: &str) -> &mut i128 {
+        let i = match self.find(name) {
+            Ok(i) => i,
+            Err(i) => {
+                self.0.insert(i, (resource_name(name), 0));
+                i
+            }
+        };
+        &mut self.0[i].1
+    }
+
+    /// Names and amounts, sorted by name.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, i128)> + '_ {
+        self.0.iter().map(|(k, v)| (k.as_ref(), *v))
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Drops the names whose amount is zero.
+    pub fn retain_nonzero(&mut self) {
+        self.0.retain(|(_, v)| *v != 0);
     }
 
     pub fn add(&mut self, other: &Resources) {
-        for (k, v) in &other.0 {
-            *self.0.entry(k.clone()).or_insert(0) += v;
+        for (k, v) in other.iter() {
+            *self.slot(k) += v;
         }
     }
 
     pub fn sub(&mut self, other: &Resources) {
-        for (k, v) in &other.0 {
-            *self.0.entry(k.clone()).or_insert(0) -= v;
+        for (k, v) in other.iter() {
+            *self.slot(k) -= v;
         }
     }
 
     fn max_with(&mut self, other: &Resources) {
-        for (k, v) in &other.0 {
-            let e = self.0.entry(k.clone()).or_insert(0);
-            *e = (*e).max(*v);
+        for (k, v) in other.iter() {
+            let e = self.slot(k);
+            *e = (*e).max(v);
         }
+    }
+}
+
+/// Later entries win, as collecting into a map does.
+impl<S: AsRef<str>> FromIterator<(S, i128)> for Resources {
+    fn from_iter<I: IntoIterator<Item = (S, i128)>>(iter: I) -> Resources {
+        let mut r = Resources::default();
+        for (k, v) in iter {
+            r.set(k.as_ref(), v);
+        }
+        r
     }
 }
 
@@ -134,14 +225,12 @@ impl<'a> From<&'a Container> for ContainerShape<'a> {
 fn container_requests(c: ContainerShape<'_>, non_zero: bool) -> Resources {
     let res = c.resources;
     let mut out = Resources::from_list(res.and_then(|r| r.requests.as_ref()));
-    for (k, v) in Resources::from_list(res.and_then(|r| r.limits.as_ref())).0 {
-        out.0.entry(k).or_insert(v);
+    for (k, v) in Resources::from_list(res.and_then(|r| r.limits.as_ref())).iter() {
+        out.set_default(k, v);
     }
     if non_zero {
-        out.0.entry(CPU.to_string()).or_insert(NON_ZERO_CPU_MILLI);
-        out.0
-            .entry(MEMORY.to_string())
-            .or_insert(NON_ZERO_MEMORY_MILLI);
+        out.set_default(CPU, NON_ZERO_CPU_MILLI);
+        out.set_default(MEMORY, NON_ZERO_MEMORY_MILLI);
     }
     out
 }
@@ -210,4 +299,122 @@ pub fn node_allocatable(node: &Node) -> Resources {
         .and_then(|s| s.allocatable.as_ref())
         .or_else(|| status.and_then(|s| s.capacity.as_ref()));
     Resources::from_list(list)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// A few names, common and not, so operations meet the same names often.
+    fn name() -> impl Strategy<Value = String> {
+        prop::sample::select(vec![CPU, MEMORY, GPU, PODS, "example.com/fpga", "a", "zz"])
+            .prop_map(str::to_string)
+    }
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Set(String, i128),
+        SetDefault(String, i128),
+        Add(Vec<(String, i128)>),
+        Sub(Vec<(String, i128)>),
+        Max(Vec<(String, i128)>),
+        RetainNonzero,
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        let list = || prop::collection::vec((name(), -5i128..5), 0..4);
+        prop_oneof![
+            (name(), -5i128..5).prop_map(|(n, v)| Op::Set(n, v)),
+            (name(), -5i128..5).prop_map(|(n, v)| Op::SetDefault(n, v)),
+            list().prop_map(Op::Add),
+            list().prop_map(Op::Sub),
+            list().prop_map(Op::Max),
+            Just(Op::RetainNonzero),
+        ]
+    }
+
+    proptest! {
+        /// Every operation does what it does to a map of names, and the entries stay sorted
+        /// and unique whatever order the names came in.
+        #[test]
+        fn resources_behave_as_a_sorted_map(ops in prop::collection::vec(op(), 0..24)) {
+            let mut r = Resources::default();
+            let mut model: BTreeMap<String, i128> = BTreeMap::new();
+            for op in ops {
+                match op {
+                    Op::Set(n, v) => {
+                        r.set(&n, v);
+                        model.insert(n, v);
+                    }
+                    Op::SetDefault(n, v) => {
+                        r.set_default(&n, v);
+                        model.entry(n).or_insert(v);
+                    }
+                    Op::Add(list) => {
+                        let other: Resources = list.iter().map(|(n, v)| (n, *v)).collect();
+                        r.add(&other);
+                        for (n, v) in other.iter() {
+                            *model.entry(n.to_string()).or_insert(0) += v;
+                        }
+                    }
+                    Op::Sub(list) => {
+                        let other: Resources = list.iter().map(|(n, v)| (n, *v)).collect();
+                        r.sub(&other);
+                        for (n, v) in other.iter() {
+                            *model.entry(n.to_string()).or_insert(0) -= v;
+                        }
+                    }
+                    Op::Max(list) => {
+                        let other: Resources = list.iter().map(|(n, v)| (n, *v)).collect();
+                        r.max_with(&other);
+                        for (n, v) in other.iter() {
+                            let e = model.entry(n.to_string()).or_insert(0);
+                            *e = (*e).max(v);
+                        }
+                    }
+                    Op::RetainNonzero => {
+                        r.retain_nonzero();
+                        model.retain(|_, v| *v != 0);
+                    }
+                }
+                let seen: Vec<(String, i128)> = r.iter().map(|(n, v)| (n.to_string(), v)).collect();
+                let want: Vec<(String, i128)> = model.clone().into_iter().collect();
+                prop_assert_eq!(seen, want);
+                for n in ["cpu", "memory", "a", "missing"] {
+                    prop_assert_eq!(r.get(n), model.get(n).copied().unwrap_or(0));
+                    prop_assert_eq!(r.amount(n), model.get(n).copied());
+                }
+            }
+            // Equal maps are equal resources, however they were built.
+            let rebuilt: Resources = model.iter().rev().map(|(n, v)| (n, *v)).collect();
+            prop_assert_eq!(rebuilt, r);
+        }
+    }
+
+    #[test]
+    fn a_parsed_list_holds_just_its_entries_and_borrows_common_names() {
+        let list: BTreeMap<String, Quantity> = [
+            ("cpu", "500m"),
+            ("memory", "1Gi"),
+            ("example.com/fpga", "2"),
+            ("bad", "x"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), Quantity(v.to_string())))
+        .collect();
+        let r = Resources::from_list(Some(&list));
+        assert_eq!(
+            r.iter().collect::<Vec<_>>(),
+            [
+                (CPU, 500),
+                ("example.com/fpga", 2000),
+                (MEMORY, 1024 * 1024 * 1024 * 1000)
+            ]
+        );
+        assert_eq!(r.0.capacity(), r.len(), "no spare room kept per pod");
+        assert!(matches!(r.0[0].0, Cow::Borrowed(_)));
+        assert!(matches!(r.0[1].0, Cow::Owned(_)));
+        assert_eq!(r.clone().0.capacity(), r.len());
+    }
 }

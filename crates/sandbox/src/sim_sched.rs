@@ -233,8 +233,8 @@ pub fn filter_node(
     if usage.pods + 1 > i64::try_from(allocatable.get(PODS) / 1000).unwrap_or(i64::MAX) {
         reasons.push("Too many pods".to_string());
     }
-    for (name, amount) in &requests.0 {
-        if *amount > 0 && *amount > allocatable.get(name) - usage.requested.get(name) {
+    for (name, amount) in requests.iter() {
+        if amount > 0 && amount > allocatable.get(name) - usage.requested.get(name) {
             reasons.push(format!("Insufficient {name}"));
         }
     }

@@ -43,7 +43,7 @@ use crate::plugin::registry::PluginRegistry;
 use crate::plugin::{HostConfig, NativePolicy, PluginHost};
 use diorch_core::api::{DIJob, DIJobStatus, Phase};
 use diorch_core::build::{BuildContext, Gang, GangKind};
-use diorch_core::cached::CachedPod;
+use diorch_core::cached::{CachedPod, CachedService};
 use diorch_core::planner::{self, Action, Observed};
 
 const JOB_UID: &str = "job-uid";
@@ -500,7 +500,7 @@ fn running() -> (DIJob, Vec<Pod>) {
         ..status
     });
     let cached: Vec<CachedPod> = pods.iter().cloned().map(CachedPod::from).collect();
-    let svc = service(&job);
+    let svc = CachedService::from(service(&job));
     let observed = Observed {
         pods: cached.iter().collect(),
         service: Some(&svc),
@@ -524,7 +524,7 @@ struct Harness {
     /// The Context's Event queue (`None` when the real Event worker drains it).
     events: Option<mpsc::Receiver<(Event, ObjectReference)>>,
     pods: Writer<CachedPod>,
-    services: Writer<Service>,
+    services: Writer<CachedService>,
     nodes: Writer<Node>,
     _jobs: Writer<diorch_core::cached::CachedJob>,
 }
@@ -628,7 +628,7 @@ impl Harness {
         self.server
             .hold("services", serde_json::to_value(svc).expect("service JSON"));
         self.services
-            .apply_watcher_event(&watcher::Event::Apply(svc.clone()));
+            .apply_watcher_event(&watcher::Event::Apply(CachedService::from(svc.clone())));
     }
 
     async fn reconcile(&self, job: &DIJob) -> Result<Requeue, Error> {
@@ -1106,7 +1106,7 @@ async fn an_invalid_pod_fails_the_job_on_the_same_pass_with_the_servers_message(
 
     // Pass 2, over the job as stored (Failed) and its service: the pod is not created again;
     // the finished job's service goes, as for any failed job.
-    let svc: Service =
+    let svc: CachedService =
         serde_json::from_value(h.server.object("services", "di-j")).expect("service");
     h.services.apply_watcher_event(&watcher::Event::Apply(svc));
     let job = h.server.job();
@@ -1175,7 +1175,8 @@ async fn a_steady_job_makes_no_call_and_a_lost_service_is_created_again() {
     assert_calls(&h.server.take(), &[]);
     assert!(h.events().is_empty());
 
-    h.services.apply_watcher_event(&watcher::Event::Delete(svc));
+    h.services
+        .apply_watcher_event(&watcher::Event::Delete(CachedService::from(svc)));
     h.server.state().objects.remove("services");
     assert_eq!(
         h.reconcile(&job).await.expect("reconcile"),

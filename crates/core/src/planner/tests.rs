@@ -38,7 +38,7 @@ fn job() -> DIJob {
 struct Sim {
     job: DIJob,
     pods: Vec<Pod>,
-    service: Option<Service>,
+    service: Option<CachedService>,
     clock: i64,
     next_uid: u32,
     transitions: Vec<Phase>,
@@ -140,7 +140,7 @@ impl Sim {
                     assert!(self.service.is_none(), "duplicate service create");
                     let mut svc = (**svc).clone();
                     svc.metadata.uid = Some("svc-uid".into());
-                    self.service = Some(svc);
+                    self.service = Some(CachedService::from(svc));
                 }
                 Action::DeleteService { .. } => self.service = None,
                 Action::EnsurePodGroup(group) => {
@@ -1668,7 +1668,7 @@ fn foreign_pods_and_services_are_never_adopted_or_duplicated() {
     let mut sim = Sim::new(job());
     let mut foreign = build::build_service(&sim.job);
     foreign.metadata.owner_references.as_mut().expect("refs")[0].uid = "old".into();
-    sim.service = Some(foreign);
+    sim.service = Some(CachedService::from(foreign));
     let mut other = Pod::default();
     other.metadata.name = Some("j-learner-0".into());
     other.metadata.owner_references = sim
