@@ -4,7 +4,8 @@
 //! as a Wasm plugin (`target/plugins/binpack.wasm`, uploaded as a ConfigMap and named by
 //! `--default-policy`), in rounds of native, Wasm, Wasm, native, and the means compared.
 //!
-//! `cargo bench --bench placement` (env: SIZES=100,1000, NODES=100, CONCURRENCY=32, ROUNDS=3;
+//! `cargo bench --bench placement` (env: SIZES=100,1000 (on a real server REAL_SIZES, default
+//! SIZES), NODES=100, CONCURRENCY=32, ROUNDS=3;
 //! PLACEMENT_METRICS=1 prints each run's policy-call histogram and CPU seconds). Needs
 //! `scripts/build-plugins.sh` first for the Wasm run.
 
@@ -190,8 +191,21 @@ async fn main() -> anyhow::Result<()> {
         "placement bench: preemptible DIJobs of 4 replicas (1 GPU learner + 3 collectors), {nodes} nodes of 16 GPUs, time to all pods bound"
     );
     let rounds = env_usize("ROUNDS", 3).max(1);
+    // On a real server a run takes the operator's client throttle (`--qps`) times its writes;
+    // REAL_SIZES (default: SIZES) keeps those runs short.
+    let real_sizes: Vec<usize> = match std::env::var("REAL_SIZES") {
+        Ok(list) => list
+            .split(',')
+            .filter_map(|s| s.trim().parse().ok())
+            .collect(),
+        Err(_) => sizes.clone(),
+    };
     for server in Server::all() {
-        for &n in &sizes {
+        let sizes = match server {
+            Server::Sandbox => &sizes,
+            Server::Real(_) => &real_sizes,
+        };
+        for &n in sizes {
             let mut native_total = Duration::ZERO;
             let mut wasm_total = Duration::ZERO;
             let mut ratios = Vec::new();

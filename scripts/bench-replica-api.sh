@@ -3,6 +3,7 @@
 # against a release `diorch-sandbox serve`, driven by wrk from a second process on loopback.
 #
 # Env: CONNECTIONS ("8 16 32", space separated: one wrk run each), THREADS (1), DURATION (10s),
+# BUILD (1; 0 = use target/release's binaries as they are),
 # BENCH_CSV (a file to append `replica-api,<connections>,<req_per_s>,<p50_ms>,<p99_ms>` rows to;
 # scripts/bench.sh collects them into docs/performance.md).
 #
@@ -16,8 +17,13 @@ if ! command -v wrk >/dev/null 2>&1; then
     echo "installing wrk (Debian package)"
     if [ "$(id -u)" -eq 0 ]; then apt-get install -y wrk >/dev/null; else sudo apt-get install -y wrk >/dev/null; fi
 fi
-cargo build --release --locked --bin diorch
-cargo build --release --locked -p diorch-sandbox --bin diorch-sandbox
+# BUILD=0 uses the release binaries as they are (scripts/bench.sh: its benches built them from
+# this tree just before; a separate `cargo build` would relink the operator without the benches'
+# feature set, minutes on 2 cores).
+if [ "${BUILD:-1}" != 0 ] || [ ! -x target/release/diorch ] || [ ! -x target/release/diorch-sandbox ]; then
+    cargo build --release --locked --bin diorch
+    cargo build --release --locked -p diorch-sandbox --bin diorch-sandbox
+fi
 bin=target/release/diorch
 sandbox_bin=target/release/diorch-sandbox
 connections=${CONNECTIONS:-8 16 32}
