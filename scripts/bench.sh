@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs every benchmark and regenerates docs/performance.md (with docs/ratio.svg, the raw rows in
-# docs/performance.csv and the benches' output in docs/performance.log). 30.6 minutes on 2 cores
-# at its last timed run (before real-server runs deleted their own objects, which saves minutes),
-# first-time compiles not counted; run it on an otherwise idle machine.
+# docs/performance.csv and the benches' output in docs/performance.log). 19.7 minutes on 2 cores
+# at its last timed run, with both servers and first-time compiles not counted; run it on an
+# otherwise idle machine.
 #
 # The benches append CSV rows to $BENCH_CSV (controller_scale, placement, bench-replica-api.sh);
 # plugin_calls and hot_swap print only, and their output is turned into rows here.
