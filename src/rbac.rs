@@ -536,7 +536,7 @@ mod tests {
         Some(match ty {
             "DIJob" | "CachedJob" => &["dijobs", "dijobs/status"],
             "Pod" | "CachedPod" | "UsagePod" => &["pods"],
-            "Service" => &["services"],
+            "Service" | "CachedService" => &["services"],
             "Node" => &["nodes"],
             "ConfigMap" => &["configmaps"],
             "Lease" => &["leases"],
