@@ -603,25 +603,12 @@ async fn memory(server: &Server, jobs: usize, concurrency: usize) -> anyhow::Res
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let sizes: Vec<usize> = std::env::var("SIZES")
-        .unwrap_or_else(|_| "100,1000".to_string())
-        .split(',')
-        .filter_map(|s| s.trim().parse().ok())
-        .collect();
+    let (sizes, real_sizes) = common::env_sizes();
     let write_jobs = env_usize("WRITE_JOBS", 100);
     let memory_jobs = env_usize("MEMORY_JOBS", 5_000);
     let concurrency = env_usize("CONCURRENCY", 32);
 
     println!("controller bench: 4 replicas per DIJob, {concurrency} concurrent creates");
-    // A real server's N = 1000 takes minutes per path; REAL_SIZES (default: SIZES) keeps the
-    // real runs to the sizes the goals are stated at.
-    let real_sizes: Vec<usize> = match std::env::var("REAL_SIZES") {
-        Ok(list) => list
-            .split(',')
-            .filter_map(|s| s.trim().parse().ok())
-            .collect(),
-        Err(_) => sizes.clone(),
-    };
     for server in Server::all() {
         let sizes = match server {
             Server::Sandbox => &sizes,

@@ -180,26 +180,13 @@ async fn print_totals(addr: &str, variant: &str) -> anyhow::Result<()> {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let sizes: Vec<usize> = std::env::var("SIZES")
-        .unwrap_or_else(|_| "100,1000".to_string())
-        .split(',')
-        .filter_map(|s| s.trim().parse().ok())
-        .collect();
+    let (sizes, real_sizes) = common::env_sizes();
     let nodes = env_usize("NODES", 100);
     let concurrency = env_usize("CONCURRENCY", 32);
     println!(
         "placement bench: preemptible DIJobs of 4 replicas (1 GPU learner + 3 collectors), {nodes} nodes of 16 GPUs, time to all pods bound"
     );
     let rounds = env_usize("ROUNDS", 3).max(1);
-    // On a real server a run takes the operator's client throttle (`--qps`) times its writes;
-    // REAL_SIZES (default: SIZES) keeps those runs short.
-    let real_sizes: Vec<usize> = match std::env::var("REAL_SIZES") {
-        Ok(list) => list
-            .split(',')
-            .filter_map(|s| s.trim().parse().ok())
-            .collect(),
-        Err(_) => sizes.clone(),
-    };
     for server in Server::all() {
         let sizes = match server {
             Server::Sandbox => &sizes,

@@ -149,6 +149,19 @@ pub fn env_usize(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
+/// The sizes to run per server: `SIZES` (comma separated, default 100,1000) on the sandbox,
+/// `REAL_SIZES` (default: the same) on a real server, where N = 1000 takes minutes per path.
+pub fn env_sizes() -> (Vec<usize>, Vec<usize>) {
+    let parse = |list: String| -> Vec<usize> {
+        list.split(',')
+            .filter_map(|s| s.trim().parse().ok())
+            .collect()
+    };
+    let sizes = parse(std::env::var("SIZES").unwrap_or_else(|_| "100,1000".to_string()));
+    let real = std::env::var("REAL_SIZES").map_or_else(|_| sizes.clone(), parse);
+    (sizes, real)
+}
+
 /// A running `diorch run` (the real binary) against `kubeconfig`, killed on drop.
 pub struct Operator {
     pub child: Child,
