@@ -553,3 +553,34 @@ fn plugin_check_shows_a_mutators_grants_and_refuses_what_is_not_granted() {
         text(&out.stdout)
     );
 }
+
+/// Each `diorch plugin` subcommand has its own one-line help, and `plugin run --help` says what
+/// it runs (its text was once attached to `snapshot`).
+#[test]
+fn every_plugin_subcommand_has_its_own_help() {
+    let out = diorch(&["plugin", "--help"]);
+    assert!(out.status.success());
+    let help = text(&out.stdout);
+    let line_of = |name: &str| -> String {
+        help.lines()
+            .find(|l| l.trim_start().starts_with(&format!("{name} ")) || l.trim() == name)
+            .unwrap_or_else(|| panic!("no `{name}` line in:\n{help}"))
+            .trim_start()
+            .trim_start_matches(name)
+            .trim()
+            .to_string()
+    };
+    for name in ["check", "configmap", "snapshot", "run"] {
+        assert!(
+            !line_of(name).is_empty(),
+            "`plugin {name}` has no help: {help}"
+        );
+    }
+    assert!(line_of("snapshot").starts_with("Record the cluster"));
+    assert!(!line_of("snapshot").contains("Run a policy"));
+    assert!(line_of("run").starts_with("Run a policy component on a cluster snapshot"));
+
+    let out = diorch(&["plugin", "run", "--help"]);
+    assert!(out.status.success());
+    assert!(text(&out.stdout).starts_with("Run a policy component on a cluster snapshot"));
+}

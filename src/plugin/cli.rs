@@ -108,10 +108,6 @@ pub enum PluginCommand {
         #[arg(long, default_value = "", value_parser = parse_grants)]
         grants: Grants,
     },
-    /// Run a policy component on a cluster snapshot (JSON, see `examples/snapshot.json`) and
-    /// print where each job's replicas would go, the host's check of the answer and the call
-    /// time. Exits non-zero on bad input or when the plugin fails (a refusal to place is an
-    /// answer, not a failure).
     /// Record the cluster's nodes and preemptible DIJobs as a snapshot file for `plugin run`
     /// (reads only: one list of nodes, pods and DIJobs).
     Snapshot {
@@ -125,6 +121,10 @@ pub enum PluginCommand {
         #[arg(short, long)]
         output: Option<PathBuf>,
     },
+    /// Run a policy component on a cluster snapshot (JSON, see `examples/snapshot.json`) and
+    /// print where each job's replicas would go, the host's check of the answer and the call
+    /// time. Exits non-zero on bad input or when the plugin fails (a refusal to place is an
+    /// answer, not a failure).
     Run {
         /// The policy component (`.wasm`).
         file: PathBuf,
