@@ -67,9 +67,10 @@ enum Command {
         /// URL of the replica API.
         #[arg(long, env = "DIORCH_SERVER", default_value = "http://127.0.0.1:8081")]
         server: String,
-        /// Namespace of a job given by bare name.
-        #[arg(short, long, default_value = "default")]
-        namespace: String,
+        /// Namespace of a job given by bare name (default: the kubeconfig context's namespace,
+        /// in a pod its own namespace, else `default`, as kubectl picks it).
+        #[arg(short, long)]
+        namespace: Option<String>,
         #[command(subcommand)]
         action: ReplicasAction,
     },
@@ -182,6 +183,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             namespace,
             action,
         } => {
+            let namespace = match namespace {
+                Some(namespace) => namespace,
+                // Only a default to fill in: a kubeconfig that cannot be read leaves `default`.
+                None => kube::Config::infer()
+                    .await
+                    .map_or_else(|_| "default".to_string(), |c| c.default_namespace),
+            };
             replicas(&server, &namespace, action).await?;
             Ok(())
         }

@@ -62,6 +62,9 @@ fn replica_api_serves_a_running_job_from_the_cache_and_stores_profilings() {
         std::process::Command::new(env!("CARGO_BIN_EXE_diorch"))
             .args(["replicas", "--server", &api])
             .args(args)
+            // A bare name's namespace comes from the kubeconfig: the sandbox's, whose context
+            // names none, so `default`.
+            .env("KUBECONFIG", &sandbox.kubeconfig)
             .output()
             .expect("diorch replicas")
     };
@@ -337,4 +340,71 @@ fn operator_killed_mid_creation_and_restarted_leaves_exactly_the_right_pods() {
 
 fn count_pods(k: &common::Kubectl) -> usize {
     k.ok(&["get", "pods", "-o", "name"]).lines().count()
+}
+
+/// `diorch replicas` names a bare job in the kubeconfig context's namespace, as kubectl does;
+/// `--namespace` overrides it, and without a readable kubeconfig it is `default`. A one-shot
+/// HTTP server records the path each call asks for.
+#[test]
+fn replicas_cli_takes_a_bare_name_in_the_kubeconfig_namespace() {
+    use std::io::{BufRead, BufReader, Write};
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n\
+         clusters: [{name: k, cluster: {server: 'https://127.0.0.1:1'}}]\n\
+         users: [{name: u, user: {token: t}}]\n\
+         contexts: [{name: c, context: {cluster: k, user: u, namespace: team-a}}]\n",
+    )
+    .expect("write kubeconfig");
+    let asked = |kubeconfig: &std::path::Path, args: &[&str]| -> String {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let server = format!("http://{}", listener.local_addr().expect("address"));
+        let answer = std::thread::spawn(move || {
+            let (stream, _) = listener.accept().expect("accept");
+            let mut reader = BufReader::new(stream.try_clone().expect("clone"));
+            let mut request_line = String::new();
+            reader.read_line(&mut request_line).expect("request line");
+            let mut line = String::new();
+            while reader.read_line(&mut line).expect("header") > 2 {
+                line.clear();
+            }
+            let body = r#"{"success":true,"code":0,"message":"ok","data":null}"#;
+            let mut stream = stream;
+            write!(
+                stream,
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            )
+            .expect("answer");
+            request_line
+        });
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_diorch"))
+            .args(["replicas", "--server", &server])
+            .args(args)
+            .env("KUBECONFIG", kubeconfig)
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .output()
+            .expect("diorch replicas");
+        assert!(out.status.success(), "{out:?}");
+        answer.join().expect("server thread")
+    };
+    assert_eq!(
+        asked(&kubeconfig, &["get", "j"]),
+        "GET /v2alpha1/job/team-a.j/replicas HTTP/1.1\r\n"
+    );
+    assert_eq!(
+        asked(&kubeconfig, &["-n", "other", "get", "j"]),
+        "GET /v2alpha1/job/other.j/replicas HTTP/1.1\r\n"
+    );
+    assert_eq!(
+        asked(&kubeconfig, &["get", "ns.j"]),
+        "GET /v2alpha1/job/ns.j/replicas HTTP/1.1\r\n"
+    );
+    assert_eq!(
+        asked(&dir.path().join("missing"), &["get", "j"]),
+        "GET /v2alpha1/job/default.j/replicas HTTP/1.1\r\n"
+    );
 }
