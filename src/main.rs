@@ -3,7 +3,7 @@
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
 
 use diorch::operator;
@@ -275,8 +275,30 @@ async fn replicas(server: &str, namespace: &str, action: ReplicasAction) -> anyh
     Ok(())
 }
 
+/// The name kubectl runs this binary by as a plugin (`kubectl dijob …`, through a link of
+/// that name on PATH).
+const KUBECTL_PLUGIN: &str = "kubectl-dijob";
+
+/// The command line, with help and errors naming `kubectl dijob` when run as that plugin.
+fn parse_cli() -> Cli {
+    let as_plugin = std::env::args_os()
+        .next()
+        .and_then(|arg0| {
+            std::path::Path::new(&arg0)
+                .file_name()
+                .map(|name| name == KUBECTL_PLUGIN)
+        })
+        .unwrap_or(false);
+    let mut command = Cli::command();
+    if as_plugin {
+        command = command.bin_name("kubectl dijob");
+    }
+    let matches = command.get_matches();
+    Cli::from_arg_matches(&matches).unwrap_or_else(|error| error.exit())
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = parse_cli();
     init_tracing(cli.log_format);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

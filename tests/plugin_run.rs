@@ -584,3 +584,33 @@ fn every_plugin_subcommand_has_its_own_help() {
     assert!(out.status.success());
     assert!(text(&out.stdout).starts_with("Run a policy component on a cluster snapshot"));
 }
+
+/// Linked as `kubectl-dijob` on PATH, the binary is a kubectl plugin: `kubectl dijob …` runs it,
+/// and its help names the command the user typed.
+#[test]
+fn the_binary_runs_as_the_kubectl_dijob_plugin() {
+    let dir = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(
+        env!("CARGO_BIN_EXE_diorch"),
+        dir.path().join("kubectl-dijob"),
+    )
+    .unwrap();
+    let path = std::env::join_paths(std::iter::once(dir.path().to_path_buf()).chain(
+        std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()),
+    ))
+    .unwrap();
+    let out = Command::new("kubectl")
+        .args(["dijob", "replicas", "--help"])
+        .env("PATH", &path)
+        .output()
+        .expect("kubectl (the tests drive clusters with it)");
+    assert!(out.status.success(), "{out:?}");
+    let help = text(&out.stdout);
+    assert!(
+        help.contains("Usage: kubectl dijob replicas"),
+        "help does not name `kubectl dijob`:\n{help}"
+    );
+    // Run under its own name, it still says `diorch`.
+    let help = text(&diorch(&["replicas", "--help"]).stdout);
+    assert!(help.contains("Usage: diorch replicas"), "{help}");
+}
