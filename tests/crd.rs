@@ -89,6 +89,16 @@ fn crd_matches_di_orchestrator_names_and_columns() {
             ("Restarts", "integer", ".status.restarts"),
             ("Reschedules", "integer", ".status.reschedules"),
             ("Age", "date", ".metadata.creationTimestamp"),
+            ("Allocation", "string", ".status.allocation"),
         ]
     );
+    // Only `kubectl get -o wide` shows the allocation: it can be long.
+    let priorities: Vec<i32> = version
+        .additional_printer_columns
+        .iter()
+        .flatten()
+        .map(|c| c.priority.unwrap_or(0))
+        .collect();
+    assert_eq!(priorities, [0, 0, 0, 0, 0, 0, 1]);
+    assert_eq!(crd.spec.names.categories, Some(vec!["ai".to_string()]));
 }

@@ -361,6 +361,18 @@ pub fn runs_to_success(k: &Kubectl, ns: &str) {
         "{.status.replicas} {.status.readyReplicas} {.status.taskStatus.collector.Running}",
     );
     assert_eq!(status, "4 4 2");
+    // The CRD's category lists it (`kubectl get ai`), and `-o wide` adds the allocation column.
+    let listed = k.ok(&["get", "ai", "-o", "name"]);
+    assert!(
+        listed
+            .lines()
+            .any(|l| l == format!("dijob.diengine.opendilab.org/{job}")),
+        "`kubectl get ai` does not list the job: {listed}"
+    );
+    let wide = k.ok(&["get", "dijob", job, "-o", "wide"]);
+    let header = wide.lines().next().unwrap_or_default();
+    assert!(header.ends_with("ALLOCATION"), "{wide}");
+    assert!(!k.ok(&["get", "dijob", job]).contains("ALLOCATION"));
 
     // A status-only change does nothing: no pod is touched, no transition counted.
     k.ok(&[

@@ -94,6 +94,8 @@ pub const DEFAULT_PORT: i32 = 22270;
     plural = "dijobs",
     singular = "dijob",
     shortname = "dijob",
+    // `kubectl get ai` lists them beside other training jobs that join the category.
+    category = "ai",
     namespaced,
     status = "DIJobStatus",
     derive = "PartialEq",
@@ -115,6 +117,13 @@ pub const DEFAULT_PORT: i32 = 22270;
         name = "Age",
         type_ = "date",
         json_path = ".metadata.creationTimestamp"
+    ),
+    printcolumn(
+        name = "Allocation",
+        type_ = "string",
+        json_path = ".status.allocation",
+        description = "The node of each replica, by rank, as the allocator placed them (preemptible jobs).",
+        priority = "1"
     )
 )]
 #[serde(rename_all = "camelCase")]
