@@ -303,8 +303,14 @@ fn every_api_call_the_operator_makes_is_granted_by_the_rbac_manifest() {
     ha::assert_calls_granted_and_seen(&api_calls(&scrape(&addr)), &[]);
 }
 
-/// `diorch_reconcile_queue_depth`: with one worker, jobs submitted together wait in the queue;
-/// once all run, nothing waits (no trigger is counted and never taken out).
+/// `diorch_reconcile_queue_depth`: with one worker held, jobs submitted together wait in the
+/// queue; once the worker is free and all run, nothing waits (no trigger is counted and never
+/// taken out).
+///
+/// The worker is held by a mutator that loops on pods of rank 1 and above until its deadline,
+/// so every reconcile of a new job takes at least that deadline and the queue fills whatever the
+/// machine's speed. Timing alone (ten quick reconciles against a 5 ms scrape) was not enough on
+/// a loaded CI machine.
 #[test]
 fn the_reconcile_queue_fills_while_jobs_wait_for_a_worker_and_drains() {
     let (sandbox, k) = sandbox_with_crd(&["--nodes", "4", "--pod-start-delay", "100ms"]);
@@ -324,20 +330,27 @@ fn the_reconcile_queue_fills_while_jobs_wait_for_a_worker_and_drains() {
         std::net::TcpStream::connect(&addr).is_ok()
     });
     assert_eq!(depth(), 0);
+    allocation::upload(
+        &k,
+        &allocation::plugin_file("hostile_mutator"),
+        "hold",
+        "mutator",
+        &["--config", "later:loop", "--deadline-ms", "1000"],
+    );
+    allocation::wait_event(&k, "ConfigMap", "plugin-hold", "PluginLoaded", 1);
     let jobs: Vec<String> = (0..10)
         .map(|i| scenario::standard_job(&format!("q{i}"), ""))
         .collect();
     scenario::apply(&k, &jobs.join("\n---\n"));
     let mut deepest = 0;
-    let started = Instant::now();
-    while started.elapsed() < Duration::from_secs(3) {
+    wait_until("jobs to wait for the held worker", scenario::T, || {
         deepest = deepest.max(depth());
-        std::thread::sleep(Duration::from_millis(5));
-    }
+        deepest >= 2
+    });
+    println!("deepest reconcile queue seen: {deepest}");
+    k.ok(&["delete", "configmap", "plugin-hold"]);
     for i in 0..10 {
         scenario::wait_phase(&k, &format!("q{i}"), "Running");
     }
-    println!("deepest reconcile queue seen: {deepest}");
-    assert!(deepest >= 2, "the queue never held jobs: {deepest}");
     wait_until("the queue to drain", scenario::T, || depth() == 0);
 }
