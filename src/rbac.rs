@@ -33,8 +33,8 @@ pub const PERMISSIONS: &[Permission] = &[
         scope: Scope::Cluster,
         group: "diengine.opendilab.org",
         resource: "dijobs",
-        verbs: &["get", "list", "watch", "patch"],
-        used_by: "controller (watch, task-name defaults), replica API (re-read on conflict)",
+        verbs: &["get", "list", "watch", "patch", "delete"],
+        used_by: "controller (watch, task-name defaults, delete after ttlSecondsAfterFinished), replica API (re-read on conflict)",
     },
     Permission {
         scope: Scope::Cluster,

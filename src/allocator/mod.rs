@@ -32,7 +32,9 @@ use book::{Book, Held};
 use diorch_core::api::DIJob;
 use diorch_core::cached::CachedJob;
 use diorch_core::model as view;
-use diorch_core::placement::{BoxFuture, ObjectKey, Placement, SlotNodes, needs_allocation};
+use diorch_core::placement::{
+    BoxFuture, ObjectKey, Placement, SlotNodes, holds_placement, needs_allocation,
+};
 use diorch_core::planner::{MAX_MESSAGE_BYTES, clip};
 use diorch_core::resources::Resources;
 use diorch_core::validate;
@@ -326,12 +328,7 @@ impl Allocator {
     pub async fn observe(&self, job: &DIJob) {
         let key = job_key(job);
         let mut ledger = self.ledger.lock().await;
-        let active = job.spec.preemptible
-            && !job
-                .status
-                .as_ref()
-                .and_then(|s| s.phase)
-                .is_some_and(diorch_core::api::Phase::is_terminal);
+        let active = holds_placement(job);
         if !active {
             let freed = ledger.book.release(&key).is_some();
             ledger.proposals.remove(&key);
@@ -456,15 +453,10 @@ impl Allocator {
                 }
                 let key = job_key(&job);
                 let placed = ledger.book.get(&key).is_some_and(|h| h.confirmed);
-                if !job.spec.preemptible
+                if !holds_placement(&job)
                     || needs_allocation(&job)
                     || !placed
                     || ledger.proposals.contains_key(&key)
-                    || job
-                        .status
-                        .as_ref()
-                        .and_then(|s| s.phase)
-                        .is_some_and(diorch_core::api::Phase::is_terminal)
                 {
                     continue;
                 }
@@ -940,14 +932,7 @@ impl Allocator {
     fn seed(&self, ledger: &mut Ledger) {
         for cached in self.jobs.state() {
             let Ok(job) = cached.decode() else { continue };
-            if !job.spec.preemptible
-                || validate::validate(&job).is_err()
-                || job
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.phase)
-                    .is_some_and(diorch_core::api::Phase::is_terminal)
-            {
+            if !holds_placement(&job) || validate::validate(&job).is_err() {
                 continue;
             }
             let slots = view::placed_slots(&job);

@@ -102,6 +102,12 @@ pub enum Error {
         #[source]
         source: serde_json::Error,
     },
+    #[error("deleting {job} after its ttlSecondsAfterFinished: {source}")]
+    DeleteJob {
+        job: String,
+        #[source]
+        source: kube::Error,
+    },
     #[error("{failed} of the writes for {job} failed, first: {first}")]
     Writes {
         job: String,
@@ -117,6 +123,7 @@ impl Error {
             Error::Status { .. } | Error::EncodeStatus { .. } => "status",
             Error::Patch { .. } | Error::Plan { .. } => "patch",
             Error::Decode { .. } => "decode",
+            Error::DeleteJob { .. } => "delete_job",
             Error::Writes { kind, .. } => kind,
         }
     }
@@ -352,16 +359,7 @@ pub fn start(
                         .unwrap_or(diorch_core::api::Phase::Pending);
                     *counts.entry(phase.as_str()).or_default() += 1;
                 }
-                for phase in [
-                    "Pending",
-                    "Starting",
-                    "Running",
-                    "Restarting",
-                    "Rescheduling",
-                    "Succeeded",
-                    "Failed",
-                    "Unknown",
-                ] {
+                for phase in diorch_core::api::Phase::ALL.map(diorch_core::api::Phase::as_str) {
                     metrics
                         .controller
                         .jobs
@@ -654,20 +652,66 @@ async fn reconcile_inner(job: &DIJob, ctx: &Context) -> Result<Requeue, Error> {
     if let Some(err) = outcome.error {
         return Err(err);
     }
+    if plan.delete_job {
+        return delete_finished(ctx, &latest).await;
+    }
     ctx.count("ok");
+    let wake = plan.wake_after.unwrap_or(Duration::MAX);
     if matches!(admission, Some(Admission::Waiting { .. })) {
         // Capacity changes wake waiting jobs at once; this is the safety net.
         return Ok(Requeue::requeue(
             WAITING_RETRY
                 .min(ctx.settings.sync_period)
-                .min(counts_wait.unwrap_or(Duration::MAX)),
+                .min(counts_wait.unwrap_or(Duration::MAX))
+                .min(wake),
         ));
     }
     if let Some(wait) = counts_wait {
         // The held-back counts go out then, unless a pod event brings a pass sooner.
-        return Ok(Requeue::requeue(wait.min(ctx.settings.sync_period)));
+        return Ok(Requeue::requeue(
+            wait.min(ctx.settings.sync_period).min(wake),
+        ));
     }
-    Ok(Requeue::requeue(ctx.settings.sync_period))
+    // A deadline or TTL due before the next resync is met on time.
+    Ok(Requeue::requeue(ctx.settings.sync_period.min(wake)))
+}
+
+/// Deletes a finished job whose `ttlSecondsAfterFinished` has run out, in the foreground as
+/// Kubernetes' TTL-after-finished controller does (the job goes once its pods and service
+/// have). Guarded by uid and resourceVersion: a job changed since it was read (its TTL raised,
+/// say) is planned again from the newer version instead.
+async fn delete_finished(ctx: &Context, job: &DIJob) -> Result<Requeue, Error> {
+    let key = job_key(job);
+    let namespace = job.metadata.namespace.as_deref().unwrap_or_default();
+    let name = job.metadata.name.as_deref().unwrap_or_default();
+    let jobs: Api<CachedJob> = Api::namespaced(ctx.client.clone(), namespace);
+    let params = kube::api::DeleteParams {
+        propagation_policy: Some(kube::api::PropagationPolicy::Foreground),
+        preconditions: Some(kube::api::Preconditions {
+            uid: job.metadata.uid.clone(),
+            resource_version: job.metadata.resource_version.clone(),
+        }),
+        ..Default::default()
+    };
+    ctx.throttle.acquire().await;
+    match bounded(jobs.delete(name, &params)).await {
+        Ok(_) => {
+            tracing::info!(job = %key, "deleted: ttlSecondsAfterFinished ran out");
+            ctx.count_action("delete_job");
+            ctx.count("ok");
+            Ok(Requeue::await_change())
+        }
+        Err(err) if is_status(&err, 404) => Ok(Requeue::await_change()),
+        Err(err) if is_status(&err, 409) => {
+            tracing::debug!(job = %key, "changed since read; replanning before deleting");
+            ctx.count("requeue");
+            Ok(Requeue::requeue(Duration::from_millis(200)))
+        }
+        Err(source) => Err(Error::DeleteJob {
+            job: key.to_string(),
+            source,
+        }),
+    }
 }
 
 /// How long a created service is taken as there without the cache showing it.

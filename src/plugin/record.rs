@@ -11,7 +11,7 @@ use kube::{Api, Client};
 
 use crate::plugin::JobPlan;
 use crate::plugin::snapshot::Snapshot;
-use diorch_core::api::{DIJob, Phase};
+use diorch_core::api::DIJob;
 use diorch_core::model::{self as view, UsagePod};
 
 /// Lists nodes, pods and DIJobs once and records them.
@@ -40,13 +40,7 @@ pub fn build(nodes: &[Node], pods: &[UsagePod], jobs: &[DIJob], now: &jiff::Time
     let mut snapshot = Snapshot::new(now.to_string());
     let mut active: Vec<&DIJob> = jobs
         .iter()
-        .filter(|j| j.spec.preemptible)
-        .filter(|j| {
-            !j.status
-                .as_ref()
-                .and_then(|s| s.phase)
-                .is_some_and(Phase::is_terminal)
-        })
+        .filter(|j| diorch_core::placement::holds_placement(j))
         .collect();
     active.sort_by_key(|j| (j.metadata.namespace.clone(), j.metadata.name.clone()));
     for job in active {

@@ -183,16 +183,26 @@ pub trait Placement: Send + Sync {
     fn ready(&self) -> BoxFuture<'_, ()>;
 }
 
-/// Whether `job` needs an allocation: preemptible, still active, and its status does not hold
-/// one node per replica. A pure function of the job, so the executor can ask before planning.
+/// Whether the allocator keeps a place for `job`: preemptible, not finished, not suspended (a
+/// suspended job gives its nodes back and is placed again when resumed).
+pub fn holds_placement(job: &DIJob) -> bool {
+    job.spec.preemptible
+        && !job.is_suspended()
+        && !job
+            .status
+            .as_ref()
+            .and_then(|s| s.phase)
+            .is_some_and(Phase::is_terminal)
+}
+
+/// Whether `job` needs an allocation: it holds a placement ([`holds_placement`]) and its
+/// status does not hold one node per replica. A pure function of the job, so the executor can
+/// ask before planning.
 pub fn needs_allocation(job: &DIJob) -> bool {
-    if !job.spec.preemptible {
+    if !holds_placement(job) {
         return false;
     }
     let status = job.status.as_ref();
-    if status.and_then(|s| s.phase).is_some_and(Phase::is_terminal) {
-        return false;
-    }
     if status.is_some_and(|s| s.ranks.is_some()) {
         // Every slot the job runs has a node (slots removed by a scale-in need none).
         let placed = model::placed_pods(job);

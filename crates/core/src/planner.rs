@@ -48,6 +48,15 @@ pub const MAX_CREATES_PER_PASS: usize = 32;
 /// Reason of the Warning Event saying a pod's rank annotation was ignored.
 pub const RANK_IGNORED_REASON: &str = "RankIgnored";
 
+/// Reason of the Failed condition and Event of a job past its `activeDeadlineSeconds`
+/// (batch/v1 Job's word).
+pub const DEADLINE_EXCEEDED_REASON: &str = "DeadlineExceeded";
+
+/// Reasons of the Suspended condition and of the Pending one a resumed job enters (batch/v1
+/// Job's words).
+pub const SUSPENDED_REASON: &str = "JobSuspended";
+pub const RESUMED_REASON: &str = "JobResumed";
+
 /// `text` cut to at most `max` bytes on a character boundary, ending in `…` when cut.
 pub fn clip(text: &str, max: usize) -> String {
     if text.len() <= max {
@@ -128,6 +137,12 @@ pub struct Plan {
     pub once: Vec<JobEvent>,
     /// The status carries a new allocation: it is written before pods are placed on it.
     pub allocated: bool,
+    /// `spec.ttlSecondsAfterFinished` has run out: delete the job (its pods and service go
+    /// with it through their owner references).
+    pub delete_job: bool,
+    /// When to look at the job again even if nothing changes: the active deadline or the
+    /// finished job's TTL runs out then.
+    pub wake_after: Option<std::time::Duration>,
 }
 
 impl Plan {
@@ -149,6 +164,9 @@ impl Plan {
         let mut parts = Vec::new();
         if self.spec_patch.is_some() {
             parts.push("default task names".to_string());
+        }
+        if self.delete_job {
+            parts.push("delete job (ttlSecondsAfterFinished)".to_string());
         }
         if let Some(t) = &self.transition {
             let from = t.from.map_or("\"\"", Phase::as_str);
@@ -309,14 +327,25 @@ pub fn plan(job: &DIJob, observed: &Observed<'_>, ctx: &BuildContext, now: &Time
     };
     if phase.is_some_and(Phase::is_terminal) {
         out.terminal(&owned, service);
+        out.expire_after_ttl();
     } else if let Err(invalid) = validate::validate(job) {
         // Judged on the effective names, before any defaulting patch: a patch of an invalid job
         // could be refused by the validating webhook and would then never let it fail.
         out.transition(Phase::Failed, "JobFailed", invalid.condition_message());
     } else if let Some(patch) = validate::task_name_defaults(job) {
         out.plan.spec_patch = Some(patch);
+    } else if job.is_suspended() {
+        out.suspended(&owned, service);
+    } else if let Some(seconds) = out.deadline_exceeded() {
+        // Cleaned by cleanPodPolicy on the next pass, from the Failed status this one writes.
+        out.transition(
+            Phase::Failed,
+            DEADLINE_EXCEEDED_REASON,
+            format!("job was active longer than its activeDeadlineSeconds ({seconds} s)"),
+        );
     } else {
         out.active(&owned, observed);
+        out.wake_at_deadline();
     }
     let mut plan = out.plan;
     if out.status != current {
@@ -443,6 +472,8 @@ impl Planner<'_> {
             (Phase::Failed, "JobFailed") if !message.starts_with("job failed since") => {
                 message.clone()
             }
+            // diorch's own reasons, which DI-orchestrator has no text for.
+            (_, DEADLINE_EXCEEDED_REASON | SUSPENDED_REASON | RESUMED_REASON) => message.clone(),
             _ => event_message.to_string(),
         };
         self.plan.events.push(JobEvent {
@@ -612,15 +643,129 @@ impl Planner<'_> {
         }
     }
 
+    /// A suspended job (`spec.suspend`, batch/v1 Job's semantics): no pods and no service.
+    /// Running pods are deleted with their own grace period; ranks, restarts and reschedules
+    /// stay in status for the resume, and a preemptible job gives its allocation back.
+    fn suspended(&mut self, owned: &[&CachedPod], service: Option<&CachedService>) {
+        self.transition(
+            Phase::Suspended,
+            SUSPENDED_REASON,
+            "job is suspended: its pods and service are deleted until spec.suspend is false"
+                .to_string(),
+        );
+        self.status.ready_replicas = 0;
+        self.status.task_status = None;
+        if self.job.spec.preemptible {
+            self.status.allocation = None;
+            let said = self.status.conditions.iter().flatten().any(|c| {
+                c.type_ == ALLOCATED_CONDITION
+                    && c.status == "False"
+                    && c.reason.as_deref() == Some(SUSPENDED_REASON)
+            });
+            if !said {
+                self.set_allocated_condition(
+                    "False",
+                    SUSPENDED_REASON,
+                    "the job is suspended; it is placed again when resumed".to_string(),
+                );
+            }
+        }
+        if let Some(svc) = service.filter(|s| s.metadata.deletion_timestamp.is_none()) {
+            self.plan.actions.push(Action::DeleteService {
+                name: svc.metadata.name.clone().unwrap_or_default(),
+                uid: svc.metadata.uid.clone().unwrap_or_default(),
+            });
+        }
+        for pod in owned.iter().filter(|p| !is_terminating(p)) {
+            self.plan.actions.push(delete_pod(pod, "suspended"));
+        }
+    }
+
+    /// When `spec.activeDeadlineSeconds` runs out, counted from `status.startTime`; `None`
+    /// without a deadline or a start, or beyond the last representable time.
+    fn deadline(&self) -> Option<(i64, jiff::Timestamp)> {
+        let seconds = self.job.spec.active_deadline_seconds?;
+        let start = self.status.start_time.as_ref()?;
+        if self.status.phase == Some(Phase::Suspended) {
+            // Resuming resets the start: a suspended job's clock is stopped.
+            return None;
+        }
+        let at = start
+            .0
+            .checked_add(jiff::SignedDuration::from_secs(seconds))
+            .ok()?;
+        Some((seconds, at))
+    }
+
+    /// `spec.activeDeadlineSeconds` if the job has been active longer.
+    fn deadline_exceeded(&self) -> Option<i64> {
+        self.deadline()
+            .filter(|(_, at)| self.now.0 >= *at)
+            .map(|(seconds, _)| seconds)
+    }
+
+    fn wake_at_deadline(&mut self) {
+        if let Some((_, at)) = self.deadline() {
+            self.wake_at(at);
+        }
+    }
+
+    /// Asks for a pass at `at` (the earliest of all asked).
+    fn wake_at(&mut self, at: jiff::Timestamp) {
+        let wait = std::time::Duration::try_from(at.duration_since(self.now.0))
+            .unwrap_or_default()
+            // The clock's rounding must not wake the job a moment early, to find nothing due.
+            .saturating_add(std::time::Duration::from_millis(10));
+        self.plan.wake_after = Some(self.plan.wake_after.map_or(wait, |w| w.min(wait)));
+    }
+
+    /// `spec.ttlSecondsAfterFinished` for a finished job: delete it once it has run out (from
+    /// `status.completionTimestamp`, so an operator restart loses no timer), else wake then.
+    fn expire_after_ttl(&mut self) {
+        let Some(ttl) = self.job.spec.ttl_seconds_after_finished else {
+            return;
+        };
+        let Some(finished) = self.status.completion_timestamp.as_ref() else {
+            return;
+        };
+        let Ok(at) = finished
+            .0
+            .checked_add(jiff::SignedDuration::from_secs(i64::from(ttl.max(0))))
+        else {
+            return;
+        };
+        if self.now.0 >= at {
+            self.plan.delete_job = true;
+        } else {
+            self.wake_at(at);
+        }
+    }
+
     fn active(&mut self, owned: &[&CachedPod], observed: &Observed<'_>) {
         let job = self.job;
         let preemptible = job.spec.preemptible;
         let uid = job.metadata.uid.as_deref().unwrap_or_default();
         // A new job (or one whose phase someone set to Unknown, which the operator never uses)
-        // starts over in Pending; that is this pass's one transition.
-        let entering = !matches!(self.status.phase, Some(p) if p != Phase::Unknown);
+        // starts over in Pending, and so does a resumed one; that is this pass's one
+        // transition. The active deadline counts from here.
+        let entering = !matches!(
+            self.status.phase,
+            Some(p) if p != Phase::Unknown && p != Phase::Suspended
+        );
         if entering {
-            self.transition(Phase::Pending, "JobPending", "job created.".to_string());
+            if self.status.phase == Some(Phase::Suspended) {
+                self.transition(
+                    Phase::Pending,
+                    RESUMED_REASON,
+                    "job is resumed: its pods are created again".to_string(),
+                );
+            } else {
+                self.transition(Phase::Pending, "JobPending", "job created.".to_string());
+            }
+            self.status.start_time = Some(self.now.clone());
+        } else if self.status.start_time.is_none() {
+            // Started before the operator recorded starts: its deadline counts from now.
+            self.status.start_time = Some(self.now.clone());
         }
         let phase = self.status.phase.unwrap_or(Phase::Pending);
 
@@ -976,6 +1121,7 @@ fn phase_event(phase: Phase) -> (EventType, &'static str) {
             "job is succeeded since all the replicas are succeeded.",
         ),
         Phase::Unknown => (EventType::Warning, "job phase is unknown."),
+        Phase::Suspended => (EventType::Normal, "job is suspended."),
     }
 }
 

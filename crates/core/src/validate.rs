@@ -150,6 +150,21 @@ pub fn validate(job: &DIJob) -> Result<(), Invalid> {
 
     within_limits(job)?;
 
+    if let Some(s) = job.spec.active_deadline_seconds.filter(|s| *s < 1) {
+        return Err(Invalid::new(
+            "spec.activeDeadlineSeconds",
+            format!("activeDeadlineSeconds is {s}, must be at least 1"),
+            "set it to 1 or more, or leave it out for no deadline",
+        ));
+    }
+    if let Some(t) = job.spec.ttl_seconds_after_finished.filter(|t| *t < 0) {
+        return Err(Invalid::new(
+            "spec.ttlSecondsAfterFinished",
+            format!("ttlSecondsAfterFinished is {t}, must be at least 0"),
+            "set it to 0 or more, or leave it out to keep finished jobs",
+        ));
+    }
+
     for (i, task) in job.spec.tasks.iter().enumerate() {
         let (min, max) = (task.min_replicas(), task.max_replicas());
         if min < 1 || min > task.replicas || task.replicas > max {

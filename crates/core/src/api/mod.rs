@@ -165,6 +165,35 @@ pub struct DIJobSpec {
     /// ignored, so those manifests pass strict field validation unchanged.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub group: Option<String>,
+
+    /// diorch extension, as batch/v1 Job's `suspend`: while true the job has no pods and no
+    /// service (running pods are deleted with their grace period) and its phase is Suspended;
+    /// its ranks, restarts and reschedules are kept. Setting it back to false (or removing it)
+    /// re-creates the pods. A job created suspended creates nothing until resumed. A queueing
+    /// controller can create jobs suspended and release them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suspend: Option<bool>,
+
+    /// diorch extension, as batch/v1 Job's: seconds the job may be active (not suspended,
+    /// counted from `status.startTime`, which resuming resets) before it fails with reason
+    /// DeadlineExceeded and its pods are cleaned by cleanPodPolicy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub active_deadline_seconds: Option<i64>,
+
+    /// diorch extension, as batch/v1 Job's: seconds after the job Succeeded or Failed
+    /// (`status.completionTimestamp`) at which the operator deletes it, with its pods and
+    /// service. 0 deletes it as soon as it finishes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub ttl_seconds_after_finished: Option<i32>,
+}
+
+impl DIJob {
+    /// `spec.suspend`: the job must have no pods.
+    pub fn is_suspended(&self) -> bool {
+        self.spec.suspend == Some(true)
+    }
 }
 
 fn default_backoff_limit() -> Option<i32> {
@@ -319,6 +348,11 @@ pub struct DIJobStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completion_timestamp: Option<Time>,
 
+    /// diorch extension, as batch/v1 Job's: when the operator started the job, or last
+    /// resumed it; `spec.activeDeadlineSeconds` counts from here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<Time>,
+
     /// Pod counts per task name and pod phase.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task_status: Option<BTreeMap<String, BTreeMap<String, i32>>>,
@@ -369,9 +403,24 @@ pub enum Phase {
     Succeeded,
     Failed,
     Unknown,
+    // diorch extension: `spec.suspend` is true; the job has no pods.
+    Suspended,
 }
 
 impl Phase {
+    /// Every phase, DI-orchestrator's first.
+    pub const ALL: [Phase; 9] = [
+        Phase::Pending,
+        Phase::Starting,
+        Phase::Running,
+        Phase::Restarting,
+        Phase::Rescheduling,
+        Phase::Succeeded,
+        Phase::Failed,
+        Phase::Unknown,
+        Phase::Suspended,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Phase::Pending => "Pending",
@@ -382,6 +431,7 @@ impl Phase {
             Phase::Succeeded => "Succeeded",
             Phase::Failed => "Failed",
             Phase::Unknown => "Unknown",
+            Phase::Suspended => "Suspended",
         }
     }
 
@@ -514,16 +564,7 @@ mod tests {
 
     #[test]
     fn phases_and_task_types_use_the_api_spelling() {
-        for phase in [
-            Phase::Pending,
-            Phase::Starting,
-            Phase::Running,
-            Phase::Restarting,
-            Phase::Rescheduling,
-            Phase::Succeeded,
-            Phase::Failed,
-            Phase::Unknown,
-        ] {
+        for phase in Phase::ALL {
             assert_eq!(serde_json::to_value(phase).expect("phase"), phase.as_str());
         }
         assert!(Phase::Succeeded.is_terminal() && Phase::Failed.is_terminal());

@@ -2015,3 +2015,5 @@ fn counts_only_is_true_for_replica_counts_and_nothing_else() {
         assert!(!counts_only(Some(&base), &other), "{other:?}");
     }
 }
+
+mod lifecycle;

@@ -1,0 +1,400 @@
+//! Issue 21's job controls, planned: `spec.suspend`, `spec.activeDeadlineSeconds` and
+//! `spec.ttlSecondsAfterFinished`.
+
+use super::*;
+
+fn set_suspend(sim: &mut Sim, suspend: Option<bool>) {
+    sim.job.spec.suspend = suspend;
+}
+
+fn condition(sim: &Sim, type_: &str) -> JobCondition {
+    sim.status()
+        .conditions
+        .unwrap_or_default()
+        .into_iter()
+        .find(|c| c.type_ == type_)
+        .unwrap_or_else(|| panic!("no {type_} condition: {:?}", sim.status()))
+}
+
+fn ranks_of(sim: &Sim) -> Vec<(String, i32)> {
+    sim.names()
+        .into_iter()
+        .map(|n| {
+            let r = sim.rank(&n);
+            (n, r)
+        })
+        .collect()
+}
+
+#[test]
+fn a_job_created_suspended_creates_nothing_until_resumed() {
+    let mut sim = Sim::new(job_with(json!({"suspend": true})));
+    sim.settle();
+    assert_eq!(sim.phase(), Some(Phase::Suspended));
+    assert!(sim.pods.is_empty(), "no pods: {:?}", sim.names());
+    assert!(sim.service.is_none(), "no service");
+    assert_eq!(sim.transitions, [Phase::Suspended]);
+    let c = condition(&sim, "Suspended");
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_deref()),
+        ("True", Some(SUSPENDED_REASON))
+    );
+    assert_eq!(c.last_transition_time, Some(t(1)), "says since when");
+    assert_eq!(sim.status().start_time, None, "not started");
+    let e = sim
+        .events
+        .iter()
+        .find(|e| e.reason == SUSPENDED_REASON)
+        .expect("a JobSuspended Event");
+    assert_eq!(e.type_, EventType::Normal);
+    assert!(e.message.contains("suspended"), "{}", e.message);
+    // Steady while suspended: no write, no action.
+    let plan = sim.step();
+    assert_eq!((plan.status, plan.actions.len()), (None, 0));
+
+    sim.clock = 100;
+    set_suspend(&mut sim, Some(false));
+    let plan = sim.step();
+    let tr = plan.transition.expect("resumed");
+    assert_eq!((tr.to, tr.reason), (Phase::Pending, RESUMED_REASON));
+    assert!(
+        plan.actions
+            .iter()
+            .any(|a| matches!(a, Action::CreatePod(_))),
+        "pods created on resume: {:?}",
+        plan.actions
+    );
+    assert_eq!(sim.status().start_time, Some(t(101)));
+    let c = condition(&sim, "Suspended");
+    assert_eq!(
+        (c.status.as_str(), c.last_transition_time),
+        ("False", Some(t(101)))
+    );
+    sim.settle();
+    assert_eq!(sim.pods.len(), 4);
+    assert!(sim.service.is_some());
+    sim.all("Running", true);
+    sim.settle();
+    assert_eq!(sim.phase(), Some(Phase::Running));
+}
+
+#[test]
+fn suspending_a_running_job_deletes_its_pods_gracefully_and_keeps_ranks_and_counters() {
+    let mut sim = Sim::running(job_with(json!({"backoffLimit": 5})));
+    // A restart first, so there is a counter to keep.
+    sim.set_pod("j-collector-1", "Failed", false);
+    sim.settle();
+    sim.all("Running", true);
+    sim.settle();
+    assert_eq!(
+        (sim.phase(), sim.status().restarts),
+        (Some(Phase::Running), 1)
+    );
+    let ranks = ranks_of(&sim);
+    let status_ranks = sim.status().ranks;
+    sim.linger = true;
+
+    set_suspend(&mut sim, Some(true));
+    let plan = sim.step();
+    assert_eq!(
+        plan.transition.as_ref().map(|t| t.to),
+        Some(Phase::Suspended)
+    );
+    assert!(
+        plan.status_first(),
+        "Suspended is committed before the deletions, so they are never read as failures"
+    );
+    let deleted: Vec<_> = plan
+        .actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::DeletePod {
+                name, grace, why, ..
+            } => Some((name.clone(), *grace, *why)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(deleted.len(), 4, "{:?}", plan.actions);
+    assert!(
+        deleted
+            .iter()
+            .all(|(_, grace, why)| grace.is_none() && *why == "suspended"),
+        "running pods get their own grace period: {deleted:?}"
+    );
+    assert!(
+        plan.actions
+            .iter()
+            .any(|a| matches!(a, Action::DeleteService { .. }))
+    );
+    // While they terminate: nothing is deleted twice, nothing created, no restart counted.
+    let plan = sim.step();
+    assert!(plan.actions.is_empty(), "{:?}", plan.actions);
+    sim.pods.clear();
+    sim.settle();
+    assert!(sim.pods.is_empty() && sim.service.is_none());
+    let status = sim.status();
+    assert_eq!(status.phase, Some(Phase::Suspended));
+    assert_eq!((status.restarts, status.reschedules), (1, 0));
+    assert_eq!(status.ranks, status_ranks, "ranks kept");
+    assert_eq!(status.ready_replicas, 0);
+
+    set_suspend(&mut sim, None);
+    sim.settle();
+    assert_eq!(ranks_of(&sim), ranks, "every pod back with its rank");
+    sim.all("Running", true);
+    sim.settle();
+    assert_eq!(sim.phase(), Some(Phase::Running));
+    assert_eq!(sim.status().restarts, 1, "a suspension is not a restart");
+    assert_eq!(
+        sim.transitions[sim.transitions.len() - 4..],
+        [
+            Phase::Suspended,
+            Phase::Pending,
+            Phase::Starting,
+            Phase::Running
+        ]
+    );
+}
+
+#[test]
+fn a_job_suspended_while_restarting_or_pending_is_suspended_and_a_finished_one_is_not() {
+    let mut sim = Sim::new(job());
+    sim.step(); // Pending, pods created
+    set_suspend(&mut sim, Some(true));
+    sim.settle();
+    assert_eq!(sim.phase(), Some(Phase::Suspended));
+    assert!(sim.pods.is_empty());
+
+    let mut done = Sim::running(job());
+    done.all("Succeeded", false);
+    done.settle();
+    set_suspend(&mut done, Some(true));
+    let plan = done.step();
+    assert_eq!(plan.transition, None);
+    assert_eq!(done.phase(), Some(Phase::Succeeded), "finished is final");
+}
+
+#[test]
+fn a_suspended_preemptible_job_gives_its_allocation_back_and_is_placed_again_on_resume() {
+    let mut sim = Sim::running(job_with(json!({"preemptible": true})));
+    assert!(sim.status().allocation.is_some());
+    assert!(crate::placement::holds_placement(&sim.job));
+    set_suspend(&mut sim, Some(true));
+    assert!(!crate::placement::holds_placement(&sim.job));
+    assert!(!crate::placement::needs_allocation(&sim.job));
+    sim.settle();
+    assert_eq!(sim.status().allocation, None);
+    let c = allocated_condition(&sim);
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_deref()),
+        ("False", Some(SUSPENDED_REASON))
+    );
+    let plan = sim.step();
+    assert_eq!(plan.status, None, "said once");
+    assert!(!crate::placement::needs_allocation(&sim.job));
+
+    set_suspend(&mut sim, Some(false));
+    assert!(crate::placement::needs_allocation(&sim.job));
+    sim.settle();
+    assert!(sim.status().allocation.is_some());
+    assert_eq!(allocated_condition(&sim).status, "True");
+    assert!(
+        sim.pods
+            .iter()
+            .all(|p| pod_annotation(p, labels::ANNOTATION_NODE).is_some()),
+        "placed again"
+    );
+}
+
+#[test]
+fn a_job_active_past_its_deadline_fails_with_deadline_exceeded_and_is_cleaned() {
+    let mut sim = Sim::new(job_with(json!({"activeDeadlineSeconds": 30})));
+    let plan = sim.step();
+    assert_eq!(sim.status().start_time, Some(t(1)));
+    assert_eq!(
+        plan.wake_after,
+        Some(std::time::Duration::from_millis(30_010)),
+        "woken when the deadline runs out"
+    );
+    sim.settle();
+    sim.all("Running", true);
+    sim.settle();
+    assert_eq!(sim.phase(), Some(Phase::Running));
+    sim.clock = 20;
+    let plan = sim.step();
+    assert_eq!(plan.transition, None);
+    assert_eq!(
+        plan.wake_after,
+        Some(std::time::Duration::from_millis(10_010))
+    );
+    sim.clock = 30; // the next pass is at 31: one second past
+    let plan = sim.step();
+    let tr = plan.transition.clone().expect("failed");
+    assert_eq!(
+        (tr.to, tr.reason),
+        (Phase::Failed, DEADLINE_EXCEEDED_REASON)
+    );
+    assert_eq!(
+        tr.message,
+        "job was active longer than its activeDeadlineSeconds (30 s)"
+    );
+    assert!(plan.status_first());
+    let e = plan.events.last().expect("event");
+    assert_eq!(
+        (e.type_, e.reason, e.message.as_str()),
+        (
+            EventType::Warning,
+            DEADLINE_EXCEEDED_REASON,
+            tr.message.as_str()
+        )
+    );
+    assert_eq!(
+        condition(&sim, "Failed").reason.as_deref(),
+        Some("DeadlineExceeded")
+    );
+    // cleanPodPolicy Running (the default) deletes the running pods on the next pass.
+    sim.settle();
+    assert!(sim.pods.is_empty(), "{:?}", sim.names());
+    assert_eq!(sim.phase(), Some(Phase::Failed));
+}
+
+#[test]
+fn a_suspended_job_s_clock_stops_and_resuming_restarts_it() {
+    let mut sim = Sim::new(job_with(json!({"activeDeadlineSeconds": 30})));
+    sim.settle();
+    set_suspend(&mut sim, Some(true));
+    sim.clock = 20;
+    sim.settle();
+    assert_eq!(sim.phase(), Some(Phase::Suspended));
+    sim.clock = 1000;
+    let plan = sim.step();
+    assert_eq!(plan.transition, None, "no deadline while suspended");
+    assert_eq!(plan.wake_after, None);
+    set_suspend(&mut sim, Some(false));
+    sim.settle();
+    assert_eq!(sim.status().start_time, Some(t(1002)));
+    assert_eq!(sim.phase(), Some(Phase::Starting));
+    sim.clock = 1030;
+    sim.step();
+    assert_eq!(sim.phase(), Some(Phase::Starting), "29 s since the resume");
+    sim.step();
+    assert_eq!(sim.phase(), Some(Phase::Failed));
+}
+
+#[test]
+fn huge_deadlines_and_ttls_never_overflow_and_a_job_without_start_gets_one() {
+    let mut sim = Sim::new(job_with(json!({"activeDeadlineSeconds": i64::MAX})));
+    let plan = sim.step();
+    assert_eq!(
+        plan.wake_after, None,
+        "past the last representable time: never"
+    );
+    sim.clock = 1_000_000_000;
+    sim.settle();
+    assert_ne!(sim.phase(), Some(Phase::Failed));
+
+    // A job running since before the operator recorded starts.
+    let mut old = Sim::running(job_with(json!({"activeDeadlineSeconds": 60})));
+    old.job.status.as_mut().expect("status").start_time = None;
+    old.clock = 500;
+    let plan = old.step();
+    assert_eq!(plan.transition, None, "not failed at once");
+    assert_eq!(old.status().start_time, Some(t(501)));
+
+    let mut done = Sim::running(job_with(json!({"ttlSecondsAfterFinished": i32::MAX})));
+    done.all("Succeeded", false);
+    done.settle();
+    let finished = done.status().completion_timestamp.expect("finished");
+    let plan = done.step();
+    assert!(!plan.delete_job);
+    let since = u64::try_from(t(done.clock).0.duration_since(finished.0).as_secs()).expect("after");
+    assert_eq!(
+        plan.wake_after.map(|d| d.as_secs()),
+        Some(u64::try_from(i32::MAX).expect("fits") - since),
+        "due in 68 years, counted from the completion"
+    );
+}
+
+#[test]
+fn a_finished_job_is_deleted_once_its_ttl_runs_out_counted_from_completion() {
+    let mut sim = Sim::running(job_with(json!({"ttlSecondsAfterFinished": 100})));
+    sim.all("Succeeded", false);
+    let plan = sim.step();
+    assert_eq!(plan.transition.map(|t| t.to), Some(Phase::Succeeded));
+    let finished = sim.clock;
+    assert_eq!(sim.status().completion_timestamp, Some(t(finished)));
+    let plan = sim.step();
+    assert!(!plan.delete_job);
+    assert_eq!(
+        plan.wake_after,
+        Some(std::time::Duration::from_millis(99_010))
+    );
+
+    // An operator restart keeps no timer: a fresh planner reads completionTimestamp.
+    let restarted = Sim {
+        clock: finished + 99,
+        ..Sim::new(sim.job.clone())
+    };
+    assert!(!restarted.plan().delete_job, "1 s early");
+    let restarted = Sim {
+        clock: finished + 100,
+        ..Sim::new(sim.job.clone())
+    };
+    let plan = restarted.plan();
+    assert!(plan.delete_job);
+    assert!(plan.summary().contains("delete job"), "{}", plan.summary());
+
+    // 0: deleted on the first pass after it finished; failed jobs too.
+    let mut failed = Sim::running(job_with(json!({
+        "ttlSecondsAfterFinished": 0, "backoffLimit": 0
+    })));
+    failed.set_pod("j-learner-0", "Failed", false);
+    let plan = failed.step();
+    assert!(!plan.delete_job, "the Failed status is written first");
+    assert_eq!(failed.phase(), Some(Phase::Failed));
+    assert!(failed.step().delete_job);
+
+    // Without a TTL a finished job stays.
+    let mut kept = Sim::running(job());
+    kept.all("Succeeded", false);
+    kept.settle();
+    kept.clock = 1_000_000;
+    let plan = kept.step();
+    assert!(!plan.delete_job && plan.wake_after.is_none());
+}
+
+#[test]
+fn out_of_range_deadlines_and_ttls_are_refused_by_validation() {
+    for (spec, field) in [
+        (
+            json!({"activeDeadlineSeconds": 0}),
+            "spec.activeDeadlineSeconds",
+        ),
+        (
+            json!({"activeDeadlineSeconds": -5}),
+            "spec.activeDeadlineSeconds",
+        ),
+        (
+            json!({"ttlSecondsAfterFinished": -1}),
+            "spec.ttlSecondsAfterFinished",
+        ),
+    ] {
+        let err = validate::validate(&job_with(spec.clone())).expect_err("refused");
+        assert_eq!(err.field, field, "{spec}");
+    }
+    for spec in [
+        json!({"activeDeadlineSeconds": 1}),
+        json!({"ttlSecondsAfterFinished": 0}),
+        json!({"suspend": false}),
+    ] {
+        assert!(
+            validate::validate(&job_with(spec.clone())).is_ok(),
+            "{spec}"
+        );
+    }
+    // An invalid job fails without pods, as any invalid job does.
+    let mut sim = Sim::new(job_with(json!({"activeDeadlineSeconds": 0})));
+    sim.settle();
+    assert_eq!(sim.phase(), Some(Phase::Failed));
+    assert!(sim.pods.is_empty());
+}
