@@ -252,6 +252,18 @@ fn template_edit_rolls_only_that_tasks_pods() {
 }
 
 #[test]
+fn a_suspended_job_has_no_pods_and_resumes_with_its_ranks() {
+    let (sandbox, _operator) = cluster();
+    common::job_controls::suspend_and_resume(&sandbox.kubectl(), "default");
+}
+
+#[test]
+fn deadlines_fail_jobs_and_ttls_delete_finished_ones() {
+    let (sandbox, _operator) = cluster();
+    common::job_controls::deadline_and_ttl(&sandbox.kubectl(), "default");
+}
+
+#[test]
 fn deleting_the_job_deletes_pods_and_service() {
     let (sandbox, _operator) = cluster();
     scenario::deleting_the_job_cascades(&sandbox.kubectl(), "default");

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use common::allocation;
 use common::controller::{self as scenario, OperatorProcess};
-use common::{Kubectl, api, foundation, ha, kubelet, webhook};
+use common::{Kubectl, api, foundation, ha, job_controls, kubelet, webhook};
 
 /// The kubeconfig and a scratch directory; fails when DIORCH_E2E_KUBECONFIG is not set, since
 /// this only runs when asked for with `--include-ignored`.
@@ -127,7 +127,7 @@ fn e2e_controller() {
     install_crd(&k);
     let _one = ONE_OPERATOR.lock().unwrap_or_else(|e| e.into_inner());
     let _operator = OperatorProcess::start(&kubeconfig);
-    let scenarios: [(&str, Scenario); 9] = [
+    let scenarios: [(&str, Scenario); 11] = [
         ("lifecycle", scenario::runs_to_success),
         ("backoff", scenario::failing_worker_restarts_then_fails),
         ("cleanup", scenario::clean_pod_policies),
@@ -137,6 +137,8 @@ fn e2e_controller() {
         ("cascade", scenario::deleting_the_job_cascades),
         ("validation", scenario::validation_cases),
         ("fieldmanager", writes_name_their_field_manager),
+        ("suspend", job_controls::suspend_and_resume),
+        ("deadline", job_controls::deadline_and_ttl),
     ];
     for (name, run) in scenarios {
         let ns = format!("diorch-e2e-{name}-{}", std::process::id());

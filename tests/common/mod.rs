@@ -8,6 +8,7 @@ pub mod api;
 pub mod controller;
 pub mod foundation;
 pub mod ha;
+pub mod job_controls;
 pub mod kubectl;
 pub mod kubelet;
 pub mod webhook;

@@ -347,6 +347,15 @@ pub fn plan(job: &DIJob, observed: &Observed<'_>, ctx: &BuildContext, now: &Time
         out.active(&owned, observed);
         out.wake_at_deadline();
     }
+    if out.plan.spec_patch.is_none() {
+        // Every condition is re-judged on every pass, so each holds for the spec planned from
+        // (metav1.Condition's meaning of the field), as the status as a whole does.
+        let generation = job.metadata.generation;
+        out.status.observed_generation = generation;
+        for c in out.status.conditions.iter_mut().flatten() {
+            c.observed_generation = generation;
+        }
+    }
     let mut plan = out.plan;
     if out.status != current {
         plan.status = Some(out.status);
@@ -465,6 +474,7 @@ impl Planner<'_> {
             message: Some(message.clone()),
             last_update_time: Some(self.now.clone()),
             last_transition_time: Some(self.now.clone()),
+            observed_generation: self.job.metadata.generation,
         });
         let (type_, event_message) = phase_event(to);
         let event_message = match (to, reason) {
@@ -613,6 +623,7 @@ impl Planner<'_> {
                 } else {
                     old.and_then(|c| c.last_transition_time)
                 },
+                observed_generation: self.job.metadata.generation,
             },
         );
     }

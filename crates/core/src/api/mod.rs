@@ -383,6 +383,10 @@ pub struct DIJobStatus {
     #[schemars(schema_with = "crd::preserve_unknown_object")]
     pub profilings: Option<serde_json::Value>,
 
+    /// diorch extension: the `metadata.generation` of the spec this status was planned from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+
     /// One condition per phase the job has been in; the current one is last and `True`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conditions: Option<Vec<JobCondition>>,
@@ -464,6 +468,10 @@ pub struct JobCondition {
     pub last_update_time: Option<Time>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_transition_time: Option<Time>,
+    /// diorch extension, as metav1.Condition's: the `metadata.generation` the condition was
+    /// set from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
 }
 
 #[cfg(test)]

@@ -398,3 +398,50 @@ fn out_of_range_deadlines_and_ttls_are_refused_by_validation() {
     assert_eq!(sim.phase(), Some(Phase::Failed));
     assert!(sim.pods.is_empty());
 }
+
+#[test]
+fn status_and_conditions_carry_the_generation_they_were_planned_from() {
+    let mut j = job();
+    j.metadata.generation = Some(3);
+    let mut sim = Sim::new(j);
+    sim.settle();
+    let status = sim.status();
+    assert_eq!(status.observed_generation, Some(3));
+    assert!(
+        status
+            .conditions
+            .iter()
+            .flatten()
+            .all(|c| c.observed_generation == Some(3)),
+        "{:?}",
+        status.conditions
+    );
+    // A spec edit that changes nothing else: one write, of the generation only.
+    sim.job.metadata.generation = Some(4);
+    let before = sim.status();
+    let plan = sim.step();
+    let after = plan.status.expect("written");
+    assert_eq!(after.observed_generation, Some(4));
+    assert!(plan.transition.is_none() && plan.actions.is_empty());
+    let same = |s: &DIJobStatus| DIJobStatus {
+        observed_generation: None,
+        conditions: s.conditions.clone().map(|cs| {
+            cs.into_iter()
+                .map(|c| JobCondition {
+                    observed_generation: None,
+                    ..c
+                })
+                .collect()
+        }),
+        ..s.clone()
+    };
+    assert_eq!(same(&before), same(&after), "nothing else moved");
+    assert!(sim.step().status.is_none(), "and then nothing");
+    // The task-name defaulting pass writes no status.
+    let mut unnamed = job_with(json!({"tasks": [
+        {"type": "learner", "replicas": 1, "template": {"spec": {"containers": [{"name": "c", "image": "i"}]}}}
+    ]}));
+    unnamed.metadata.generation = Some(1);
+    let plan = Sim::new(unnamed).plan();
+    assert!(plan.spec_patch.is_some() && plan.status.is_none());
+}
