@@ -258,6 +258,12 @@ fn a_suspended_job_has_no_pods_and_resumes_with_its_ranks() {
 }
 
 #[test]
+fn a_restart_pod_task_restarts_alone_and_listed_exit_codes_fail_the_job() {
+    let (sandbox, _operator) = cluster();
+    common::job_controls::restart_policies(&sandbox.kubectl(), "default");
+}
+
+#[test]
 fn deadlines_fail_jobs_and_ttls_delete_finished_ones() {
     let (sandbox, _operator) = cluster();
     common::job_controls::deadline_and_ttl(&sandbox.kubectl(), "default");

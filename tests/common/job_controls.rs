@@ -187,3 +187,90 @@ pub fn deadline_and_ttl(k: &Kubectl, ns: &str) {
     // The job that had no TTL stays.
     assert_eq!(jsonpath(&k, "dijob/bounded", "{.status.phase}"), "Failed");
 }
+
+/// `restartPolicy: RestartPod` on the collectors: a failed collector is replaced alone, with
+/// its rank, and the job stays Running with no restart counted. `nonRetryableExitCodes`: a pod
+/// whose container exits with a listed code fails the job at once.
+pub fn restart_policies(k: &Kubectl, ns: &str) {
+    let k = k.in_namespace(ns);
+    let job = "partial";
+    let manifest = standard_job(job, "  backoffLimit: 3\n  nonRetryableExitCodes: [3]\n").replace(
+        "  - type: collector\n    replicas: 2\n",
+        "  - type: collector\n    replicas: 2\n    restartPolicy: RestartPod\n",
+    );
+    assert!(manifest.contains("restartPolicy"), "{manifest}");
+    apply(&k, &manifest);
+    wait_phase(&k, job, "Running");
+    let before = pods(&k, job);
+    let victim = format!("{job}-collector-1");
+    end_pod(&k, &victim, "Failed");
+    k.wait_for(
+        &[
+            "get",
+            &format!("dijob/{job}"),
+            "-o",
+            "jsonpath={.status.podRestarts.collector}",
+        ],
+        T,
+        |n| n == "1",
+    );
+    let deadline = std::time::Instant::now() + T;
+    let after = loop {
+        let now = pods(&k, job);
+        if now
+            .get(&victim)
+            .is_some_and(|p| uid(p) != uid(&before[&victim]))
+            && now.len() == 4
+        {
+            break now;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{victim} not replaced"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(rank(&after[&victim]), rank(&before[&victim]), "same rank");
+    for name in before.keys().filter(|n| **n != victim) {
+        assert_eq!(uid(&after[name]), uid(&before[name]), "{name} untouched");
+    }
+    wait_phase(&k, job, "Running");
+    assert_eq!(
+        jsonpath(
+            &k,
+            &format!("dijob/{job}"),
+            "{.status.restarts} {.status.reschedules}"
+        ),
+        "0 0",
+        "a pod restart is neither a job restart nor a reschedule"
+    );
+    let transitions = job_events(&k, job);
+    assert!(
+        !transitions.contains("JobRestarting") && !transitions.contains("JobRescheduling"),
+        "{transitions}"
+    );
+
+    // The learner exits with 3, a listed code.
+    let learner = format!("{job}-learner-0");
+    let patch = r#"{"status":{"phase":"Failed","containerStatuses":[{"name":"di-container","image":"busybox","imageID":"","ready":false,"restartCount":0,"state":{"terminated":{"exitCode":3}}}]}}"#;
+    k.ok(&[
+        "patch",
+        "pod",
+        &learner,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        patch,
+    ]);
+    wait_phase(&k, job, "Failed");
+    let failed = job_json(&k, job);
+    let c = condition(&failed, "Failed");
+    assert_eq!(c["reason"], "NonRetryableExitCode", "{c:#}");
+    assert_eq!(
+        c["message"],
+        format!(
+            "job failed since pod {learner} failed: container di-container exited with code 3, listed in nonRetryableExitCodes"
+        )
+    );
+    assert_eq!(failed["status"]["restarts"], 0, "no retry");
+}

@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use serde_json::Value;
 
-use crate::api::{CleanPodPolicy, DIJob, DIJobStatus, JobCondition, Phase, labels};
+use crate::api::{CleanPodPolicy, DIJob, DIJobStatus, JobCondition, Phase, RestartPolicy, labels};
 use crate::build::{self, BuildContext, ReplicaSlot};
 use crate::cached::{CachedPod, CachedService};
 use crate::placement::{Admission, RankNodes};
@@ -56,6 +56,10 @@ pub const DEADLINE_EXCEEDED_REASON: &str = "DeadlineExceeded";
 /// Job's words).
 pub const SUSPENDED_REASON: &str = "JobSuspended";
 pub const RESUMED_REASON: &str = "JobResumed";
+
+/// Reason of the Failed condition and Event of a job whose pod exited with one of
+/// `spec.nonRetryableExitCodes`.
+pub const NON_RETRYABLE_REASON: &str = "NonRetryableExitCode";
 
 /// `text` cut to at most `max` bytes on a character boundary, ending in `…` when cut.
 pub fn clip(text: &str, max: usize) -> String {
@@ -137,6 +141,9 @@ pub struct Plan {
     pub once: Vec<JobEvent>,
     /// The status carries a new allocation: it is written before pods are placed on it.
     pub allocated: bool,
+    /// The status counts a pod restart (`restartPolicy: RestartPod`): written before the
+    /// failed pod is deleted, so it is counted once.
+    pub counted: bool,
     /// `spec.ttlSecondsAfterFinished` has run out: delete the job (its pods and service go
     /// with it through their owner references).
     pub delete_job: bool,
@@ -153,6 +160,7 @@ impl Plan {
     /// write is lost.
     pub fn status_first(&self) -> bool {
         self.allocated
+            || self.counted
             || self
                 .transition
                 .as_ref()
@@ -483,7 +491,10 @@ impl Planner<'_> {
                 message.clone()
             }
             // diorch's own reasons, which DI-orchestrator has no text for.
-            (_, DEADLINE_EXCEEDED_REASON | SUSPENDED_REASON | RESUMED_REASON) => message.clone(),
+            (
+                _,
+                DEADLINE_EXCEEDED_REASON | SUSPENDED_REASON | RESUMED_REASON | NON_RETRYABLE_REASON,
+            ) => message.clone(),
             _ => event_message.to_string(),
         };
         self.plan.events.push(JobEvent {
@@ -864,7 +875,7 @@ impl Planner<'_> {
                 continue;
             };
             match pod_state(pod, preemptible) {
-                PodState::Failed => failed.push(pod),
+                PodState::Failed => failed.push((pod, slot.task_index)),
                 PodState::Lost => replace.push((pod, "lost")),
                 PodState::Succeeded => succeeded += 1,
                 PodState::Ready => ready += 1,
@@ -898,7 +909,37 @@ impl Planner<'_> {
                     .unwrap_or(i64::MAX),
             )
         });
-        let mismatch = !missing.is_empty() || !extra.is_empty() || !replace.is_empty();
+        // `restartPolicy: RestartPod`: a failed pod is replaced in place, within its task's
+        // budget; beyond it, or under RestartJob, the failure is the job's.
+        let in_place_task = |task_index: usize| {
+            job.spec
+                .tasks
+                .get(task_index)
+                .and_then(|t| t.restart_policy)
+                == Some(RestartPolicy::RestartPod)
+        };
+        let fatal = failed.iter().find_map(|(pod, _)| self.non_retryable(pod));
+        let mut in_place = Vec::new();
+        let failed: Vec<&CachedPod> = failed
+            .into_iter()
+            .filter_map(|(pod, task_index)| {
+                if in_place_task(task_index) && self.count_pod_restart(pod) {
+                    in_place.push(pod);
+                    None
+                } else {
+                    Some(pod)
+                }
+            })
+            .collect();
+        self.prune_counted_failures(owned);
+        // While Starting or Running, a RestartPod task's missing pod is re-created in place,
+        // not by rescheduling the job.
+        let steady = matches!(phase, Phase::Starting | Phase::Running);
+        let mismatch = missing
+            .iter()
+            .any(|s| !(steady && in_place_task(s.task_index)))
+            || !extra.is_empty()
+            || !replace.is_empty();
 
         // Replica status (spec 6.5), ready pods not containers.
         self.status.replicas = r;
@@ -923,7 +964,9 @@ impl Planner<'_> {
         self.status.task_status = (!task_status.is_empty()).then_some(task_status);
 
         // The state machine (spec 6.4): one transition per pass, first match wins.
-        if !entering {
+        if let Some(message) = fatal.filter(|_| !entering) {
+            self.transition(Phase::Failed, NON_RETRYABLE_REASON, message);
+        } else if !entering {
             let counts = Counts {
                 r,
                 ready,
@@ -938,26 +981,42 @@ impl Planner<'_> {
 
         // Converge pods in the phases that change them.
         let phase = self.status.phase.unwrap_or(Phase::Pending);
-        if placed
-            && matches!(
-                phase,
-                Phase::Pending | Phase::Restarting | Phase::Rescheduling
-            )
-        {
+        let converging = matches!(
+            phase,
+            Phase::Pending | Phase::Restarting | Phase::Rescheduling
+        );
+        // Starting or Running: only RestartPod tasks' failed pods are replaced, in place.
+        let replacing = matches!(phase, Phase::Starting | Phase::Running);
+        if placed && (converging || replacing) {
             // A pod can be failed and scaled in and stale at once: delete it once.
             let mut deleted = BTreeSet::new();
-            let victims = failed
-                .iter()
-                .map(|p| (*p, "failed"))
-                .chain(extra.iter().map(|p| (*p, "scaled in")))
-                .chain(replace.iter().copied());
+            let victims: Vec<(&CachedPod, &'static str)> = if converging {
+                failed
+                    .iter()
+                    .map(|p| (*p, "failed"))
+                    .chain(
+                        in_place
+                            .iter()
+                            .map(|p| (*p, "failed (restartPolicy RestartPod)")),
+                    )
+                    .chain(extra.iter().map(|p| (*p, "scaled in")))
+                    .chain(replace.iter().copied())
+                    .collect()
+            } else {
+                in_place
+                    .iter()
+                    .map(|p| (*p, "failed (restartPolicy RestartPod)"))
+                    .collect()
+            };
             for (pod, why) in victims {
                 if deleted.insert(pod.metadata.uid.as_deref().unwrap_or_default()) {
                     self.plan.actions.push(delete_pod(pod, why));
                 }
             }
             let world = build::world(job, &ranks, self.ctx);
-            let creatable = missing.iter().filter(|s| !s.blocked);
+            let creatable = missing
+                .iter()
+                .filter(|s| !s.blocked && (converging || in_place_task(s.task_index)));
             for slot in creatable.take(MAX_CREATES_PER_PASS) {
                 let Some(rank) = ranks.rank_of(&slot.pod_name) else {
                     continue;
@@ -1002,6 +1061,69 @@ impl Planner<'_> {
             self.plan
                 .actions
                 .push(Action::CreateService(Box::new(build::build_service(job))));
+        }
+    }
+
+    /// Why `pod` failing must fail the job at once: a container exited with one of
+    /// `spec.nonRetryableExitCodes`.
+    fn non_retryable(&self, pod: &CachedPod) -> Option<String> {
+        let codes = self.job.spec.non_retryable_exit_codes.as_deref()?;
+        let statuses = pod.status.as_ref()?.container_statuses.as_ref()?;
+        statuses.iter().find_map(|c| {
+            let code = c.state.as_ref()?.terminated.as_ref()?.exit_code;
+            codes.contains(&code).then(|| {
+                format!(
+                    "job failed since pod {} failed: container {} exited with code {code}, listed in nonRetryableExitCodes",
+                    pod.metadata.name.as_deref().unwrap_or_default(),
+                    c.name
+                )
+            })
+        })
+    }
+
+    /// Counts the failed `pod` of a RestartPod task as one pod restart of its task, once per
+    /// pod (its uid is remembered while it exists); false when the task's count has reached
+    /// backoffLimit, so the failure is the job's.
+    fn count_pod_restart(&mut self, pod: &CachedPod) -> bool {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let counted = self.status.counted_failures.get_or_insert_with(Vec::new);
+        if counted.contains(&uid) {
+            return true;
+        }
+        let task = pod.label(labels::TASK_NAME).unwrap_or_default().to_string();
+        let restarts = self.status.pod_restarts.get_or_insert_with(BTreeMap::new);
+        let done = restarts.get(&task).copied().unwrap_or(0);
+        if self
+            .job
+            .spec
+            .backoff_limit
+            .is_some_and(|limit| done >= limit)
+        {
+            if restarts.is_empty() {
+                self.status.pod_restarts = None;
+            }
+            return false;
+        }
+        restarts.insert(task, done.saturating_add(1));
+        counted.push(uid);
+        // Written under the job's resourceVersion before the pod is deleted, as a job restart
+        // is: counted exactly once.
+        self.plan.counted = true;
+        true
+    }
+
+    /// Forgets counted failures whose pods are gone (the list stays as small as the pods
+    /// being replaced).
+    fn prune_counted_failures(&mut self, owned: &[&CachedPod]) {
+        if let Some(counted) = self.status.counted_failures.as_mut() {
+            counted.retain(|uid| {
+                owned
+                    .iter()
+                    .any(|p| p.metadata.uid.as_deref() == Some(uid.as_str()))
+            });
+            if counted.is_empty() {
+                self.status.counted_failures = None;
+            }
         }
     }
 

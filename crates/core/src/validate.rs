@@ -150,6 +150,30 @@ pub fn validate(job: &DIJob) -> Result<(), Invalid> {
 
     within_limits(job)?;
 
+    if let Some(codes) = &job.spec.non_retryable_exit_codes {
+        if codes.len() > crate::api::limits::MAX_EXIT_CODES {
+            return Err(Invalid::limit(
+                "spec.nonRetryableExitCodes",
+                format!(
+                    "job lists {} exit codes, more than the {} it may",
+                    codes.len(),
+                    crate::api::limits::MAX_EXIT_CODES
+                ),
+                "list only the codes that mean a user error",
+            ));
+        }
+        if let Some((i, code)) = codes
+            .iter()
+            .enumerate()
+            .find(|(_, c)| !(1..=255).contains(*c))
+        {
+            return Err(Invalid::new(
+                format!("spec.nonRetryableExitCodes[{i}]"),
+                format!("exit code {code} is not in 1 to 255"),
+                "list exit codes from 1 to 255 (0 is success)",
+            ));
+        }
+    }
     if let Some(s) = job.spec.active_deadline_seconds.filter(|s| *s < 1) {
         return Err(Invalid::new(
             "spec.activeDeadlineSeconds",

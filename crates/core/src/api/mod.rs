@@ -72,6 +72,8 @@ pub mod limits {
     pub const MAX_TASK_REPLICAS: i32 = 1000;
     /// Most replicas one job may run across its tasks, each counted at its maxReplicas.
     pub const MAX_JOB_REPLICAS: i32 = 4000;
+    /// Most entries in `spec.nonRetryableExitCodes`.
+    pub const MAX_EXIT_CODES: usize = 32;
 }
 
 /// Name of the container the operator treats as the DI-engine worker.
@@ -187,6 +189,14 @@ pub struct DIJobSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0))]
     pub ttl_seconds_after_finished: Option<i32>,
+
+    /// diorch extension: container exit codes (1 to 255) that mean "do not retry", such as 1
+    /// for a user error where 137 is an eviction. A failed pod with a container that exited with
+    /// one of them fails the job at once (reason NonRetryableExitCode), whatever backoffLimit
+    /// and the task's restartPolicy say. At most 32.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = limits::MAX_EXIT_CODES), inner(range(min = 1, max = 255)))]
+    pub non_retryable_exit_codes: Option<Vec<i32>>,
 }
 
 impl DIJob {
@@ -278,6 +288,25 @@ pub struct Task {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = limits::MAX_TASK_REPLICAS))]
     pub max_replicas: Option<i32>,
+
+    /// diorch extension: what a failed pod of this task does to the job. `RestartJob` (the
+    /// default, DI-orchestrator's behaviour): the job goes Restarting, counted in
+    /// `status.restarts` against backoffLimit. `RestartPod`: only that pod is replaced, with its
+    /// rank, while the job keeps its phase (a collector crash need not disturb the learner);
+    /// counted per task in `status.podRestarts`, and once a task's count has reached
+    /// backoffLimit its next failure is the job's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restart_policy: Option<RestartPolicy>,
+}
+
+/// What a failed pod of a task does to its job (`spec.tasks[].restartPolicy`).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum RestartPolicy {
+    // The job restarts (phase Restarting), as on DI-orchestrator.
+    #[default]
+    RestartJob,
+    // Only the failed pod is replaced.
+    RestartPod,
 }
 
 impl Task {
@@ -382,6 +411,15 @@ pub struct DIJobStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "crd::preserve_unknown_object")]
     pub profilings: Option<serde_json::Value>,
+
+    /// diorch extension: failed pods replaced per task under `restartPolicy: RestartPod`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_restarts: Option<BTreeMap<String, i32>>,
+
+    /// diorch extension: uids of failed pods already counted in `podRestarts` and still
+    /// present, so a pod is counted once however often it is seen. Written by diorch only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub counted_failures: Option<Vec<String>>,
 
     /// diorch extension: the `metadata.generation` of the spec this status was planned from.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -445,3 +445,171 @@ fn status_and_conditions_carry_the_generation_they_were_planned_from() {
     let plan = Sim::new(unnamed).plan();
     assert!(plan.spec_patch.is_some() && plan.status.is_none());
 }
+
+/// A job whose collectors restart alone: learner 1, evaluator 1, collectors 2.
+fn restart_pod_job(extra: Value) -> DIJob {
+    let container = json!({"spec": {"containers": [{"name": "di-container", "image": "i"}]}});
+    let mut spec = json!({"tasks": [
+        {"name": "learner", "type": "learner", "replicas": 1, "template": container},
+        {"name": "evaluator", "type": "evaluator", "replicas": 1, "template": container},
+        {"name": "collector", "type": "collector", "replicas": 2, "template": container,
+         "restartPolicy": "RestartPod"}
+    ]});
+    if let (Some(spec), Some(extra)) = (spec.as_object_mut(), extra.as_object()) {
+        spec.extend(extra.clone());
+    }
+    job_with(spec)
+}
+
+fn exit_with(sim: &mut Sim, pod: &str, code: i32) {
+    let mut status = pod_status("Failed", false, 1);
+    if let Some(c) = status
+        .container_statuses
+        .as_mut()
+        .and_then(|c| c.first_mut())
+    {
+        c.name = "di-container".into();
+        c.state = Some(ContainerState {
+            terminated: Some(ContainerStateTerminated {
+                exit_code: code,
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+    }
+    sim.pod_mut(pod).status = Some(status);
+}
+
+#[test]
+fn a_restart_pod_task_replaces_only_the_failed_pod_while_the_job_keeps_running() {
+    let mut sim = Sim::running(restart_pod_job(json!({"backoffLimit": 2})));
+    let learner = sim
+        .pods
+        .iter()
+        .find(|p| p.metadata.name.as_deref() == Some("j-learner-0"))
+        .and_then(|p| p.metadata.uid.clone());
+    let rank = sim.rank("j-collector-1");
+    let transitions = sim.transitions.len();
+    exit_with(&mut sim, "j-collector-1", 2);
+    sim.linger = true;
+    let plan = sim.step();
+    assert_eq!(plan.transition, None, "the job keeps running");
+    assert!(
+        plan.status_first(),
+        "the count is written before the deletion"
+    );
+    assert!(
+        matches!(plan.actions.as_slice(), [Action::DeletePod { name, grace: Some(0), .. }] if name == "j-collector-1"),
+        "{:?}",
+        plan.actions
+    );
+    let status = sim.status();
+    assert_eq!(
+        status
+            .pod_restarts
+            .as_ref()
+            .and_then(|r| r.get("collector")),
+        Some(&1)
+    );
+    assert_eq!(status.restarts, 0);
+    // Seen again while it terminates: counted once, deleted once.
+    let plan = sim.step();
+    assert!(plan.actions.is_empty(), "{:?}", plan.actions);
+    assert_eq!(
+        sim.status()
+            .pod_restarts
+            .and_then(|r| r.get("collector").copied()),
+        Some(1)
+    );
+    sim.pods.retain(|p| p.metadata.deletion_timestamp.is_none());
+    sim.linger = false;
+    sim.settle();
+    assert_eq!(sim.rank("j-collector-1"), rank, "back with its rank");
+    assert_eq!(sim.phase(), Some(Phase::Running));
+    sim.all("Running", true);
+    sim.settle();
+    assert_eq!(
+        sim.transitions.len(),
+        transitions,
+        "no Restarting, no Rescheduling"
+    );
+    let status = sim.status();
+    assert_eq!((status.restarts, status.reschedules), (0, 0));
+    assert_eq!(
+        status.counted_failures, None,
+        "forgotten once the pod is gone"
+    );
+    assert_eq!(
+        sim.pods
+            .iter()
+            .find(|p| p.metadata.name.as_deref() == Some("j-learner-0"))
+            .and_then(|p| p.metadata.uid.clone()),
+        learner,
+        "the learner is untouched"
+    );
+
+    // A second failure spends the budget (backoffLimit 2); the third is the job's.
+    exit_with(&mut sim, "j-collector-0", 2);
+    sim.settle();
+    sim.all("Running", true);
+    sim.settle();
+    assert_eq!(
+        sim.status()
+            .pod_restarts
+            .and_then(|r| r.get("collector").copied()),
+        Some(2)
+    );
+    exit_with(&mut sim, "j-collector-0", 2);
+    let plan = sim.step();
+    assert_eq!(plan.transition.map(|t| t.to), Some(Phase::Restarting));
+    assert_eq!(sim.status().restarts, 1);
+    a_learner_failure_is_the_job_s();
+}
+
+/// A RestartJob task (the default) in the same job still restarts the job.
+fn a_learner_failure_is_the_job_s() {
+    let mut sim = Sim::running(restart_pod_job(json!({"backoffLimit": 2})));
+    exit_with(&mut sim, "j-learner-0", 2);
+    let plan = sim.step();
+    assert_eq!(plan.transition.map(|t| t.to), Some(Phase::Restarting));
+    assert_eq!(sim.status().pod_restarts, None);
+}
+
+#[test]
+fn a_non_retryable_exit_code_fails_the_job_at_once_and_others_retry() {
+    let spec = json!({"backoffLimit": 5, "nonRetryableExitCodes": [1, 2]});
+    let mut sim = Sim::running(restart_pod_job(spec.clone()));
+    exit_with(&mut sim, "j-collector-0", 1);
+    let plan = sim.step();
+    let tr = plan.transition.clone().expect("failed");
+    assert_eq!((tr.to, tr.reason), (Phase::Failed, NON_RETRYABLE_REASON));
+    assert_eq!(
+        tr.message,
+        "job failed since pod j-collector-0 failed: container di-container exited with code 1, listed in nonRetryableExitCodes"
+    );
+    assert_eq!(
+        plan.events.last().map(|e| (e.type_, e.message.as_str())),
+        Some((EventType::Warning, tr.message.as_str()))
+    );
+    sim.settle();
+    assert_eq!(sim.phase(), Some(Phase::Failed));
+
+    // 137 (an eviction, say) is not listed: the learner's failure restarts the job.
+    let mut sim = Sim::running(restart_pod_job(spec));
+    exit_with(&mut sim, "j-learner-0", 137);
+    let plan = sim.step();
+    assert_eq!(plan.transition.map(|t| t.to), Some(Phase::Restarting));
+
+    for (codes, field) in [
+        (json!([0]), "spec.nonRetryableExitCodes[0]"),
+        (json!([1, 256]), "spec.nonRetryableExitCodes[1]"),
+        (
+            json!((1..=33).collect::<Vec<i32>>()),
+            "spec.nonRetryableExitCodes",
+        ),
+    ] {
+        let err = validate::validate(&job_with(json!({"nonRetryableExitCodes": codes})))
+            .expect_err("refused");
+        assert_eq!(err.field, field);
+    }
+}
