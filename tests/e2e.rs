@@ -127,7 +127,7 @@ fn e2e_controller() {
     install_crd(&k);
     let _one = ONE_OPERATOR.lock().unwrap_or_else(|e| e.into_inner());
     let _operator = OperatorProcess::start(&kubeconfig);
-    let scenarios: [(&str, Scenario); 11] = [
+    let scenarios: [(&str, Scenario); 12] = [
         ("lifecycle", scenario::runs_to_success),
         ("backoff", scenario::failing_worker_restarts_then_fails),
         ("cleanup", scenario::clean_pod_policies),
@@ -139,6 +139,7 @@ fn e2e_controller() {
         ("fieldmanager", writes_name_their_field_manager),
         ("suspend", job_controls::suspend_and_resume),
         ("deadline", job_controls::deadline_and_ttl),
+        ("restartpolicy", job_controls::restart_policies),
     ];
     for (name, run) in scenarios {
         let ns = format!("diorch-e2e-{name}-{}", std::process::id());
@@ -694,4 +695,88 @@ fn e2e_rbac_least_privilege() {
             ("authorization.k8s.io", "subjectaccessreviews", "create"),
         ],
     );
+}
+
+/// `deploy/base/user-roles.yaml` on a real API server: its ClusterRoles aggregate into the
+/// default `view` and `edit` roles (the controller-manager's aggregation controller), so a user
+/// bound to `view` in a namespace may read DIJobs and their replicas there and change nothing,
+/// and one bound to `edit` may also create, scale and delete them.
+#[test]
+#[ignore = "needs a real cluster: set DIORCH_E2E_KUBECONFIG and run with --include-ignored (scripts/e2e.sh)"]
+fn e2e_user_roles_aggregate_into_view_and_edit() {
+    let (kubeconfig, scratch) = target();
+    let k = Kubectl::new(&kubeconfig, scratch.path());
+    // kubectl resolves the resource through discovery: the CRD must be served.
+    install_crd(&k);
+    let suffix = format!("e2e-{}", std::process::id());
+    let label = format!("diorch.io/e2e={suffix}");
+    let _cluster = ClusterObjectsGuard(&k, label.clone());
+    let roles = std::fs::read_to_string(common::repo_root().join("deploy/base/user-roles.yaml"))
+        .expect("user-roles.yaml")
+        .replace("name: dijob-view", &format!("name: dijob-view-{suffix}"))
+        .replace("name: dijob-edit", &format!("name: dijob-edit-{suffix}"))
+        .replace(
+            "    app.kubernetes.io/name: diorch\n",
+            &format!("    app.kubernetes.io/name: diorch\n    diorch.io/e2e: {suffix}\n"),
+        );
+    k.ok_stdin(&["apply", "-f", "-"], &roles);
+    let ns = format!("diorch-e2e-roles-{}", std::process::id());
+    foundation::create_namespace(&k, &ns);
+    let _guard = NamespaceGuard(&k, &ns);
+    let kn = k.in_namespace(&ns);
+    kn.ok(&[
+        "create",
+        "rolebinding",
+        "viewer",
+        "--clusterrole=view",
+        "--user=bob",
+    ]);
+    kn.ok(&[
+        "create",
+        "rolebinding",
+        "editor",
+        "--clusterrole=edit",
+        "--user=alice",
+    ]);
+    // `what` is a resource or `resource/subresource`.
+    let can = |user: &str, verb: &str, what: &str| -> bool {
+        let (resource, sub) = what.split_once('/').unwrap_or((what, ""));
+        let resource = format!("{resource}.diengine.opendilab.org");
+        let mut args = vec!["auth", "can-i", verb, resource.as_str(), "--as", user];
+        let sub = format!("--subresource={sub}");
+        if what.contains('/') {
+            args.push(&sub);
+        }
+        let out = kn.run(&args);
+        String::from_utf8_lossy(&out.stdout).trim() == "yes"
+    };
+    // Aggregation is asynchronous: wait for a rule of each role to arrive.
+    common::ha::wait_until(
+        "edit to aggregate dijob-edit",
+        Duration::from_secs(60),
+        || can("alice", "update", "dijobs/replicas"),
+    );
+    common::ha::wait_until(
+        "view to aggregate dijob-view",
+        Duration::from_secs(60),
+        || can("bob", "get", "dijobs/replicas"),
+    );
+    for (user, verb, what, allowed) in [
+        ("bob", "list", "dijobs", true),
+        ("bob", "watch", "dijobs", true),
+        ("bob", "get", "dijobs/status", true),
+        ("bob", "get", "dijobs/replicas", true),
+        ("bob", "create", "dijobs", false),
+        ("bob", "update", "dijobs/replicas", false),
+        ("bob", "delete", "dijobs", false),
+        ("alice", "create", "dijobs", true),
+        ("alice", "patch", "dijobs", true),
+        ("alice", "delete", "dijobs", true),
+        ("alice", "update", "dijobs/replicas", true),
+        ("alice", "list", "dijobs", true),
+        // Status is the operator's.
+        ("alice", "patch", "dijobs/status", false),
+    ] {
+        assert_eq!(can(user, verb, what), allowed, "{user} {verb} {what}");
+    }
 }
