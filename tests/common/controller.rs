@@ -735,6 +735,12 @@ pub fn deleting_the_job_cascades(k: &Kubectl, ns: &str) {
     apply(&k, &standard_job(job, ""));
     wait_phase(&k, job, "Running");
     k.ok(&["delete", "dijob", job]);
+    wait_no_pods(&k, job);
+    wait_no_service(&k, job);
+}
+
+/// Waits until the job has no pods at all, terminating ones included.
+pub fn wait_no_pods(k: &Kubectl, job: &str) {
     k.wait_for(
         &[
             "get",
@@ -747,8 +753,12 @@ pub fn deleting_the_job_cascades(k: &Kubectl, ns: &str) {
         T,
         str::is_empty,
     );
+}
+
+/// Waits until the job's service `di-<job>` is gone.
+pub fn wait_no_service(k: &Kubectl, job: &str) {
     k.wait_for(&["get", "services", "-o", "name"], T, |s| {
-        !s.contains(&format!("di-{job}"))
+        !s.lines().any(|l| l == format!("service/di-{job}"))
     });
 }
 

@@ -9,7 +9,8 @@ use serde_json::Value;
 
 use super::Kubectl;
 use super::controller::{
-    T, apply, end_pod, job_events, jsonpath, pods, rank, standard_job, uid, wait_phase,
+    T, apply, end_pod, job_events, jsonpath, pods, rank, standard_job, uid, wait_no_pods,
+    wait_no_service, wait_phase,
 };
 
 fn job_json(k: &Kubectl, job: &str) -> Value {
@@ -38,28 +39,6 @@ fn patch_suspend(k: &Kubectl, job: &str, suspend: bool) {
         "-p",
         &format!(r#"{{"spec":{{"suspend":{suspend}}}}}"#),
     ]);
-}
-
-/// Waits until the job has no pods at all, terminating ones included.
-fn wait_no_pods(k: &Kubectl, job: &str) {
-    k.wait_for(
-        &[
-            "get",
-            "pods",
-            "-l",
-            &format!("diengine/job={job}"),
-            "-o",
-            "name",
-        ],
-        T,
-        str::is_empty,
-    );
-}
-
-fn wait_no_service(k: &Kubectl, job: &str) {
-    k.wait_for(&["get", "services", "-o", "name"], T, |s| {
-        !s.lines().any(|l| l == format!("service/di-{job}"))
-    });
 }
 
 /// Created suspended: nothing exists and the phase and condition say Suspended. Resumed: it

@@ -639,6 +639,16 @@ impl Planner<'_> {
         );
     }
 
+    /// Deletes the job's service unless it is already going.
+    fn delete_service(&mut self, service: Option<&CachedService>) {
+        if let Some(svc) = service.filter(|s| s.metadata.deletion_timestamp.is_none()) {
+            self.plan.actions.push(Action::DeleteService {
+                name: svc.metadata.name.clone().unwrap_or_default(),
+                uid: svc.metadata.uid.clone().unwrap_or_default(),
+            });
+        }
+    }
+
     /// Succeeded and Failed are absorbing (15.11, Kubeflow Trainer's recurring bug): clean up by
     /// policy, never create.
     fn terminal(&mut self, owned: &[&CachedPod], service: Option<&CachedService>) {
@@ -647,12 +657,7 @@ impl Planner<'_> {
         }
         self.status.ready_replicas = 0;
         self.status.task_status = None;
-        if let Some(svc) = service.filter(|s| s.metadata.deletion_timestamp.is_none()) {
-            self.plan.actions.push(Action::DeleteService {
-                name: svc.metadata.name.clone().unwrap_or_default(),
-                uid: svc.metadata.uid.clone().unwrap_or_default(),
-            });
-        }
+        self.delete_service(service);
         for pod in owned.iter().filter(|p| !is_terminating(p)) {
             let delete = match self.job.spec.clean_pod_policy {
                 CleanPodPolicy::All => true,
@@ -692,12 +697,7 @@ impl Planner<'_> {
                 );
             }
         }
-        if let Some(svc) = service.filter(|s| s.metadata.deletion_timestamp.is_none()) {
-            self.plan.actions.push(Action::DeleteService {
-                name: svc.metadata.name.clone().unwrap_or_default(),
-                uid: svc.metadata.uid.clone().unwrap_or_default(),
-            });
-        }
+        self.delete_service(service);
         for pod in owned.iter().filter(|p| !is_terminating(p)) {
             self.plan.actions.push(delete_pod(pod, "suspended"));
         }
