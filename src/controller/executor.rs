@@ -656,24 +656,24 @@ async fn reconcile_inner(job: &DIJob, ctx: &Context) -> Result<Requeue, Error> {
         return delete_finished(ctx, &latest).await;
     }
     ctx.count("ok");
-    let wake = plan.wake_after.unwrap_or(Duration::MAX);
+    // A deadline or TTL due before the next resync is met on time.
+    let resync = ctx
+        .settings
+        .sync_period
+        .min(plan.wake_after.unwrap_or(Duration::MAX));
     if matches!(admission, Some(Admission::Waiting { .. })) {
         // Capacity changes wake waiting jobs at once; this is the safety net.
         return Ok(Requeue::requeue(
             WAITING_RETRY
-                .min(ctx.settings.sync_period)
-                .min(counts_wait.unwrap_or(Duration::MAX))
-                .min(wake),
+                .min(resync)
+                .min(counts_wait.unwrap_or(Duration::MAX)),
         ));
     }
     if let Some(wait) = counts_wait {
         // The held-back counts go out then, unless a pod event brings a pass sooner.
-        return Ok(Requeue::requeue(
-            wait.min(ctx.settings.sync_period).min(wake),
-        ));
+        return Ok(Requeue::requeue(wait.min(resync)));
     }
-    // A deadline or TTL due before the next resync is met on time.
-    Ok(Requeue::requeue(ctx.settings.sync_period.min(wake)))
+    Ok(Requeue::requeue(resync))
 }
 
 /// Deletes a finished job whose `ttlSecondsAfterFinished` has run out, in the foreground as

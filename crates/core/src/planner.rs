@@ -1086,26 +1086,38 @@ impl Planner<'_> {
     /// backoffLimit, so the failure is the job's.
     fn count_pod_restart(&mut self, pod: &CachedPod) -> bool {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
-        let counted = self.status.counted_failures.get_or_insert_with(Vec::new);
-        if counted.contains(&uid) {
+        if self
+            .status
+            .counted_failures
+            .iter()
+            .flatten()
+            .any(|u| *u == uid)
+        {
             return true;
         }
         let task = pod.label(labels::TASK_NAME).unwrap_or_default().to_string();
-        let restarts = self.status.pod_restarts.get_or_insert_with(BTreeMap::new);
-        let done = restarts.get(&task).copied().unwrap_or(0);
+        let done = self
+            .status
+            .pod_restarts
+            .as_ref()
+            .and_then(|r| r.get(&task).copied())
+            .unwrap_or(0);
         if self
             .job
             .spec
             .backoff_limit
             .is_some_and(|limit| done >= limit)
         {
-            if restarts.is_empty() {
-                self.status.pod_restarts = None;
-            }
             return false;
         }
-        restarts.insert(task, done.saturating_add(1));
-        counted.push(uid);
+        self.status
+            .pod_restarts
+            .get_or_insert_with(BTreeMap::new)
+            .insert(task, done.saturating_add(1));
+        self.status
+            .counted_failures
+            .get_or_insert_with(Vec::new)
+            .push(uid);
         // Written under the job's resourceVersion before the pod is deleted, as a job restart
         // is: counted exactly once.
         self.plan.counted = true;
