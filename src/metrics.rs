@@ -5,6 +5,9 @@
 //! Owns the metric registry; modules record into the typed handles here and never create
 //! metrics of their own. Exposes no cluster data beyond counts and durations.
 
+mod process;
+
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -58,6 +61,40 @@ pub struct ControllerMetrics {
     pub queue_depth: Gauge,
     /// DIJobs in the cache by phase (no phase yet: `Pending`), refreshed every few seconds.
     pub jobs: Family<PhaseLabels, Gauge>,
+    /// The longest time a cached DIJob has been in each phase, refreshed with `jobs`.
+    pub oldest_in_phase: Family<PhaseLabels, Gauge>,
+    /// The worker count (`--concurrency`), set when the controller starts.
+    pub max_workers: Gauge,
+    /// Reconciles by controller-runtime's result names, for stock dashboards.
+    runtime_reconciles: Family<RuntimeResultLabels, Counter>,
+    runtime_errors: Counter,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RuntimeResultLabels {
+    /// `success`, `error` or `requeue`.
+    result: &'static str,
+}
+
+impl ControllerMetrics {
+    /// Counts one finished reconcile, `result` being `ok`, `requeue` or `error`, under
+    /// `diorch_reconciles_total` and controller-runtime's names.
+    pub fn count_reconcile(&self, result: &'static str) {
+        self.reconciles
+            .get_or_create(&ResultLabels { result })
+            .inc();
+        let runtime = match result {
+            "ok" => "success",
+            "error" => {
+                self.runtime_errors.inc();
+                "error"
+            }
+            _ => "requeue",
+        };
+        self.runtime_reconciles
+            .get_or_create(&RuntimeResultLabels { result: runtime })
+            .inc();
+    }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -285,7 +322,8 @@ pub struct AdmissionLabels {
     /// `CREATE`, `UPDATE`, `DELETE`, `CONNECT`, or `other` (anything else, or a body that is
     /// not a review): a fixed set, never the request's text.
     pub operation: &'static str,
-    /// `allowed`, `patched` or `denied`.
+    /// `allowed`, `patched`, `denied` (the job refused, 403) or `error` (a body that is not a
+    /// review, or a failure of the webhook itself).
     pub result: &'static str,
 }
 
@@ -299,6 +337,8 @@ pub struct AdmissionMetrics {
 
 /// Every metric of the process, plus readiness.
 pub struct Metrics {
+    /// The root: `diorch_*` in a sub-registry, controller-runtime's and process metrics
+    /// unprefixed beside it.
     registry: Registry,
     pub controller: ControllerMetrics,
     pub server: ServerMetrics,
@@ -318,7 +358,9 @@ impl Default for Metrics {
 
 impl Metrics {
     pub fn new() -> Metrics {
-        let mut registry = Registry::with_prefix("diorch");
+        let mut root = Registry::default();
+        root.register_collector(Box::new(process::ProcessCollector::new()));
+        let registry = root.sub_registry_with_prefix("diorch");
         let controller = ControllerMetrics {
             reconciles: Family::default(),
             errors: Family::default(),
@@ -329,7 +371,16 @@ impl Metrics {
             in_flight: Gauge::default(),
             queue_depth: Gauge::default(),
             jobs: Family::default(),
+            oldest_in_phase: Family::default(),
+            max_workers: Gauge::default(),
+            runtime_reconciles: Family::default(),
+            runtime_errors: Counter::default(),
         };
+        registry.register(
+            "job_phase_max_age_seconds",
+            "The longest time a DIJob known to the operator has been in each phase (0: none is)",
+            controller.oldest_in_phase.clone(),
+        );
         registry.register(
             "reconciles_in_flight",
             "DIJob reconciles running now (the controller's busy workers)",
@@ -428,7 +479,7 @@ impl Metrics {
             allocator.optimize_duration.clone(),
         );
         let plugin = PluginMetrics::new();
-        plugin.register(&mut registry);
+        plugin.register(registry);
         let admission = AdmissionMetrics {
             reviews: Family::default(),
             duration: Histogram::new(exponential_buckets(0.000_01, 2.0, 16)),
@@ -455,8 +506,9 @@ impl Metrics {
             "1 while this replica leads (reconciles and allocates), 0 while it stands by",
             leader.clone(),
         );
+        register_runtime_names(&mut root, &controller);
         Metrics {
-            registry,
+            registry: root,
             leader,
             controller,
             server,
@@ -471,11 +523,14 @@ impl Metrics {
     /// under it, which exists before the registry).
     pub fn with_api_requests(requests: crate::audit::ApiRequests) -> Metrics {
         let mut metrics = Metrics::new();
-        metrics.registry.register(
-            "kube_api_requests",
-            "Kubernetes API requests of the operator by group, resource, verb and status code",
-            requests.0,
-        );
+        metrics
+            .registry
+            .sub_registry_with_prefix("diorch")
+            .register(
+                "kube_api_requests",
+                "Kubernetes API requests of the operator by group, resource, verb and status code",
+                requests.0,
+            );
         metrics
     }
 
@@ -506,6 +561,46 @@ impl Metrics {
             .route("/readyz", get(readyz))
             .with_state(self)
     }
+}
+
+/// controller-runtime's metric names (`controller_runtime_*{controller="dijob"}`,
+/// `workqueue_depth{name="dijob"}`) over the same values as the `diorch_*` ones, so dashboards
+/// and alerts written for kubebuilder operators work unchanged.
+fn register_runtime_names(root: &mut Registry, controller: &ControllerMetrics) {
+    let runtime =
+        root.sub_registry_with_label((Cow::Borrowed("controller"), Cow::Borrowed("dijob")));
+    runtime.register(
+        "controller_runtime_reconcile",
+        "Reconciles by result (success, error, requeue), as controller-runtime counts them",
+        controller.runtime_reconciles.clone(),
+    );
+    runtime.register(
+        "controller_runtime_reconcile_errors",
+        "Reconciles that returned an error",
+        controller.runtime_errors.clone(),
+    );
+    runtime.register(
+        "controller_runtime_reconcile_time_seconds",
+        "Time spent in one reconcile (the same histogram as diorch_reconcile_duration_seconds)",
+        controller.duration.clone(),
+    );
+    runtime.register(
+        "controller_runtime_active_workers",
+        "Reconciles running now",
+        controller.in_flight.clone(),
+    );
+    runtime.register(
+        "controller_runtime_max_concurrent_reconciles",
+        "The controller's worker count",
+        controller.max_workers.clone(),
+    );
+    runtime
+        .sub_registry_with_label((Cow::Borrowed("name"), Cow::Borrowed("dijob")))
+        .register(
+            "workqueue_depth",
+            "DIJobs waiting for a worker (the same gauge as diorch_reconcile_queue_depth)",
+            controller.queue_depth.clone(),
+        );
 }
 
 async fn metrics(State(m): State<Arc<Metrics>>) -> impl IntoResponse {
@@ -548,6 +643,54 @@ mod tests {
         );
         assert!(
             text.contains("diorch_phase_transitions_total{phase=\"Running\"} 2"),
+            "{text}"
+        );
+    }
+
+    /// Stock dashboards query controller-runtime's and the process collector's names: they
+    /// exist, unprefixed, and follow the diorch values they mirror.
+    #[test]
+    fn controller_runtime_and_process_names_are_exported() {
+        let m = Metrics::new();
+        m.controller.count_reconcile("ok");
+        m.controller.count_reconcile("ok");
+        m.controller.count_reconcile("requeue");
+        m.controller.count_reconcile("error");
+        m.controller.queue_depth.set(3);
+        m.controller.in_flight.set(2);
+        m.controller.max_workers.set(32);
+        let text = m.encode();
+        for line in [
+            "diorch_reconciles_total{result=\"ok\"} 2",
+            "controller_runtime_reconcile_total{controller=\"dijob\",result=\"success\"} 2",
+            "controller_runtime_reconcile_total{controller=\"dijob\",result=\"requeue\"} 1",
+            "controller_runtime_reconcile_total{controller=\"dijob\",result=\"error\"} 1",
+            "controller_runtime_reconcile_errors_total{controller=\"dijob\"} 1",
+            "controller_runtime_active_workers{controller=\"dijob\"} 2",
+            "controller_runtime_max_concurrent_reconciles{controller=\"dijob\"} 32",
+            "workqueue_depth{controller=\"dijob\",name=\"dijob\"} 3",
+            "diorch_reconcile_queue_depth 3",
+            "controller_runtime_reconcile_time_seconds_count{controller=\"dijob\"} 0",
+        ] {
+            assert!(text.contains(line), "missing {line} in\n{text}");
+        }
+        let value = |name: &str| -> f64 {
+            let line = text
+                .lines()
+                .find(|l| l.starts_with(&format!("{name} ")))
+                .unwrap_or_else(|| panic!("no {name} in\n{text}"));
+            line[name.len() + 1..].parse().expect("a number")
+        };
+        // This test process: some CPU and memory used, stdin/stdout/stderr open at least, and
+        // a start time after 2020.
+        assert!(value("process_resident_memory_bytes") > 1e6);
+        assert!(value("process_virtual_memory_bytes") >= value("process_resident_memory_bytes"));
+        assert!(value("process_open_fds") >= 3.0);
+        assert!(value("process_max_fds") >= value("process_open_fds"));
+        assert!(value("process_cpu_seconds_total") >= 0.0);
+        assert!(value("process_start_time_seconds") > 1.5e9);
+        assert!(
+            text.contains("# TYPE process_cpu_seconds counter"),
             "{text}"
         );
     }

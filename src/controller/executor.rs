@@ -27,7 +27,7 @@ use thiserror::Error;
 use super::cache::PodIndex;
 use super::expectations::Expectations;
 use super::throttle::Throttle;
-use crate::metrics::{ActionLabels, ErrorLabels, Metrics, PhaseLabels, ResultLabels};
+use crate::metrics::{ActionLabels, ErrorLabels, Metrics, PhaseLabels};
 use crate::plugin::registry::PluginRegistry;
 use crate::plugin::{PluginError, TaskContext};
 use diorch_core::api::{DIJob, labels};
@@ -239,6 +239,10 @@ pub fn start(
     let index = PodIndex::default();
     let Placer { placement, retries } = place(job_store.clone());
 
+    metrics
+        .controller
+        .max_workers
+        .set(i64::from(settings.concurrency));
     let queue = Arc::new(super::queue::Queue::new(
         metrics.controller.queue_depth.clone(),
         job_store.clone(),
@@ -351,6 +355,8 @@ pub fn start(
             loop {
                 tick.tick().await;
                 let mut counts: HashMap<&'static str, i64> = HashMap::new();
+                let mut oldest: HashMap<&'static str, i64> = HashMap::new();
+                let now = jiff::Timestamp::now();
                 for job in jobs.state() {
                     let phase = job
                         .status
@@ -358,13 +364,17 @@ pub fn start(
                         .and_then(|s| s.phase)
                         .unwrap_or(diorch_core::api::Phase::Pending);
                     *counts.entry(phase.as_str()).or_default() += 1;
+                    let age = planner::time_in_phase(&job.metadata, job.status.as_ref(), now);
+                    let max = oldest.entry(phase.as_str()).or_default();
+                    *max = (*max).max(age);
                 }
                 for phase in diorch_core::api::Phase::ALL.map(diorch_core::api::Phase::as_str) {
-                    metrics
-                        .controller
-                        .jobs
-                        .get_or_create(&PhaseLabels { phase })
-                        .set(counts.get(phase).copied().unwrap_or(0));
+                    let labels = PhaseLabels { phase };
+                    let controller = &metrics.controller;
+                    let count = counts.get(phase).copied().unwrap_or(0);
+                    controller.jobs.get_or_create(&labels).set(count);
+                    let age = oldest.get(phase).copied().unwrap_or(0);
+                    controller.oldest_in_phase.get_or_create(&labels).set(age);
                 }
             }
         });
@@ -489,11 +499,7 @@ impl Context {
     }
 
     fn count(&self, result: &'static str) {
-        self.metrics
-            .controller
-            .reconciles
-            .get_or_create(&ResultLabels { result })
-            .inc();
+        self.metrics.controller.count_reconcile(result);
     }
 
     fn count_action(&self, action: &'static str) {

@@ -60,7 +60,10 @@ fn serve(
     let out = answer(review, decide);
     if let Some(m) = metrics {
         let result = match out.response.as_ref() {
-            Some(r) if !r.allowed => "denied",
+            // A refusal of the job is `denied` (403); a body we could not read or a default we
+            // could not encode is the webhook's failure, which alerts watch for.
+            Some(r) if !r.allowed && r.result.code == 403 => "denied",
+            Some(r) if !r.allowed => "error",
             Some(r) if r.patch.is_some() => "patched",
             _ => "allowed",
         };
@@ -102,6 +105,14 @@ fn refuse(response: AdmissionResponse, message: impl ToString) -> AdmissionRespo
     response
 }
 
+/// The webhook's own failure (500), told apart from a refusal of the job in the metrics.
+fn internal_error(request: &AdmissionRequest<DIJob>, message: String) -> AdmissionResponse {
+    let mut response = AdmissionResponse::from(request).deny(message);
+    response.result.code = 500;
+    response.result.reason = "InternalError".to_string();
+    response
+}
+
 /// Decodes a review, answers it with `decide`, and always returns a well-formed review: a body
 /// that is not an AdmissionReview of a DIJob is refused, never a panic or an HTTP error.
 pub fn answer(
@@ -139,15 +150,9 @@ pub fn mutate(request: &AdmissionRequest<DIJob>) -> AdmissionResponse {
     match serde_json::from_value::<json_patch::Patch>(patch) {
         Ok(patch) => match response.with_patch(patch) {
             Ok(patched) => patched,
-            Err(e) => refuse(
-                AdmissionResponse::from(request),
-                format!("cannot encode the defaults: {e}"),
-            ),
+            Err(e) => internal_error(request, format!("cannot encode the defaults: {e}")),
         },
-        Err(e) => refuse(
-            AdmissionResponse::from(request),
-            format!("cannot build the defaults: {e}"),
-        ),
+        Err(e) => internal_error(request, format!("cannot build the defaults: {e}")),
     }
 }
 

@@ -398,3 +398,24 @@ fn the_operation_label_is_one_of_a_fixed_set() {
     );
     assert!(!text.contains("MADE-UP"), "{text}");
 }
+
+/// Alerts tell the webhook's failures from the jobs it refuses: garbage is `error`, a refused
+/// job `denied`.
+#[test]
+fn a_body_that_is_not_a_review_counts_as_error_and_a_refused_job_as_denied() {
+    let metrics = crate::metrics::Metrics::new();
+    super::serve(b"not json", "validate", check, Some(&metrics));
+    let two_learners = job(json!([
+        {"type": "learner", "template": {}},
+        {"type": "learner", "template": {}}
+    ]));
+    let body = review("CREATE", two_learners, None).to_string();
+    super::serve(body.as_bytes(), "validate", check, Some(&metrics));
+    let text = metrics.encode();
+    for line in [
+        "diorch_admission_reviews_total{webhook=\"validate\",operation=\"other\",result=\"error\"} 1",
+        "diorch_admission_reviews_total{webhook=\"validate\",operation=\"CREATE\",result=\"denied\"} 1",
+    ] {
+        assert!(text.contains(line), "missing {line} in\n{text}");
+    }
+}

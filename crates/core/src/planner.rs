@@ -300,6 +300,24 @@ pub fn template_hash(job: &DIJob, task_index: usize) -> String {
     format!("{hash:016x}")
 }
 
+/// Whole seconds `job` has been in its current phase at `now`: since the phase's condition last
+/// turned True, or since creation when no condition says (no status yet, or a status written by
+/// something else). Never negative, whatever the clocks say.
+pub fn time_in_phase(meta: &ObjectMeta, status: Option<&DIJobStatus>, now: jiff::Timestamp) -> i64 {
+    let phase = status.and_then(|s| s.phase).unwrap_or(Phase::Pending);
+    let since = status
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| {
+            cs.iter()
+                .find(|c| c.type_ == phase.as_str() && c.status == "True")
+        })
+        .and_then(|c| c.last_transition_time.as_ref())
+        .or(meta.creation_timestamp.as_ref());
+    since.map_or(0, |t| {
+        now.as_second().saturating_sub(t.0.as_second()).max(0)
+    })
+}
+
 /// Plans one reconcile of `job`. `now` stamps conditions and completionTimestamp.
 pub fn plan(job: &DIJob, observed: &Observed<'_>, ctx: &BuildContext, now: &Time) -> Plan {
     let current = job.status.clone().unwrap_or_default();

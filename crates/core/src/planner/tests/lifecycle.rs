@@ -613,3 +613,43 @@ fn a_non_retryable_exit_code_fails_the_job_at_once_and_others_retry() {
         assert_eq!(err.field, field);
     }
 }
+
+/// `diorch_job_phase_max_age_seconds` (and the stuck-job alert) reads this.
+#[test]
+fn time_in_phase_counts_from_the_phase_condition_else_from_creation() {
+    let mut sim = Sim::new(job());
+    sim.job.metadata.creation_timestamp = Some(t(0));
+    let now = |s: i64| t(s).0;
+    assert_eq!(
+        time_in_phase(&sim.job.metadata, None, now(30)),
+        30,
+        "no status"
+    );
+    sim.settle();
+    let status = sim.status();
+    let phase = status.phase.expect("a phase");
+    let since = condition(&sim, phase.as_str())
+        .last_transition_time
+        .expect("stamped");
+    let at = since.0.as_second() - t(0).0.as_second();
+    assert_eq!(
+        time_in_phase(&sim.job.metadata, Some(&status), now(at + 7)),
+        7,
+        "{phase:?} since {since:?}"
+    );
+    // A clock behind the stamp is 0, not negative; a status whose phase has no True
+    // condition counts from creation.
+    assert_eq!(
+        time_in_phase(&sim.job.metadata, Some(&status), now(at - 5)),
+        0
+    );
+    let mut foreign = status.clone();
+    foreign.conditions = None;
+    assert_eq!(
+        time_in_phase(&sim.job.metadata, Some(&foreign), now(90)),
+        90
+    );
+    let mut no_meta = sim.job.metadata.clone();
+    no_meta.creation_timestamp = None;
+    assert_eq!(time_in_phase(&no_meta, Some(&foreign), now(90)), 0);
+}
