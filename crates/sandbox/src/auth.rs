@@ -13,6 +13,9 @@
 //!   namespaces: [default]      # omitted or empty: every namespace
 //!   verbs: [get, update]       # `*`: every verb
 //!   resources: [dijobs/replicas]   # `resource` or `resource/subresource`; `*`: every one
+//! - user: prometheus           # a non-resource rule: `get` on a path, as RBAC's
+//!   verbs: [get]               # nonResourceURLs (`*` there: every path)
+//!   nonResourceURLs: [/metrics]
 //! ```
 
 use std::path::Path;
@@ -48,7 +51,10 @@ pub struct Rule {
     #[serde(default)]
     pub namespaces: Vec<String>,
     pub verbs: Vec<String>,
+    #[serde(default)]
     pub resources: Vec<String>,
+    #[serde(default, rename = "nonResourceURLs")]
+    pub non_resource_urls: Vec<String>,
 }
 
 impl AuthConfig {
@@ -85,19 +91,37 @@ impl AuthConfig {
             .map(|g| g.iter().filter_map(Value::as_str).collect())
             .unwrap_or_default();
         let attrs = &spec["resourceAttributes"];
+        // A request for a path (`/metrics`) carries nonResourceAttributes instead, matched
+        // only by nonResourceURLs rules, as RBAC does.
+        let path = spec["nonResourceAttributes"]["path"].as_str();
         let namespace = attrs["namespace"].as_str().unwrap_or_default();
-        let verb = attrs["verb"].as_str().unwrap_or_default();
-        let resource = match attrs["subresource"].as_str().filter(|s| !s.is_empty()) {
-            Some(sub) => format!("{}/{sub}", attrs["resource"].as_str().unwrap_or_default()),
-            None => attrs["resource"].as_str().unwrap_or_default().to_string(),
+        let verb = match path {
+            Some(_) => spec["nonResourceAttributes"]["verb"].as_str(),
+            None => attrs["verb"].as_str(),
+        }
+        .unwrap_or_default();
+        let resource = match (
+            path,
+            attrs["subresource"].as_str().filter(|s| !s.is_empty()),
+        ) {
+            (Some(path), _) => path.to_string(),
+            (None, Some(sub)) => {
+                format!("{}/{sub}", attrs["resource"].as_str().unwrap_or_default())
+            }
+            (None, None) => attrs["resource"].as_str().unwrap_or_default().to_string(),
         };
         let allowed = self.rules.iter().find(|rule| {
             let who = rule.user.as_deref().is_some_and(|u| u == user)
                 || rule.group.as_deref().is_some_and(|g| groups.contains(&g));
             let any = |list: &[String], want: &str| list.iter().any(|x| x == "*" || x == want);
-            who && (rule.namespaces.is_empty() || any(&rule.namespaces, namespace))
-                && any(&rule.verbs, verb)
-                && any(&rule.resources, &resource)
+            let what = match path {
+                Some(_) => any(&rule.non_resource_urls, &resource),
+                None => {
+                    (rule.namespaces.is_empty() || any(&rule.namespaces, namespace))
+                        && any(&rule.resources, &resource)
+                }
+            };
+            who && any(&rule.verbs, verb) && what
         });
         let status = match allowed {
             Some(_) => json!({"allowed": true, "reason": "allowed by the sandbox auth file"}),
@@ -130,7 +154,7 @@ mod tests {
 
     fn config() -> AuthConfig {
         serde_saphyr::from_str(
-            "tokens:\n- {token: alice-token, user: alice, groups: [team-a]}\nrules:\n- {user: alice, namespaces: [default], verbs: [get], resources: [dijobs/replicas]}\n- {group: team-a, verbs: ['*'], resources: ['*'], namespaces: [lab]}\n",
+            "tokens:\n- {token: alice-token, user: alice, groups: [team-a]}\nrules:\n- {user: alice, namespaces: [default], verbs: [get], resources: [dijobs/replicas]}\n- {group: team-a, verbs: ['*'], resources: ['*'], namespaces: [lab]}\n- {user: prom, verbs: [get], nonResourceURLs: [/metrics]}\n",
         )
         .expect("config")
     }
@@ -182,6 +206,30 @@ mod tests {
         assert!(
             AuthConfig::default().access_review(&sar("alice", &[], "default", "get"))["status"]["allowed"]
                 == false
+        );
+    }
+
+    /// Paths are matched by nonResourceURLs rules only, as RBAC does: a resource rule with
+    /// `*` does not open `/metrics`, and a path rule opens nothing else.
+    #[test]
+    fn paths_are_allowed_by_non_resource_rules_only() {
+        let c = config();
+        let path = |user: &str, groups: &[&str], verb: &str, path: &str| {
+            c.access_review(&json!({"spec": {"user": user, "groups": groups,
+                "nonResourceAttributes": {"path": path, "verb": verb}}}))["status"]["allowed"]
+                .clone()
+        };
+        assert_eq!(path("prom", &[], "get", "/metrics"), true);
+        assert_eq!(path("prom", &[], "post", "/metrics"), false);
+        assert_eq!(path("prom", &[], "get", "/plugins"), false);
+        assert_eq!(
+            path("bob", &["team-a"], "get", "/metrics"),
+            false,
+            "resources: ['*']"
+        );
+        assert_eq!(
+            c.access_review(&sar("prom", &[], "default", "get"))["status"]["allowed"],
+            false
         );
     }
 }
