@@ -678,6 +678,13 @@ pub fn scales_up_and_down(k: &Kubectl, ns: &str) {
         "{.status.replicas} {.status.reschedules}",
     );
     assert_eq!(running, "7 1");
+    // Each task's scale reads from status, without decoding the spec.
+    let per_task = "{.status.taskReplicaStatus.learner.replicas}/{.status.taskReplicaStatus.learner.readyReplicas} {.status.taskReplicaStatus.collector.replicas}/{.status.taskReplicaStatus.collector.readyReplicas}";
+    k.wait_for(
+        &["get", "dijob", job, "-o", &format!("jsonpath={per_task}")],
+        T,
+        |out| out == "2/2 3/3",
+    );
 
     let down = r#"[{"op":"replace","path":"/spec/tasks/0/replicas","value":1},{"op":"replace","path":"/spec/tasks/1/replicas","value":1},{"op":"replace","path":"/spec/tasks/2/replicas","value":2}]"#;
     k.ok(&["patch", "dijob", job, "--type=json", "-p", down]);
@@ -692,6 +699,11 @@ pub fn scales_up_and_down(k: &Kubectl, ns: &str) {
         "{.status.replicas} {.status.reschedules}",
     );
     assert_eq!(status, "4 2");
+    k.wait_for(
+        &["get", "dijob", job, "-o", &format!("jsonpath={per_task}")],
+        T,
+        |out| out == "1/1 2/2",
+    );
 }
 
 /// Editing a task's template rolls that task's pods only.

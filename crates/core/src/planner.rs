@@ -12,7 +12,10 @@ use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use serde_json::Value;
 
-use crate::api::{CleanPodPolicy, DIJob, DIJobStatus, JobCondition, Phase, RestartPolicy, labels};
+use crate::api::{
+    CleanPodPolicy, DIJob, DIJobStatus, JobCondition, Phase, RestartPolicy, TaskReplicaStatus,
+    labels,
+};
 use crate::build::{self, BuildContext, ReplicaSlot};
 use crate::cached::{CachedPod, CachedService};
 use crate::placement::{Admission, RankNodes};
@@ -300,6 +303,46 @@ pub fn template_hash(job: &DIJob, task_index: usize) -> String {
     format!("{hash:016x}")
 }
 
+/// `status.taskReplicaStatus`: each task's desired slots and, of those, the Ready pods. `None`
+/// for a job without tasks.
+fn task_replica_status(
+    job: &DIJob,
+    slots: &[Slot<'_>],
+    preemptible: bool,
+) -> Option<BTreeMap<String, TaskReplicaStatus>> {
+    let mut counts = vec![TaskReplicaStatus::default(); job.spec.tasks.len()];
+    for slot in slots {
+        if let Some(c) = counts.get_mut(slot.task_index) {
+            c.replicas += 1;
+            if slot
+                .live
+                .is_some_and(|p| pod_state(p, preemptible) == PodState::Ready)
+            {
+                c.ready_replicas += 1;
+            }
+        }
+    }
+    let by_name: BTreeMap<String, TaskReplicaStatus> = job
+        .spec
+        .tasks
+        .iter()
+        .zip(counts)
+        .map(|(t, c)| (t.name.clone().unwrap_or_default(), c))
+        .collect();
+    (!by_name.is_empty()).then_some(by_name)
+}
+
+/// A job with no pods running (finished or suspended) keeps each task's scale, none ready.
+fn no_ready_replicas(status: &mut DIJobStatus) {
+    for task in status
+        .task_replica_status
+        .iter_mut()
+        .flat_map(|m| m.values_mut())
+    {
+        task.ready_replicas = 0;
+    }
+}
+
 /// Whole seconds `job` has been in its current phase at `now`: since the phase's condition last
 /// turned True, or since creation when no condition says (no status yet, or a status written by
 /// something else). Never negative, whatever the clocks say.
@@ -390,7 +433,7 @@ pub fn plan(job: &DIJob, observed: &Observed<'_>, ctx: &BuildContext, now: &Time
 }
 
 /// Whether `new` differs from `old` only in the replica counts (`replicas`, `readyReplicas`,
-/// `taskStatus`): a status write that shows no phase, condition, rank, allocation, restart or
+/// `taskStatus`, `taskReplicaStatus`): a status write that shows no phase, condition, rank, allocation, restart or
 /// timestamp, which the executor may hold back for a moment to fold the counts of several pod
 /// changes into one write.
 pub fn counts_only(old: Option<&DIJobStatus>, new: &DIJobStatus) -> bool {
@@ -401,6 +444,7 @@ pub fn counts_only(old: Option<&DIJobStatus>, new: &DIJobStatus) -> bool {
         replicas: 0,
         ready_replicas: 0,
         task_status: None,
+        task_replica_status: None,
         ..s.clone()
     };
     without_counts(old) == without_counts(new)
@@ -675,6 +719,7 @@ impl Planner<'_> {
         }
         self.status.ready_replicas = 0;
         self.status.task_status = None;
+        no_ready_replicas(&mut self.status);
         self.delete_service(service);
         for pod in owned.iter().filter(|p| !is_terminating(p)) {
             let delete = match self.job.spec.clean_pod_policy {
@@ -700,6 +745,7 @@ impl Planner<'_> {
         );
         self.status.ready_replicas = 0;
         self.status.task_status = None;
+        no_ready_replicas(&mut self.status);
         if self.job.spec.preemptible {
             self.status.allocation = None;
             let said = self.status.conditions.iter().flatten().any(|c| {
@@ -980,6 +1026,7 @@ impl Planner<'_> {
                 .or_default() += 1;
         }
         self.status.task_status = (!task_status.is_empty()).then_some(task_status);
+        self.status.task_replica_status = task_replica_status(job, &slots, preemptible);
 
         // The state machine (spec 6.4): one transition per pass, first match wins.
         if let Some(message) = fatal.filter(|_| !entering) {

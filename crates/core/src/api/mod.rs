@@ -412,6 +412,12 @@ pub struct DIJobStatus {
     #[schemars(schema_with = "crd::preserve_unknown_object")]
     pub profilings: Option<serde_json::Value>,
 
+    /// diorch extension: each task's scale and readiness by task name, so a task's size (which
+    /// the replica API and the allocator change) reads without decoding the spec, e.g.
+    /// `kubectl get dijob J -o jsonpath='{.status.taskReplicaStatus.collector.replicas}'`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_replica_status: Option<BTreeMap<String, TaskReplicaStatus>>,
+
     /// diorch extension: failed pods replaced per task under `restartPolicy: RestartPod`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_restarts: Option<BTreeMap<String, i32>>,
@@ -487,6 +493,18 @@ impl std::fmt::Display for Phase {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
     }
+}
+
+/// One task's entry in `status.taskReplicaStatus`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskReplicaStatus {
+    /// The task's scale: `spec.tasks[].replicas`, or for a preemptible job the allocator's or
+    /// the replica API's choice within minReplicas..maxReplicas (as `status.replicas`, this
+    /// counts what the job runs once placed).
+    pub replicas: i32,
+    /// Of those, pods that are Ready.
+    pub ready_replicas: i32,
 }
 
 /// A condition of a DIJob; its `type` is a phase name.

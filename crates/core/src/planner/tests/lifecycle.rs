@@ -653,3 +653,94 @@ fn time_in_phase_counts_from_the_phase_condition_else_from_creation() {
     no_meta.creation_timestamp = None;
     assert_eq!(time_in_phase(&no_meta, Some(&foreign), now(90)), 0);
 }
+
+fn task_scale(sim: &Sim) -> Vec<(String, i32, i32)> {
+    sim.status()
+        .task_replica_status
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(name, t)| (name, t.replicas, t.ready_replicas))
+        .collect()
+}
+
+fn scale(name: &str, replicas: i32, ready: i32) -> (String, i32, i32) {
+    (name.to_string(), replicas, ready)
+}
+
+/// `status.taskReplicaStatus`: each task's scale and Ready pods, following a resize, written
+/// with the other counts, and with nothing ready once the job is over.
+#[test]
+fn task_replica_status_follows_each_tasks_scale_and_readiness() {
+    let mut sim = Sim::new(job());
+    sim.settle();
+    assert_eq!(
+        task_scale(&sim),
+        [
+            scale("collector", 2, 0),
+            scale("evaluator", 1, 0),
+            scale("learner", 1, 0)
+        ]
+    );
+    sim.set_pod("j-collector-0", "Running", true);
+    sim.settle();
+    assert_eq!(task_scale(&sim)[0], scale("collector", 2, 1));
+    sim.all("Running", true);
+    sim.settle();
+    assert_eq!(sim.phase(), Some(Phase::Running));
+    // A resize (as the replica API writes it) shows before the new pod is ready.
+    sim.job.spec.tasks[2].replicas = 3;
+    sim.step();
+    assert_eq!(task_scale(&sim)[0], scale("collector", 3, 2));
+    // Only counts changed from the last write: the executor may fold it with others.
+    let before = sim.status();
+    let mut after = before.clone();
+    if let Some(t) = after
+        .task_replica_status
+        .as_mut()
+        .and_then(|m| m.get_mut("collector"))
+    {
+        t.ready_replicas = 3;
+    }
+    assert!(counts_only(Some(&before), &after));
+
+    sim.all("Succeeded", false);
+    sim.settle();
+    assert_eq!(sim.phase(), Some(Phase::Succeeded));
+    assert_eq!(
+        task_scale(&sim),
+        [
+            scale("collector", 3, 0),
+            scale("evaluator", 1, 0),
+            scale("learner", 1, 0)
+        ]
+    );
+}
+
+/// A preemptible job waiting for room shows the scale it asks for, none ready (as
+/// `status.replicas`); placed on fewer replicas (an elastic task), the smaller scale.
+#[test]
+fn a_preemptible_job_shows_the_scale_it_waits_for_then_the_one_it_got() {
+    let elastic = json!({"preemptible": true, "tasks": [
+        {"name": "learner", "type": "learner", "replicas": 1, "template": {"spec": {"containers": [{"name": "di-container", "image": "i"}]}}},
+        {"name": "collector", "type": "collector", "replicas": 4, "minReplicas": 1, "maxReplicas": 4, "template": {"spec": {"containers": [{"name": "di-container", "image": "i"}]}}}
+    ]});
+    let mut sim = Sim::new(job_with(elastic));
+    sim.admission = Some(Admission::Waiting {
+        message: "no room".into(),
+        by: "test".into(),
+    });
+    sim.settle();
+    assert!(sim.pods.is_empty());
+    assert_eq!(
+        task_scale(&sim),
+        [scale("collector", 4, 0), scale("learner", 1, 0)]
+    );
+    let mut status = sim.status();
+    status.task_replicas = Some(BTreeMap::from([("collector".to_string(), 2)]));
+    sim.job.status = Some(status);
+    sim.step();
+    assert_eq!(
+        task_scale(&sim),
+        [scale("collector", 2, 0), scale("learner", 1, 0)]
+    );
+}
