@@ -264,6 +264,12 @@ fn a_restart_pod_task_restarts_alone_and_listed_exit_codes_fail_the_job() {
 }
 
 #[test]
+fn server_side_apply_of_unnamed_tasks_keeps_the_tasks() {
+    let (sandbox, _operator) = cluster();
+    common::job_controls::server_side_apply_of_unnamed_tasks(&sandbox.kubectl(), "default");
+}
+
+#[test]
 fn deadlines_fail_jobs_and_ttls_delete_finished_ones() {
     let (sandbox, _operator) = cluster();
     common::job_controls::deadline_and_ttl(&sandbox.kubectl(), "default");
