@@ -430,6 +430,14 @@ pub fn rank_bound(job: &CachedJob) -> usize {
 fn live_replicas(state: &ServerState, job: &CachedJob) -> Vec<Replica> {
     let key = ObjectKey::of(&job.metadata);
     let bound = rank_bound(job);
+    // The controller's rank table wins over a pod's annotation: an adopted DI-orchestrator pod
+    // may carry a rank past the job's size (its `max + 1` restart rule) that the controller
+    // replaced with a free one in `status.ranks`, as `DI_NODES` will have it.
+    let table: &[String] = job
+        .status
+        .as_ref()
+        .and_then(|s| s.ranks.as_deref())
+        .unwrap_or_default();
     let mut replicas: Vec<Replica> = state
         .caches
         .pods_of(&key)
@@ -437,6 +445,19 @@ fn live_replicas(state: &ServerState, job: &CachedJob) -> Vec<Replica> {
         .filter(|p| is_live_pod_of(job, p))
         .filter_map(|pod| {
             let ip = pod.status.as_ref()?.pod_ip.clone()?;
+            let name = pod.metadata.name.as_deref().unwrap_or_default();
+            let listed = table
+                .iter()
+                .take(bound)
+                .position(|n| !n.is_empty() && n == name);
+            if let Some(rank) = listed {
+                let port = worker_port(&pod);
+                return Some(Replica {
+                    rank,
+                    address: format!("{ip}:{port}"),
+                    pod,
+                });
+            }
             let text = pod.annotation(labels::ANNOTATION_RANK)?;
             // Anyone who may annotate pods in the namespace writes this: a rank outside the
             // job's size is ignored and counted, never used to size anything.

@@ -1247,6 +1247,33 @@ async fn a_rank_just_past_the_job_size_is_ignored() {
     assert_eq!(s.metrics.server.ignored_ranks.get(), 1);
 }
 
+/// A DI-orchestrator pod adopted with its `max + 1` rank (4 in a 4-replica job) holds the free
+/// rank the controller gave it in `status.ranks`: GET replicas answers it there, as `DI_NODES`
+/// has it, instead of leaving that rank empty.
+#[tokio::test]
+async fn the_rank_table_places_a_pod_whose_annotation_is_stale() {
+    let s = state(
+        vec![job("j", false, &["j-learner-0", "", "j-collector-0", ""])],
+        vec![
+            pod("j", "j-learner-0", 0, Some("10.0.0.1"), "Running", None),
+            pod("j", "j-collector-0", 4, Some("10.0.0.2"), "Running", None),
+            pod("j", "j-collector-1", 3, Some("10.0.0.3"), "Running", None),
+        ],
+        true,
+    );
+    let (_, body, _) = call(&s, Method::GET, "/v2alpha1/job/ns.j/replicas", "").await;
+    assert_eq!(
+        body["data"],
+        json!(["10.0.0.1:22270", "", "10.0.0.2:22270", "10.0.0.3:22270"]),
+        "collector-0 by the table, collector-1 (not in it yet) by its annotation"
+    );
+    assert_eq!(
+        s.metrics.server.ignored_ranks.get(),
+        0,
+        "the stale annotation is not read"
+    );
+}
+
 /// `status.ranks` sizes the answer too: never beyond the job's size.
 #[tokio::test]
 async fn a_huge_status_ranks_is_trusted_only_up_to_the_job_size() {

@@ -258,7 +258,7 @@ pub fn restart_policies(k: &Kubectl, ns: &str) {
 /// names, re-applied after the operator named them: the job keeps exactly its tasks, takes the
 /// new scale, and runs. `spec.tasks` stays an atomic list for this: keyed by name (or by type
 /// and name), the re-applied unnamed tasks would be new entries beside the named ones (measured
-/// on kube-apiserver 1.33: 4 tasks, two learners), and the job would fail validation.
+/// on kube-apiserver 1.24: 4 tasks, two learners), and the job would fail validation.
 pub fn server_side_apply_of_unnamed_tasks(k: &Kubectl, ns: &str) {
     let k = k.in_namespace(ns);
     let job = "ssa";

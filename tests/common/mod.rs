@@ -11,6 +11,7 @@ pub mod ha;
 pub mod job_controls;
 pub mod kubectl;
 pub mod kubelet;
+pub mod migration;
 pub mod webhook;
 
 use std::path::{Path, PathBuf};

@@ -24,7 +24,8 @@ use crate::validate;
 
 /// Annotation holding a hash of what a pod was built from (its task's template and the job's
 /// volumes), so that a template edit rolls exactly that task's pods. Pods without it (created
-/// by DI-orchestrator before a migration) are treated as current.
+/// by DI-orchestrator before a migration) are taken as built from the template diorch first
+/// saw them with (`status.adoptedTemplateHashes`).
 pub const TEMPLATE_HASH_ANNOTATION: &str = "diorch.io/template-hash";
 
 /// What the executor observed for one job, from its caches.
@@ -701,6 +702,39 @@ impl Planner<'_> {
         );
     }
 
+    /// `status.adoptedTemplateHashes`, kept and read: a task with live pods lacking the hash
+    /// annotation records the template hash of this pass the first time (the template they
+    /// are taken to be built from); a task without such pods loses its entry. Returns the
+    /// recorded hash per task index.
+    fn adopted_template_hashes(&mut self, slots: &[Slot<'_>]) -> Vec<Option<String>> {
+        let job = self.job;
+        let mut recorded = self
+            .status
+            .adopted_template_hashes
+            .take()
+            .unwrap_or_default();
+        let mut by_task = vec![None; job.spec.tasks.len()];
+        let mut keep = BTreeMap::new();
+        for (index, task) in job.spec.tasks.iter().enumerate() {
+            let unhashed = slots.iter().any(|s| {
+                s.task_index == index
+                    && s.live
+                        .is_some_and(|p| annotation(p, TEMPLATE_HASH_ANNOTATION).is_none())
+            });
+            if !unhashed {
+                continue;
+            }
+            let name = task.name.clone().unwrap_or_default();
+            let hash = recorded
+                .remove(&name)
+                .unwrap_or_else(|| template_hash(job, index));
+            by_task[index] = Some(hash.clone());
+            keep.insert(name, hash);
+        }
+        self.status.adopted_template_hashes = (!keep.is_empty()).then_some(keep);
+        by_task
+    }
+
     /// Deletes the job's service unless it is already going.
     fn delete_service(&mut self, service: Option<&CachedService>) {
         if let Some(svc) = service.filter(|s| s.metadata.deletion_timestamp.is_none()) {
@@ -933,6 +967,7 @@ impl Planner<'_> {
         let mut succeeded = 0;
         let mut ready = 0;
         let mut missing = Vec::new();
+        let adopted = self.adopted_template_hashes(&slots);
         for slot in &slots {
             let Some(pod) = slot.live else {
                 missing.push(slot);
@@ -945,7 +980,8 @@ impl Planner<'_> {
                 PodState::Ready => ready += 1,
                 PodState::Waiting => {}
             }
-            let hash = annotation(pod, TEMPLATE_HASH_ANNOTATION);
+            let hash = annotation(pod, TEMPLATE_HASH_ANNOTATION)
+                .or_else(|| adopted.get(slot.task_index).and_then(Option::as_deref));
             if hash.is_some_and(|h| h != template_hash(job, slot.task_index)) {
                 replace.push((pod, "template changed"));
             } else if preemptible && !allocation.is_empty() {

@@ -412,6 +412,13 @@ pub struct DIJobStatus {
     #[schemars(schema_with = "crd::preserve_unknown_object")]
     pub profilings: Option<serde_json::Value>,
 
+    /// diorch extension: for a task that still runs pods without a `diorch.io/template-hash`
+    /// (made by DI-orchestrator before a migration), the hash of its template when diorch
+    /// adopted them, so a later template edit rolls those pods too. Written by diorch only;
+    /// an entry goes once the task has no such pod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adopted_template_hashes: Option<BTreeMap<String, String>>,
+
     /// diorch extension: each task's scale and readiness by task name, so a task's size (which
     /// the replica API and the allocator change) reads without decoding the spec, e.g.
     /// `kubectl get dijob J -o jsonpath='{.status.taskReplicaStatus.collector.replicas}'`.

@@ -744,3 +744,78 @@ fn a_preemptible_job_shows_the_scale_it_waits_for_then_the_one_it_got() {
         [scale("collector", 2, 0), scale("learner", 1, 0)]
     );
 }
+
+fn set_image(sim: &mut Sim, task: usize, image: &str) {
+    sim.job.spec.tasks[task]
+        .template
+        .spec
+        .as_mut()
+        .expect("spec")
+        .containers[0]
+        .image = Some(image.into());
+}
+
+/// Pods DI-orchestrator made have no template hash: diorch records the template it adopted
+/// them with, touches nothing then, and rolls them like its own pods on a later template edit
+/// (a migration must not leave a task on mixed images). The record goes with the last such pod.
+#[test]
+fn adopted_pods_without_a_template_hash_roll_on_a_later_template_edit() {
+    let mut sim = Sim::running(job());
+    for pod in &mut sim.pods {
+        if let Some(a) = pod.metadata.annotations.as_mut() {
+            a.remove(TEMPLATE_HASH_ANNOTATION);
+        }
+    }
+    let adopted = sim.names();
+    let plan = sim.step();
+    assert!(
+        plan.actions.is_empty(),
+        "adoption touches no pod: {:?}",
+        plan.actions
+    );
+    let recorded = sim.status().adopted_template_hashes.expect("recorded");
+    assert_eq!(
+        recorded.keys().collect::<Vec<_>>(),
+        ["collector", "evaluator", "learner"]
+    );
+    assert_eq!(recorded["collector"], template_hash(&sim.job, 2));
+    let plan = sim.step();
+    assert_eq!((plan.status, plan.actions.len()), (None, 0), "steady");
+
+    set_image(&mut sim, 2, "i:2");
+    let plan = sim.step();
+    let mut rolled: Vec<&str> = plan
+        .actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::DeletePod { name, why, .. } => Some((name.as_str(), *why)),
+            _ => None,
+        })
+        .map(|(name, why)| {
+            assert_eq!(why, "template changed");
+            name
+        })
+        .collect();
+    rolled.sort();
+    assert_eq!(
+        rolled,
+        ["j-collector-0", "j-collector-1"],
+        "only the edited task"
+    );
+    sim.all("Running", true);
+    sim.settle();
+    sim.all("Running", true);
+    sim.settle();
+    assert_eq!(sim.phase(), Some(Phase::Running));
+    assert_eq!(sim.names(), adopted, "same names, re-created");
+    let recorded = sim
+        .status()
+        .adopted_template_hashes
+        .expect("still two adopted tasks");
+    assert_eq!(
+        recorded.keys().collect::<Vec<_>>(),
+        ["evaluator", "learner"],
+        "the collectors now carry their hash"
+    );
+    assert_eq!(recorded["learner"], template_hash(&sim.job, 0), "unchanged");
+}
