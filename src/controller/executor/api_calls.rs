@@ -922,6 +922,14 @@ async fn a_succeeded_job_deletes_its_service_and_the_pods_its_clean_pod_policy_n
         status.completion_timestamp = Some(Time(jiff::Timestamp::now()));
         status.ready_replicas = 0;
         status.task_status = None;
+        // As a finished job's status reads: scales kept, none ready.
+        for task in status
+            .task_replica_status
+            .iter_mut()
+            .flat_map(|m| m.values_mut())
+        {
+            task.ready_replicas = 0;
+        }
         let mut h = Harness::new(&job);
         h.with_service(&service(&job));
         let phases = [("Succeeded", false), ("Running", true), ("Failed", false)];
