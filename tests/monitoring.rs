@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use common::controller::{self as scenario, OperatorProcess};
 use common::ha::{free_local_addr, scrape_as, wait_until};
-use common::{Kubectl, SandboxProcess, allocation, foundation, webhook as admission};
+use common::{Kubectl, SandboxProcess, allocation, webhook as admission};
 use promql_parser::parser::{self, Expr, LabelModifier};
 use serde_json::Value;
 
@@ -494,18 +494,8 @@ fn cluster() -> Cluster {
         "tokens:\n- {token: prom-token, user: prometheus}\nrules:\n- {user: prometheus, verbs: [get], nonResourceURLs: [/metrics]}\n- {user: prometheus, verbs: [get], resources: [dijobs/replicas]}\n",
     )
     .expect("auth file");
-    let sandbox = SandboxProcess::start(&[
-        "--nodes",
-        "4",
-        "--node-gpus",
-        "8",
-        "--pod-start-delay",
-        "100ms",
-        "--auth-file",
-        auth.to_str().expect("utf-8"),
-    ]);
+    let sandbox = allocation::gpu_sandbox_with(&["--auth-file", auth.to_str().expect("utf-8")]);
     let k = sandbox.kubectl();
-    foundation::install_crd(&k);
     let webhook_addr = free_local_addr();
     k.ok_stdin(
         &["apply", "-f", "-"],
@@ -520,21 +510,6 @@ fn cluster() -> Cluster {
         cert_dir: certs.display().to_string(),
         _files: files,
     }
-}
-
-/// `diorch plugin configmap | kubectl create`: `apply` would copy the component into the
-/// last-applied annotation, over its 256 KiB limit for the larger test plugins.
-fn create_plugin(k: &Kubectl, file: &str, name: &str, kind: &str, extra: &[&str]) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_diorch"))
-        .args(["plugin", "configmap", file, "--name", name, "--kind", kind])
-        .args(extra)
-        .output()
-        .expect("diorch plugin configmap");
-    assert!(out.status.success(), "{out:?}");
-    k.ok_stdin(
-        &["create", "-f", "-"],
-        &String::from_utf8_lossy(&out.stdout),
-    );
 }
 
 fn wait_for_series(addr: &str, family: &str) -> String {
@@ -574,7 +549,8 @@ fn every_alert_and_panel_queries_metrics_and_labels_a_running_operator_exports()
     // A mutator that refuses pods of rank 1 and above (failurePolicy Fail): failed plugin
     // calls and reconcile errors of kind `mutate`; deleting it lets the job run.
     let hostile_mutator = allocation::plugin_file("hostile_mutator");
-    create_plugin(
+    allocation::upload_by(
+        "create",
         &k,
         &hostile_mutator,
         "refuse",
@@ -590,14 +566,14 @@ fn every_alert_and_panel_queries_metrics_and_labels_a_running_operator_exports()
 
     // A policy that traps: its job is placed by the built-in policy instead.
     let hostile_policy = allocation::plugin_file("hostile_policy");
-    create_plugin(&k, &hostile_policy, "hostile", "policy", &[]);
+    allocation::upload_by("create", &k, &hostile_policy, "hostile", "policy", &[]);
     allocation::wait_event(&k, "ConfigMap", "plugin-hostile", "PluginLoaded", 1);
     scenario::apply(&k, &allocation::gpu_job("trap", "hostile", 2, 1));
     allocation::wait_allocated(&k, "trap", "True");
     wait_for_series(&addr, "diorch_allocator_fallbacks_total{");
 
     // An upload of the wrong world is rejected: a load failure and an unhealthy plugin.
-    create_plugin(&k, &hostile_policy, "wrong", "mutator", &[]);
+    allocation::upload_by("create", &k, &hostile_policy, "wrong", "mutator", &[]);
     wait_for_series(&addr, "diorch_plugin_loads_total{plugin=\"wrong\"");
 
     // Webhook reviews: a refused job and an admitted one.

@@ -15,14 +15,21 @@ use super::controller::{self as scenario, T};
 /// The sandbox the allocation scenarios need (4 nodes of 8 GPUs, pods start after 100 ms), with
 /// the DIJob CRD installed.
 pub fn gpu_sandbox() -> super::SandboxProcess {
-    let sandbox = super::SandboxProcess::start(&[
+    gpu_sandbox_with(&[])
+}
+
+/// [`gpu_sandbox`] with extra `diorch-sandbox serve` flags.
+pub fn gpu_sandbox_with(extra: &[&str]) -> super::SandboxProcess {
+    let mut args = vec![
         "--nodes",
         "4",
         "--node-gpus",
         "8",
         "--pod-start-delay",
         "100ms",
-    ]);
+    ];
+    args.extend_from_slice(extra);
+    let sandbox = super::SandboxProcess::start(&args);
     super::foundation::install_crd(&sandbox.kubectl());
     sandbox
 }
@@ -42,13 +49,19 @@ pub fn plugin_file(name: &str) -> String {
 
 /// Uploads `file` as plugin `name` with `diorch plugin configmap ... | kubectl apply -f -`.
 pub fn upload(k: &Kubectl, file: &str, name: &str, kind: &str, extra: &[&str]) {
+    upload_by("apply", k, file, name, kind, extra);
+}
+
+/// [`upload`] with `kubectl <verb>`: `create` for the larger test plugins, whose copy in
+/// `apply`'s last-applied annotation would pass its 256 KiB limit.
+pub fn upload_by(verb: &str, k: &Kubectl, file: &str, name: &str, kind: &str, extra: &[&str]) {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_diorch"))
         .args(["plugin", "configmap", file, "--name", name, "--kind", kind])
         .args(extra)
         .output()
         .expect("diorch plugin configmap");
     assert!(out.status.success(), "{out:?}");
-    k.ok_stdin(&["apply", "-f", "-"], &String::from_utf8_lossy(&out.stdout));
+    k.ok_stdin(&[verb, "-f", "-"], &String::from_utf8_lossy(&out.stdout));
 }
 
 /// The Events recorded on `kind/name`, oldest first, as (type, reason, note).
