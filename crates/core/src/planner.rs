@@ -434,9 +434,9 @@ pub fn plan(job: &DIJob, observed: &Observed<'_>, ctx: &BuildContext, now: &Time
 }
 
 /// Whether `new` differs from `old` only in the replica counts (`replicas`, `readyReplicas`,
-/// `taskStatus`, `taskReplicaStatus`): a status write that shows no phase, condition, rank, allocation, restart or
-/// timestamp, which the executor may hold back for a moment to fold the counts of several pod
-/// changes into one write.
+/// `taskStatus`, `taskReplicaStatus`): a status write that shows no phase, condition, rank,
+/// allocation, restart or timestamp, which the executor may hold back for a moment to fold the
+/// counts of several pod changes into one write.
 pub fn counts_only(old: Option<&DIJobStatus>, new: &DIJobStatus) -> bool {
     let Some(old) = old else {
         return false;
@@ -713,15 +713,19 @@ impl Planner<'_> {
             .adopted_template_hashes
             .take()
             .unwrap_or_default();
+        let mut unhashed = vec![false; job.spec.tasks.len()];
+        for slot in slots {
+            let live_unhashed = slot
+                .live
+                .is_some_and(|p| annotation(p, TEMPLATE_HASH_ANNOTATION).is_none());
+            if let (true, Some(u)) = (live_unhashed, unhashed.get_mut(slot.task_index)) {
+                *u = true;
+            }
+        }
         let mut by_task = vec![None; job.spec.tasks.len()];
         let mut keep = BTreeMap::new();
         for (index, task) in job.spec.tasks.iter().enumerate() {
-            let unhashed = slots.iter().any(|s| {
-                s.task_index == index
-                    && s.live
-                        .is_some_and(|p| annotation(p, TEMPLATE_HASH_ANNOTATION).is_none())
-            });
-            if !unhashed {
+            if !unhashed[index] {
                 continue;
             }
             let name = task.name.clone().unwrap_or_default();
