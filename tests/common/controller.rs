@@ -706,6 +706,28 @@ pub fn scales_up_and_down(k: &Kubectl, ns: &str) {
     );
 }
 
+/// The job's pods once `done` holds for them, polled every 200 ms for up to [`T`].
+pub fn wait_pods_until(
+    k: &Kubectl,
+    job: &str,
+    what: &str,
+    mut done: impl FnMut(&BTreeMap<String, Value>) -> bool,
+) -> BTreeMap<String, Value> {
+    let deadline = std::time::Instant::now() + T;
+    loop {
+        let now = pods(k, job);
+        if done(&now) {
+            return now;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "waiting for {what}: {:?}",
+            now.keys()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 /// Editing a task's template rolls that task's pods only.
 pub fn template_edit_rolls_pods(k: &Kubectl, ns: &str) {
     let k = k.in_namespace(ns);
@@ -715,23 +737,13 @@ pub fn template_edit_rolls_pods(k: &Kubectl, ns: &str) {
     let before = wait_pods(&k, job, &standard_names(job));
     let patch = r#"[{"op":"replace","path":"/spec/tasks/2/template/spec/containers/0/image","value":"busybox:1.36"}]"#;
     k.ok(&["patch", "dijob", job, "--type=json", "-p", patch]);
-    let deadline = std::time::Instant::now() + T;
-    let after = loop {
-        let now = pods(&k, job);
+    let after = wait_pods_until(&k, job, "the collectors to roll", |now| {
         let rolled = now
-            .iter()
-            .filter(|(_, p)| p["spec"]["containers"][0]["image"] == "busybox:1.36")
+            .values()
+            .filter(|p| p["spec"]["containers"][0]["image"] == "busybox:1.36")
             .count();
-        if rolled == 2 && now.len() == 4 {
-            break now;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "not rolled: {:?}",
-            now.keys()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    };
+        rolled == 2 && now.len() == 4
+    });
     for (name, pod) in &before {
         let same = uid(pod) == uid(&after[name]);
         assert_eq!(same, !name.contains("collector"), "{name}");

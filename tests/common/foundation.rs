@@ -28,6 +28,17 @@ pub fn create_namespace(k: &Kubectl, ns: &str) {
     k.ok_stdin(&["apply", "-f", "-"], &manifest);
 }
 
+/// `kubectl get dijobs`' columns, DI-orchestrator's printer columns in order.
+pub const DI_ORCHESTRATOR_COLUMNS: [&str; 7] = [
+    "NAME",
+    "PHASE",
+    "READYREPLICAS",
+    "REPLICAS",
+    "RESTARTS",
+    "RESCHEDULES",
+    "AGE",
+];
+
 /// Every DI-orchestrator sample applies unchanged, and `kubectl get dijobs` shows the columns.
 pub fn samples_apply_and_print_columns(k: &Kubectl, ns: &str) {
     let k = k.in_namespace(ns);
@@ -37,19 +48,7 @@ pub fn samples_apply_and_print_columns(k: &Kubectl, ns: &str) {
     }
     let table = k.ok(&["get", "dijobs"]);
     let header = super::table_row(&table, 0);
-    assert_eq!(
-        header,
-        [
-            "NAME",
-            "PHASE",
-            "READYREPLICAS",
-            "REPLICAS",
-            "RESTARTS",
-            "RESCHEDULES",
-            "AGE"
-        ],
-        "{table}"
-    );
+    assert_eq!(header, DI_ORCHESTRATOR_COLUMNS, "{table}");
     assert!(table.contains("job-with-tasks"), "{table}");
     assert!(table.contains("serial-test"), "{table}");
     // The short name works as DI-orchestrator's does.

@@ -15,7 +15,9 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::Kubectl;
-use super::controller::{OperatorProcess, T, end_pod, http, job_events, pods, uid, wait_phase};
+use super::controller::{
+    OperatorProcess, T, end_pod, http, job_events, pods, uid, wait_phase, wait_pods_until,
+};
 
 const CRD: &str = "customresourcedefinition.apiextensions.k8s.io/dijobs.diengine.opendilab.org";
 
@@ -992,26 +994,12 @@ pub fn from_di_orchestrator_and_back(
         r#"[{"op":"replace","path":"/spec/tasks/2/template/spec/containers/0/image","value":"opendilab/ding:v0.3.2-dist-test"}]"#,
     ]);
     let new_image = json!("opendilab/ding:v0.3.2-dist-test");
-    let deadline = std::time::Instant::now() + T;
-    let rolled = loop {
-        let now = pods(&n, "job-restarted");
-        let image = |p: &str| {
-            now.get(p)
-                .map(|p| p["spec"]["containers"][0]["image"].clone())
-        };
-        if image("job-restarted-collector-0").as_ref() == Some(&new_image)
-            && image("job-restarted-collector-1").as_ref() == Some(&new_image)
+    let rolled = wait_pods_until(&n, "job-restarted", "the collectors to roll", |now| {
+        let image = |p: &str| now.get(p).map(|p| &p["spec"]["containers"][0]["image"]);
+        image("job-restarted-collector-0") == Some(&new_image)
+            && image("job-restarted-collector-1") == Some(&new_image)
             && now.len() == 4
-        {
-            break now;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the collectors not rolled: {:?}",
-            now.keys()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    });
     wait_phase(&n, "job-restarted", "Running");
     let c1 = &rolled["job-restarted-collector-1"];
     assert_ne!(
@@ -1179,15 +1167,7 @@ spec:
     let table = n.ok(&["get", "dijobs"]);
     assert_eq!(
         super::table_row(&table, 0),
-        [
-            "NAME",
-            "PHASE",
-            "READYREPLICAS",
-            "REPLICAS",
-            "RESTARTS",
-            "RESCHEDULES",
-            "AGE"
-        ],
+        super::foundation::DI_ORCHESTRATOR_COLUMNS,
         "{table}"
     );
     for (job, phase) in [
