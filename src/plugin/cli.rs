@@ -21,7 +21,7 @@ use super::snapshot::{self, Snapshot};
 use super::spec::{self, FailurePolicy, PluginKind, PluginSpec};
 use super::{
     HostConfig, Job, JobPlan, Limits, NativePolicy, Node, PluginError, PluginHost,
-    SchedulingPolicy as _, TaskContext, WasmPolicy, checks, sample,
+    SchedulingPolicy as _, TaskContext, WasmPolicy, World, checks, sample,
 };
 
 /// The policy entry point `plugin run` calls.
@@ -393,7 +393,8 @@ pub fn check_granted(
     let mutator = host.load_mutator_blocking("checked", bytes, None);
     match (policy, mutator) {
         (Ok(policy), _) => {
-            writeln!(out, "world:    diorch:plugins/scheduling-policy@0.2.0")?;
+            let world = World::SchedulingPolicy.at(policy.contract());
+            writeln!(out, "world:    {world}")?;
             for n in [100, 1000] {
                 let (job, nodes) = sample::allocate_input(n, 2);
                 let (result, t) = timed(20, || policy.allocate_blocking(&job, &nodes));
@@ -417,7 +418,8 @@ pub fn check_granted(
             )?;
         }
         (Err(_), Ok(mutator)) => {
-            writeln!(out, "world:    diorch:plugins/pod-mutator@0.2.0")?;
+            let world = World::PodMutator.at(mutator.contract());
+            writeln!(out, "world:    {world}")?;
             let (mut ctx, pod): (TaskContext, _) = sample::pod(task_type);
             ctx.config = config.to_string();
             let (result, t) = timed(20, || mutator.mutate_blocking(&ctx, &pod));

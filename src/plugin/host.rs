@@ -46,22 +46,63 @@ use super::{
 };
 
 mod bindings {
-    pub mod policy {
-        wasmtime::component::bindgen!({ path: "wit", world: "scheduling-policy" });
+    /// The current contract (`wit/plugins.wit`, 0.3.0).
+    pub mod v3 {
+        pub mod policy {
+            wasmtime::component::bindgen!({ path: "wit/plugins.wit", world: "scheduling-policy" });
+        }
+        pub mod mutator {
+            wasmtime::component::bindgen!({
+                path: "wit/plugins.wit",
+                world: "pod-mutator",
+                with: {
+                    "diorch:plugins/types": super::policy::diorch::plugins::types,
+                    "diorch:plugins/log": super::policy::diorch::plugins::log,
+                },
+            });
+        }
     }
-    pub mod mutator {
-        wasmtime::component::bindgen!({
-            path: "wit",
-            world: "pod-mutator",
-            with: {
-                "diorch:plugins/types": super::policy::diorch::plugins::types,
-                "diorch:plugins/log": super::policy::diorch::plugins::log,
-            },
-        });
+    /// The frozen 0.2.0 contract (`wit/v0.2/plugins.wit`), for components built against it.
+    pub mod v2 {
+        pub mod policy {
+            wasmtime::component::bindgen!({ path: "wit/v0.2/plugins.wit", world: "scheduling-policy" });
+        }
+        pub mod mutator {
+            wasmtime::component::bindgen!({
+                path: "wit/v0.2/plugins.wit",
+                world: "pod-mutator",
+                with: {
+                    "diorch:plugins/types": super::policy::diorch::plugins::types,
+                    "diorch:plugins/log": super::policy::diorch::plugins::log,
+                },
+            });
+        }
     }
 }
 
-use bindings::policy::diorch::plugins::{log as wit_log, types as wit};
+mod columns;
+mod records;
+
+use bindings::v2::policy::diorch::plugins::{log as log_v2, types as wit_v2};
+use bindings::v3::policy::diorch::plugins::{log as log_v3, types as wit};
+
+/// The contract versions the host calls: the current one, and the one before it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+pub enum Contract {
+    #[serde(rename = "0.3.0")]
+    V3,
+    #[serde(rename = "0.2.0")]
+    V2,
+}
+
+impl fmt::Display for Contract {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Contract::V3 => "0.3.0",
+            Contract::V2 => "0.2.0",
+        })
+    }
+}
 
 /// The two worlds a component can implement.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -70,12 +111,20 @@ pub enum World {
     PodMutator,
 }
 
+impl World {
+    /// The world's name at contract version `contract`.
+    pub fn at(self, contract: Contract) -> String {
+        let name = match self {
+            World::SchedulingPolicy => "scheduling-policy",
+            World::PodMutator => "pod-mutator",
+        };
+        format!("diorch:plugins/{name}@{contract}")
+    }
+}
+
 impl fmt::Display for World {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            World::SchedulingPolicy => "diorch:plugins/scheduling-policy@0.2.0",
-            World::PodMutator => "diorch:plugins/pod-mutator@0.2.0",
-        })
+        f.write_str(&self.at(Contract::V3))
     }
 }
 
@@ -296,7 +345,7 @@ pub struct PluginHost {
 }
 
 /// One call of the log import: level, message, fields.
-type LogLine = (wit_log::Level, String, Vec<(String, String)>);
+type LogLine = (tracing::Level, String, Vec<(String, String)>);
 
 /// Store data: WASI (deny-all), the memory limiter and logging budget.
 struct HostState {
@@ -417,10 +466,10 @@ impl wasmtime_wasi::HostMonotonicClock for FrozenClock {
     }
 }
 
-impl wit_log::Host for HostState {
+impl HostState {
     // The arguments were copied out of the guest before this runs; wasmtime's hostcall fuel
     // (`HOST_COPY_CAP`) bounded that copy. Here they are cut before anything keeps them.
-    fn log(&mut self, level: wit_log::Level, message: String, fields: Vec<(String, String)>) {
+    fn log(&mut self, level: tracing::Level, message: String, fields: Vec<(String, String)>) {
         if self.logs_left == 0 {
             return;
         }
@@ -433,6 +482,27 @@ impl wit_log::Host for HostState {
         emit(&self.plugin, level, &message, &fields);
     }
 }
+
+/// The log import's level, whichever contract version called it.
+macro_rules! log_host {
+    ($log:ident) => {
+        impl $log::Host for HostState {
+            fn log(&mut self, level: $log::Level, message: String, fields: Vec<(String, String)>) {
+                let level = match level {
+                    $log::Level::Trace => tracing::Level::TRACE,
+                    $log::Level::Debug => tracing::Level::DEBUG,
+                    $log::Level::Info => tracing::Level::INFO,
+                    $log::Level::Warn => tracing::Level::WARN,
+                    $log::Level::Error => tracing::Level::ERROR,
+                };
+                HostState::log(self, level, message, fields);
+            }
+        }
+    };
+}
+
+log_host!(log_v3);
+log_host!(log_v2);
 
 /// A log line as it may reach `tracing`: the message, each field's key and value, and the
 /// number of fields cut (a last field `…` says how many were dropped).
@@ -452,14 +522,15 @@ fn cap_log_line(message: String, fields: Vec<(String, String)>) -> (String, Vec<
     (capped(message, LOG_MESSAGE_CAP), kept)
 }
 
-fn emit(plugin: &str, level: wit_log::Level, message: &str, fields: &[(String, String)]) {
-    // tracing needs static field names: the plugin's own fields travel as one list.
+fn emit(plugin: &str, level: tracing::Level, message: &str, fields: &[(String, String)]) {
+    // tracing needs static field names: the plugin's own fields travel as one list; and a
+    // static level per call site.
     match level {
-        wit_log::Level::Trace => tracing::trace!(plugin, ?fields, "{message}"),
-        wit_log::Level::Debug => tracing::debug!(plugin, ?fields, "{message}"),
-        wit_log::Level::Info => tracing::info!(plugin, ?fields, "{message}"),
-        wit_log::Level::Warn => tracing::warn!(plugin, ?fields, "{message}"),
-        wit_log::Level::Error => tracing::error!(plugin, ?fields, "{message}"),
+        tracing::Level::TRACE => tracing::trace!(plugin, ?fields, "{message}"),
+        tracing::Level::DEBUG => tracing::debug!(plugin, ?fields, "{message}"),
+        tracing::Level::INFO => tracing::info!(plugin, ?fields, "{message}"),
+        tracing::Level::WARN => tracing::warn!(plugin, ?fields, "{message}"),
+        tracing::Level::ERROR => tracing::error!(plugin, ?fields, "{message}"),
     }
 }
 
@@ -472,6 +543,7 @@ impl HostState {
 }
 
 impl wit::Host for HostState {}
+impl wit_v2::Host for HostState {}
 
 fn host_err(plugin: &str, e: impl fmt::Display) -> PluginError {
     PluginError::Host {
@@ -522,6 +594,30 @@ fn deny_wasi(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
     Ok(())
 }
 
+/// The contract version a component's imports of this package name (`diorch:plugins/…@0.2.x`),
+/// if any.
+fn declared_contract(engine: &Engine, component: &Component) -> Option<Contract> {
+    component
+        .component_type()
+        .imports(engine)
+        .find_map(|(name, _)| {
+            let version = name.strip_prefix("diorch:plugins/")?.split_once('@')?.1;
+            if version.starts_with("0.3.") {
+                Some(Contract::V3)
+            } else if version.starts_with("0.2.") {
+                Some(Contract::V2)
+            } else {
+                None
+            }
+        })
+}
+
+/// The log import of both contract versions.
+fn add_log(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
+    log_v3::add_to_linker::<HostState, HasSelf<HostState>>(linker, |s| s)?;
+    log_v2::add_to_linker::<HostState, HasSelf<HostState>>(linker, |s| s)
+}
+
 impl PluginHost {
     pub fn new(config: HostConfig) -> Result<PluginHost, PluginError> {
         let mut wasm = Config::new();
@@ -564,8 +660,7 @@ impl PluginHost {
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(|e| host_err("-", e))?;
         deny_wasi(&mut linker).map_err(|e| host_err("-", e))?;
-        wit_log::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)
-            .map_err(|e| host_err("-", e))?;
+        add_log(&mut linker).map_err(|e| host_err("-", e))?;
         let weak = engine.weak();
         let tick = config.epoch_tick;
         std::thread::Builder::new()
@@ -690,15 +785,16 @@ impl PluginHost {
         })
     }
 
-    /// Compiles a component and checks it against `world`, whose typed pre-instance `typed`
-    /// builds (the world check is wasmtime's import/export type check).
+    /// Compiles a component and checks it against `world` at the current contract version,
+    /// else at 0.2.0: `typed` builds the typed pre-instance of a version (the world check is
+    /// wasmtime's import/export type check).
     fn load<P>(
         &self,
         name: &str,
         bytes: &[u8],
         limits: Option<Limits>,
         world: World,
-        typed: impl FnOnce(wasmtime::component::InstancePre<HostState>) -> wasmtime::Result<P>,
+        typed: impl Fn(Contract, wasmtime::component::InstancePre<HostState>) -> wasmtime::Result<P>,
     ) -> Result<Loaded<P>, PluginError> {
         let (component, hash) = self.compile(name, bytes)?;
         let wrong = |e: wasmtime::Error| PluginError::WrongWorld {
@@ -711,9 +807,28 @@ impl PluginHost {
             .linker
             .instantiate_pre(&component)
             .map_err(wrong)?;
-        let pre = typed(pre).map_err(wrong)?;
+        // The version its imports name first: a mutator's export has the same type in both,
+        // so the type check alone would not tell which one it was built against.
+        let (first, second) = match declared_contract(&self.inner.engine, &component) {
+            Some(Contract::V2) => (Contract::V2, Contract::V3),
+            _ => (Contract::V3, Contract::V2),
+        };
+        let (contract, pre) = match typed(first, pre.clone()) {
+            Ok(typed) => (first, typed),
+            Err(first_error) => match typed(second, pre) {
+                Ok(typed) => (second, typed),
+                // Reported against the current version: what a plugin author should build for.
+                Err(second_error) => {
+                    return Err(wrong(if first == Contract::V3 {
+                        first_error
+                    } else {
+                        second_error
+                    }));
+                }
+            },
+        };
         Ok(Loaded {
-            core: self.loaded_core(name, hash, limits),
+            core: self.loaded_core(name, hash, limits, contract),
             pre,
         })
     }
@@ -725,16 +840,11 @@ impl PluginHost {
         bytes: &[u8],
         limits: Option<Limits>,
     ) -> Result<WasmPolicy, PluginError> {
-        let Loaded { core, pre } = self.load(
-            name,
-            bytes,
-            limits,
-            World::SchedulingPolicy,
-            bindings::policy::SchedulingPolicyPre::new,
-        )?;
+        let Loaded { core, pre } =
+            self.load(name, bytes, limits, World::SchedulingPolicy, PolicyPre::new)?;
         // A cache hit: `load` compiled it.
         let (component, _) = self.compile(name, bytes)?;
-        let inline_pre = match self.inline_pre(&component) {
+        let inline_pre = match self.inline_pre(&component, core.contract) {
             Ok(pre) => Some(pre),
             Err(e) => {
                 tracing::debug!(plugin = name, error = %one_line(&e),
@@ -758,14 +868,11 @@ impl PluginHost {
     /// fails the attempt. wasmtime-wasi's sync WASI runs its async core with `block_on` on the
     /// current tokio runtime, which must not happen on a runtime thread; a call that touches
     /// WASI (e.g. a panic message on stderr) is served by the pool instead.
-    fn inline_pre(
-        &self,
-        component: &Component,
-    ) -> wasmtime::Result<bindings::policy::SchedulingPolicyPre<HostState>> {
+    fn inline_pre(&self, component: &Component, contract: Contract) -> wasmtime::Result<PolicyPre> {
         let mut linker = Linker::new(&self.inner.engine);
-        wit_log::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)?;
+        add_log(&mut linker)?;
         linker.define_unknown_imports_as_traps(component)?;
-        bindings::policy::SchedulingPolicyPre::new(linker.instantiate_pre(component)?)
+        PolicyPre::new(contract, linker.instantiate_pre(component)?)
     }
 
     /// Compiles and checks a mutator component (blocking).
@@ -775,13 +882,7 @@ impl PluginHost {
         bytes: &[u8],
         limits: Option<Limits>,
     ) -> Result<WasmMutator, PluginError> {
-        let inner = self.load(
-            name,
-            bytes,
-            limits,
-            World::PodMutator,
-            bindings::mutator::PodMutatorPre::new,
-        )?;
+        let inner = self.load(name, bytes, limits, World::PodMutator, MutatorPre::new)?;
         Ok(WasmMutator {
             inner: Arc::new(inner),
         })
@@ -813,8 +914,15 @@ impl PluginHost {
             .map_err(|e| host_err(name, e))?
     }
 
-    fn loaded_core(&self, name: &str, hash: [u8; 32], limits: Option<Limits>) -> LoadedCore {
+    fn loaded_core(
+        &self,
+        name: &str,
+        hash: [u8; 32],
+        limits: Option<Limits>,
+        contract: Contract,
+    ) -> LoadedCore {
         LoadedCore {
+            contract,
             host: self.inner.clone(),
             name: name.into(),
             sha256: hash.iter().map(|b| format!("{b:02x}")).collect(),
@@ -838,6 +946,8 @@ pub struct ComponentInfo {
 /// What every loaded plugin shares, whatever its world.
 struct LoadedCore {
     host: Arc<HostInner>,
+    /// The contract version the component was built against, and is called in.
+    contract: Contract,
     name: Arc<str>,
     sha256: String,
     limits: Limits,
@@ -932,14 +1042,14 @@ impl LoadedCore {
     }
 
     /// The plugin's own refusal; its text is cut (a `no-fit` text reaches status and Events).
-    fn refused(&self, e: wit::Error) -> PluginError {
+    fn refused(&self, e: PolicyError) -> PluginError {
         let cap = |m: String| capped(m, ERROR_TEXT_CAP);
         PluginError::Refused {
             plugin: self.name.to_string(),
             error: match e {
-                wit::Error::NoFit(m) => PolicyError::NoFit(cap(m)),
-                wit::Error::InvalidInput(m) => PolicyError::InvalidInput(cap(m)),
-                wit::Error::Internal(m) => PolicyError::Internal(cap(m)),
+                PolicyError::NoFit(m) => PolicyError::NoFit(cap(m)),
+                PolicyError::InvalidInput(m) => PolicyError::InvalidInput(cap(m)),
+                PolicyError::Internal(m) => PolicyError::Internal(cap(m)),
             },
         }
     }
@@ -957,15 +1067,186 @@ pub struct WasmPolicy {
 
 struct LoadedPolicy {
     core: LoadedCore,
-    pre: bindings::policy::SchedulingPolicyPre<HostState>,
+    pre: PolicyPre,
     /// For inline attempts (WASI stubbed out); `None` when it could not be built.
-    inline_pre: Option<bindings::policy::SchedulingPolicyPre<HostState>>,
+    inline_pre: Option<PolicyPre>,
     /// Whether `allocate` is tried inline first (see its doc); cleared by an attempt that ran
     /// out of budget, set again by a fast call on the blocking pool.
     inline_ok: AtomicBool,
     /// `allocate` calls answered inline, and calls run on the blocking pool ([`CallPaths`]).
     inline_answers: AtomicU64,
     pooled_runs: AtomicU64,
+}
+
+/// A policy's typed pre-instance, in the contract version it was built against.
+enum PolicyPre {
+    V3(bindings::v3::policy::SchedulingPolicyPre<HostState>),
+    V2(bindings::v2::policy::SchedulingPolicyPre<HostState>),
+}
+
+impl PolicyPre {
+    fn new(
+        contract: Contract,
+        pre: wasmtime::component::InstancePre<HostState>,
+    ) -> wasmtime::Result<PolicyPre> {
+        Ok(match contract {
+            Contract::V3 => PolicyPre::V3(bindings::v3::policy::SchedulingPolicyPre::new(pre)?),
+            Contract::V2 => PolicyPre::V2(bindings::v2::policy::SchedulingPolicyPre::new(pre)?),
+        })
+    }
+
+    /// The input of a call for `jobs` on `nodes`, in this version's layout.
+    fn input(
+        &self,
+        plugin: &str,
+        jobs: &[&Job],
+        nodes: &[Node],
+    ) -> Result<PolicyInput, PluginError> {
+        Ok(match self {
+            PolicyPre::V3(_) => PolicyInput::V3(columns::cluster(plugin, jobs, nodes)?),
+            PolicyPre::V2(_) => PolicyInput::V2(records::cluster(plugin, jobs, nodes)?),
+        })
+    }
+
+    /// One `allocate` call on a fresh instance in `store`.
+    fn allocate(
+        &self,
+        store: &mut Store<HostState>,
+        input: &PolicyInput,
+    ) -> wasmtime::Result<Result<Vec<u32>, PolicyError>> {
+        match (self, input) {
+            (PolicyPre::V3(pre), PolicyInput::V3(c)) => pre
+                .instantiate(&mut *store)?
+                .call_allocate(&mut *store, c)
+                .map(|r| r.map_err(PolicyError::from)),
+            (PolicyPre::V2(pre), PolicyInput::V2(c)) => pre
+                .instantiate(&mut *store)?
+                .call_allocate(&mut *store, c)
+                .map(|r| r.map_err(PolicyError::from)),
+            _ => Err(mismatch()),
+        }
+    }
+
+    /// One `optimize` call on a fresh instance in `store`.
+    fn optimize(
+        &self,
+        store: &mut Store<HostState>,
+        input: &PolicyInput,
+        previous: &[JobAllocation],
+    ) -> wasmtime::Result<Result<Vec<JobAllocation>, PolicyError>> {
+        macro_rules! call {
+            ($pre:expr, $c:expr, $wit:ident) => {{
+                let previous: Vec<$wit::JobAllocation> = previous
+                    .iter()
+                    .map(|p| $wit::JobAllocation {
+                        job: p.job,
+                        nodes: p.nodes.clone(),
+                    })
+                    .collect();
+                $pre.instantiate(&mut *store)?
+                    .call_optimize(&mut *store, $c, &previous)
+                    .map(|r| {
+                        r.map(|plan| {
+                            plan.into_iter()
+                                .map(|p| JobAllocation {
+                                    job: p.job,
+                                    nodes: p.nodes,
+                                })
+                                .collect()
+                        })
+                        .map_err(PolicyError::from)
+                    })
+            }};
+        }
+        match (self, input) {
+            (PolicyPre::V3(pre), PolicyInput::V3(c)) => call!(pre, c, wit),
+            (PolicyPre::V2(pre), PolicyInput::V2(c)) => call!(pre, c, wit_v2),
+            _ => Err(mismatch()),
+        }
+    }
+}
+
+/// A policy call's input, in the layout of the contract version it is for.
+// One lives on the stack per call, never in a collection: boxing would only add an allocation.
+#[allow(clippy::large_enum_variant)]
+enum PolicyInput {
+    V3(wit::Cluster),
+    V2(wit_v2::Cluster),
+}
+
+/// An input built for one contract version passed to the other: inputs are built by the same
+/// `PolicyPre` that calls them (`PolicyPre::input`), and a policy's inline and pool pre-instances
+/// are of one version, so this is a host bug, reported as a host error rather than a panic.
+fn mismatch() -> wasmtime::Error {
+    wasmtime::Error::msg("host bug: a policy input of another contract version")
+}
+
+macro_rules! refusal {
+    ($wit:ident) => {
+        impl From<$wit::Error> for PolicyError {
+            fn from(e: $wit::Error) -> PolicyError {
+                match e {
+                    $wit::Error::NoFit(m) => PolicyError::NoFit(m),
+                    $wit::Error::InvalidInput(m) => PolicyError::InvalidInput(m),
+                    $wit::Error::Internal(m) => PolicyError::Internal(m),
+                }
+            }
+        }
+    };
+}
+
+refusal!(wit);
+refusal!(wit_v2);
+
+/// A mutator's typed pre-instance, in the contract version it was built against.
+enum MutatorPre {
+    V3(bindings::v3::mutator::PodMutatorPre<HostState>),
+    V2(bindings::v2::mutator::PodMutatorPre<HostState>),
+}
+
+impl MutatorPre {
+    fn new(
+        contract: Contract,
+        pre: wasmtime::component::InstancePre<HostState>,
+    ) -> wasmtime::Result<MutatorPre> {
+        Ok(match contract {
+            Contract::V3 => MutatorPre::V3(bindings::v3::mutator::PodMutatorPre::new(pre)?),
+            Contract::V2 => MutatorPre::V2(bindings::v2::mutator::PodMutatorPre::new(pre)?),
+        })
+    }
+
+    /// One `mutate` call on a fresh instance in `store`.
+    fn mutate(
+        &self,
+        store: &mut Store<HostState>,
+        ctx: &TaskContext,
+        pod_json: &str,
+    ) -> wasmtime::Result<Result<String, PolicyError>> {
+        // The task context has the same fields in both versions.
+        macro_rules! call {
+            ($pre:expr, $wit:ident) => {{
+                let ctx = $wit::TaskContext {
+                    job_key: ctx.job_key.to_string(),
+                    task_name: ctx.task_name.clone(),
+                    task_type: ctx.task_type.clone(),
+                    rank: ctx.rank,
+                    task_rank: ctx.task_rank,
+                    world_size: ctx.world_size,
+                    node: ctx.node.clone(),
+                    job_labels: ctx.job_labels.clone(),
+                    job_annotations: ctx.job_annotations.clone(),
+                    config: ctx.config.clone(),
+                };
+                $pre.instantiate(&mut *store)?
+                    .call_mutate(&mut *store, &ctx, pod_json)
+                    .map(|r| r.map_err(PolicyError::from))
+            }};
+        }
+        match self {
+            MutatorPre::V3(pre) => call!(pre, wit),
+            MutatorPre::V2(pre) => call!(pre, wit_v2),
+        }
+    }
 }
 
 /// An inline attempt did not answer (out of budget, WASI, a trap): the call must run again on
@@ -975,158 +1256,7 @@ struct OverBudget;
 /// A loaded pod-mutator component. Cheap to clone.
 #[derive(Clone)]
 pub struct WasmMutator {
-    inner: Arc<Loaded<bindings::mutator::PodMutatorPre<HostState>>>,
-}
-
-/// Builds the flat `cluster` record of a policy call (see the WIT `types` doc): strings are
-/// appended to one table and records refer to them and to each other by position, so building it
-/// needs no lookups and lowering it is a dozen copies whatever the cluster's size. Duplicate
-/// strings are not merged: hashing every label would cost more than copying it.
-struct Encoder {
-    c: wit::Cluster,
-}
-
-impl Encoder {
-    fn new(jobs: usize, nodes: usize) -> Encoder {
-        Encoder {
-            c: wit::Cluster {
-                // ~10 strings of ~20 bytes per node: one growth at most for typical nodes.
-                strings: String::with_capacity(nodes * 256),
-                string_ends: Vec::with_capacity(nodes * 12),
-                nodes: Vec::with_capacity(nodes),
-                jobs: Vec::with_capacity(jobs),
-                tasks: Vec::with_capacity(jobs * 3),
-                placements: Vec::new(),
-                labels: Vec::with_capacity(nodes * 4),
-                taints: Vec::new(),
-                quantities: Vec::with_capacity(nodes * 2),
-            },
-        }
-    }
-
-    // The `as u32` casts below cannot wrap unnoticed: `finish` refuses a table or list past u32.
-    fn text(&mut self, s: &str) -> u32 {
-        self.c.strings.push_str(s);
-        self.c.string_ends.push(self.c.strings.len() as u32);
-        self.c.string_ends.len() as u32 - 1
-    }
-
-    fn span(start: usize, len: usize) -> wit::Span {
-        wit::Span {
-            start: start as u32,
-            len: len as u32,
-        }
-    }
-
-    fn resources(&mut self, r: &super::Resources) -> wit::Resources {
-        let start = self.c.quantities.len();
-        for (name, amount) in &r.extended {
-            let name = self.text(name);
-            self.c.quantities.push(wit::Quantity {
-                name,
-                amount: *amount,
-            });
-        }
-        wit::Resources {
-            cpu_millis: r.cpu_millis,
-            memory_bytes: r.memory_bytes,
-            gpus: r.gpus,
-            extended: Self::span(start, r.extended.len()),
-        }
-    }
-
-    fn node(&mut self, n: &Node) {
-        let name = self.text(&n.name);
-        let labels = Self::span(self.c.labels.len(), n.labels.len());
-        for (k, v) in &n.labels {
-            let (key, value) = (self.text(k), self.text(v));
-            self.c.labels.push(wit::Label { key, value });
-        }
-        let taints = Self::span(self.c.taints.len(), n.taints.len());
-        for t in &n.taints {
-            let (key, value) = (self.text(&t.key), self.text(&t.value));
-            self.c.taints.push(wit::Taint {
-                key,
-                value,
-                effect: match t.effect {
-                    super::TaintEffect::NoSchedule => wit::TaintEffect::NoSchedule,
-                    super::TaintEffect::PreferNoSchedule => wit::TaintEffect::PreferNoSchedule,
-                    super::TaintEffect::NoExecute => wit::TaintEffect::NoExecute,
-                },
-            });
-        }
-        let allocatable = self.resources(&n.allocatable);
-        let free = self.resources(&n.free);
-        self.c.nodes.push(wit::Node {
-            name,
-            labels,
-            taints,
-            allocatable,
-            free,
-            ready: n.ready,
-        });
-    }
-
-    fn job(&mut self, j: &Job) {
-        let key = self.text(&j.key);
-        let tasks = Self::span(self.c.tasks.len(), j.tasks.len());
-        for t in &j.tasks {
-            let (name, task_type) = (self.text(&t.name), self.text(&t.task_type));
-            let requests = self.resources(&t.requests);
-            self.c.tasks.push(wit::Task {
-                name,
-                task_type,
-                replicas: t.replicas,
-                min_replicas: t.min_replicas,
-                max_replicas: t.max_replicas,
-                requests,
-            });
-        }
-        let current = Self::span(self.c.placements.len(), j.current.len());
-        self.c.placements.extend_from_slice(&j.current);
-        let profilings = self.text(&j.profilings);
-        self.c.jobs.push(wit::Job {
-            key,
-            priority: j.priority,
-            preemptible: j.preemptible,
-            tasks,
-            current,
-            profilings,
-            age_seconds: j.age_seconds,
-        });
-    }
-
-    fn finish(self, plugin: &str) -> Result<wit::Cluster, PluginError> {
-        let c = &self.c;
-        let longest = [
-            c.strings.len(),
-            c.string_ends.len(),
-            c.labels.len(),
-            c.taints.len(),
-            c.quantities.len(),
-            c.tasks.len(),
-            c.placements.len(),
-        ];
-        if longest.iter().any(|&n| u32::try_from(n).is_err()) {
-            return Err(host_err(
-                plugin,
-                "policy input too large for the WIT's u32 indices",
-            ));
-        }
-        Ok(self.c)
-    }
-}
-
-/// The `cluster` record for `jobs` on `nodes`.
-fn cluster(plugin: &str, jobs: &[&Job], nodes: &[Node]) -> Result<wit::Cluster, PluginError> {
-    let mut e = Encoder::new(jobs.len(), nodes.len());
-    for n in nodes {
-        e.node(n);
-    }
-    for j in jobs {
-        e.job(j);
-    }
-    e.finish(plugin)
+    inner: Arc<Loaded<MutatorPre>>,
 }
 
 impl WasmPolicy {
@@ -1143,9 +1273,14 @@ impl WasmPolicy {
         self.inner.core.limits
     }
 
+    /// The contract version the component was built against.
+    pub fn contract(&self) -> Contract {
+        self.inner.core.contract
+    }
+
     /// Raw call: node indices as the plugin returned them, unchecked (blocking).
     pub fn allocate_raw(&self, job: &Job, nodes: &[Node]) -> Result<Vec<u32>, PluginError> {
-        let input = cluster(&self.inner.core.name, &[job], nodes)?;
+        let input = self.inner.pre.input(&self.inner.core.name, &[job], nodes)?;
         match self.allocate_call(&input, false) {
             Ok(answer) => answer,
             // Only inline attempts run out of budget.
@@ -1159,7 +1294,7 @@ impl WasmPolicy {
     /// One `allocate` call on a fresh instance; `inline` as in [`LoadedCore::new_store`].
     fn allocate_call(
         &self,
-        input: &wit::Cluster,
+        input: &PolicyInput,
         inline: bool,
     ) -> Result<Result<Vec<u32>, PluginError>, OverBudget> {
         let core = &self.inner.core;
@@ -1169,9 +1304,7 @@ impl WasmPolicy {
             (true, None) => return Err(OverBudget),
         };
         let mut store = core.new_store(inline);
-        let result = pre
-            .instantiate(&mut store)
-            .and_then(|p| p.call_allocate(&mut store, input));
+        let result = pre.allocate(&mut store, input);
         // Only an inline answer is used: any failure (out of budget, a WASI stub, a trap or the
         // memory cap, which the pool run reproduces with its stderr) is left to the pool run.
         if inline && result.is_err() {
@@ -1200,28 +1333,10 @@ impl WasmPolicy {
     ) -> Result<Vec<JobAllocation>, PluginError> {
         let core = &self.inner.core;
         let jobs: Vec<&Job> = jobs.iter().collect();
-        let input = cluster(&core.name, &jobs, nodes)?;
-        let previous: Vec<wit::JobAllocation> = previous
-            .iter()
-            .map(|p| wit::JobAllocation {
-                job: p.job,
-                nodes: p.nodes.clone(),
-            })
-            .collect();
+        let input = self.inner.pre.input(&core.name, &jobs, nodes)?;
         let mut store = core.new_store(false);
-        let result = self
-            .inner
-            .pre
-            .instantiate(&mut store)
-            .and_then(|p| p.call_optimize(&mut store, &input, &previous));
-        match result {
-            Ok(Ok(plan)) => Ok(plan
-                .into_iter()
-                .map(|p| JobAllocation {
-                    job: p.job,
-                    nodes: p.nodes,
-                })
-                .collect()),
+        match self.inner.pre.optimize(&mut store, &input, previous) {
+            Ok(Ok(plan)) => Ok(plan),
             Ok(Err(e)) => Err(core.refused(e)),
             Err(e) => Err(core.classify(&store, e)),
         }
@@ -1284,7 +1399,7 @@ impl SchedulingPolicy for WasmPolicy {
             let core = &this.inner.core;
             let _slots = slots.await?;
             if this.inner.inline_ok.load(Ordering::Relaxed) {
-                let input = cluster(&core.name, &[&job], &nodes)?;
+                let input = this.inner.pre.input(&core.name, &[&job], &nodes)?;
                 match this.allocate_call(&input, true) {
                     Ok(answer) => {
                         this.inner.inline_answers.fetch_add(1, Ordering::Relaxed);
@@ -1354,27 +1469,16 @@ impl WasmMutator {
         self.inner.core.limits
     }
 
+    /// The contract version the component was built against.
+    pub fn contract(&self) -> Contract {
+        self.inner.core.contract
+    }
+
     /// Raw call on JSON text, unchecked (blocking).
     pub fn mutate_raw(&self, ctx: &TaskContext, pod_json: &str) -> Result<String, PluginError> {
         let core = &self.inner.core;
-        let wctx = wit::TaskContext {
-            job_key: ctx.job_key.to_string(),
-            task_name: ctx.task_name.clone(),
-            task_type: ctx.task_type.clone(),
-            rank: ctx.rank,
-            task_rank: ctx.task_rank,
-            world_size: ctx.world_size,
-            node: ctx.node.clone(),
-            job_labels: ctx.job_labels.clone(),
-            job_annotations: ctx.job_annotations.clone(),
-            config: ctx.config.clone(),
-        };
         let mut store = core.new_store(false);
-        let result = self
-            .inner
-            .pre
-            .instantiate(&mut store)
-            .and_then(|m| m.call_mutate(&mut store, &wctx, pod_json));
+        let result = self.inner.pre.mutate(&mut store, ctx, pod_json);
         match result {
             Ok(Ok(out)) if out.len() > MUTATOR_OUTPUT_CAP => Err(PluginError::MalformedOutput {
                 plugin: core.name.to_string(),
@@ -1477,7 +1581,7 @@ mod tests {
             deadline: Duration::from_secs(5),
             memory_bytes: 64 << 20,
         };
-        let core = host.loaded_core("memories", [0; 32], Some(limits));
+        let core = host.loaded_core("memories", [0; 32], Some(limits), Contract::V3);
         let mut store = core.new_store(false);
         let instance = Linker::new(engine)
             .instantiate(&mut store, &component)

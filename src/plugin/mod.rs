@@ -29,7 +29,7 @@ pub use diorch_policies::{
     Job, JobAllocation, Node, PolicyError, Resources, Taint, TaintEffect, Task,
 };
 pub use host::{
-    CallPaths, ComponentInfo, ERROR_TEXT_CAP, HOST_COPY_CAP, HostConfig, Limits,
+    CallPaths, ComponentInfo, Contract, ERROR_TEXT_CAP, HOST_COPY_CAP, HostConfig, Limits,
     MAX_COMPONENT_BYTES, MUTATOR_OUTPUT_CAP, PluginHost, WasmMutator, WasmPolicy, World,
     default_memory_budget,
 };

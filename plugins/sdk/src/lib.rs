@@ -1,4 +1,5 @@
-//! Guest SDK for diorch plugins (wasm32-wasip2 components built against `wit/plugins.wit`).
+//! Guest SDK for diorch plugins (wasm32-wasip2 components built against `wit/plugins.wit`,
+//! contract version 0.3.0).
 //!
 //! Owns: the wit-bindgen bindings of both worlds, borrowed views of a policy call's input for
 //! the plain model of `diorch-policies` (and the model-to-WIT encoding for native tests), the
@@ -34,7 +35,7 @@ pub use view::{NodeView, ResourcesView};
 #[allow(clippy::too_many_arguments)] // generated code
 pub mod policy_bindings {
     wit_bindgen::generate!({
-        path: "../../wit",
+        path: "../../wit/plugins.wit",
         world: "scheduling-policy",
         pub_export_macro: true,
         export_macro_name: "export_world",
@@ -45,13 +46,13 @@ pub mod policy_bindings {
 #[allow(clippy::too_many_arguments)] // generated code
 pub mod mutator_bindings {
     wit_bindgen::generate!({
-        path: "../../wit",
+        path: "../../wit/plugins.wit",
         world: "pod-mutator",
         pub_export_macro: true,
         export_macro_name: "export_world",
         with: {
-            "diorch:plugins/types@0.2.0": crate::policy_bindings::diorch::plugins::types,
-            "diorch:plugins/log@0.2.0": crate::policy_bindings::diorch::plugins::log,
+            "diorch:plugins/types@0.3.0": crate::policy_bindings::diorch::plugins::types,
+            "diorch:plugins/log@0.3.0": crate::policy_bindings::diorch::plugins::log,
         },
     });
 }
@@ -105,13 +106,13 @@ pub mod __private {
     }
 
     pub fn allocate<P: Policy>(cluster: wit::Cluster) -> Result<Vec<u32>, wit::Error> {
-        let [job] = cluster.jobs.as_slice() else {
+        let jobs = view::job_count(&cluster);
+        if jobs != 1 {
             return Err(wit::Error::InvalidInput(format!(
-                "allocate takes exactly one job, got {}",
-                cluster.jobs.len()
+                "allocate takes exactly one job, got {jobs}"
             )));
-        };
-        let job = view::job(&cluster, job);
+        }
+        let job = view::job(&cluster, 0);
         P::allocate(&job, &NodeView::all(&cluster)).map_err(error)
     }
 
@@ -119,9 +120,7 @@ pub mod __private {
         cluster: wit::Cluster,
         previous: Vec<wit::JobAllocation>,
     ) -> Result<Vec<wit::JobAllocation>, wit::Error> {
-        let jobs: Vec<Job> = cluster
-            .jobs
-            .iter()
+        let jobs: Vec<Job> = (0..view::job_count(&cluster))
             .map(|j| view::job(&cluster, j))
             .collect();
         let previous: Vec<JobAllocation> = previous

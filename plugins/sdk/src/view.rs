@@ -1,24 +1,47 @@
 //! Borrowed views of a policy call's `cluster` record, and the model-to-WIT encoding.
 //!
-//! The WIT input is flat (one string table, lists of plain records, `span`s into them) so the
-//! host lowers it in a dozen copies. These views let the `diorch-policies` code read it where it
-//! was lowered: a node costs no allocation at all, where converting it into an owned
-//! `diorch_policies::Node` cost about a dozen (name, labels, taints, extended resources), more
-//! than the placement itself. Jobs are few and small, so they are converted to the owned model.
+//! The WIT input is columns of integers (one string table, one list per field of each table,
+//! `starts` columns for a row's run of another table), so the host copies it into the guest in a
+//! few dozen memcpys. These views let the `diorch-policies` code read it where it was copied: a
+//! node costs no allocation at all, where converting it into an owned `diorch_policies::Node`
+//! cost about a dozen (name, labels, taints, extended resources), more than the placement
+//! itself. Jobs are few and small, so they are converted to the owned model.
+//!
+//! Every read is bounds-checked: an entry out of range reads as 0 or empty, so a view never
+//! panics whatever the columns hold.
+
+use std::ops::Range;
 
 use diorch_policies::{Amounts, Job, Node, NodeInfo, Resources, Taint, TaintEffect, Task};
 
 use crate::wit;
 
-/// String `id` of the cluster's string table; `""` for an id or offsets out of range (the host
-/// never sends those, and a view must not panic).
+/// The `placements` entry of a replica that is not placed.
+pub const NO_NODE: u32 = u32::MAX;
+
+/// Entry `i` of a column; 0 when out of range.
+fn at<T: Copy + Default>(column: &[T], i: usize) -> T {
+    column.get(i).copied().unwrap_or_default()
+}
+
+/// The entries of a table of `len` rows that row `i` owns by a `starts` column: empty when out
+/// of range or decreasing.
+fn run(starts: &[u32], i: usize, len: usize) -> Range<usize> {
+    let (Some(&start), Some(&end)) = (starts.get(i), starts.get(i + 1)) else {
+        return 0..0;
+    };
+    let end = (end as usize).min(len);
+    (start as usize).min(end)..end
+}
+
+/// String `id` of the cluster's string table; `""` for an id or offsets out of range.
 pub fn text(cluster: &wit::Cluster, id: u32) -> &str {
     let i = id as usize;
     let Some(&end) = cluster.string_ends.get(i) else {
         return "";
     };
     let start = match i.checked_sub(1) {
-        Some(prev) => cluster.string_ends.get(prev).copied().unwrap_or(0),
+        Some(prev) => at(&cluster.string_ends, prev),
         None => 0,
     };
     cluster
@@ -27,26 +50,25 @@ pub fn text(cluster: &wit::Cluster, id: u32) -> &str {
         .unwrap_or("")
 }
 
-/// The entries of `list` a span selects; empty when out of range.
-fn run<T>(list: &[T], span: wit::Span) -> &[T] {
-    let start = span.start as usize;
-    list.get(start..start.saturating_add(span.len as usize))
-        .unwrap_or(&[])
+/// The string that entry `i` of a column of string ids names; `""` when out of range.
+fn str_at<'a>(cluster: &'a wit::Cluster, column: &[u32], i: usize) -> &'a str {
+    column.get(i).map_or("", |&id| text(cluster, id))
 }
 
-fn effect(e: wit::TaintEffect) -> TaintEffect {
-    match e {
-        wit::TaintEffect::NoSchedule => TaintEffect::NoSchedule,
-        wit::TaintEffect::PreferNoSchedule => TaintEffect::PreferNoSchedule,
-        wit::TaintEffect::NoExecute => TaintEffect::NoExecute,
+/// A taint's effect by its code; an unknown code reads as NoSchedule, the strictest.
+fn effect(code: u8) -> TaintEffect {
+    match code {
+        1 => TaintEffect::PreferNoSchedule,
+        2 => TaintEffect::NoExecute,
+        _ => TaintEffect::NoSchedule,
     }
 }
 
-fn effect_bit(e: TaintEffect) -> u8 {
+fn effect_code(e: TaintEffect) -> u8 {
     match e {
-        TaintEffect::NoSchedule => 1,
-        TaintEffect::PreferNoSchedule => 2,
-        TaintEffect::NoExecute => 4,
+        TaintEffect::NoSchedule => 0,
+        TaintEffect::PreferNoSchedule => 1,
+        TaintEffect::NoExecute => 2,
     }
 }
 
@@ -54,24 +76,24 @@ fn effect_bit(e: TaintEffect) -> u8 {
 #[derive(Clone, Copy)]
 pub struct NodeView<'a> {
     cluster: &'a wit::Cluster,
-    node: &'a wit::Node,
-    /// The effects of the node's taints as bits: policies ask for them for every candidate node
-    /// of every replica, and scanning the taint list each time was most of a Wasm re-plan.
+    node: usize,
+    /// The effects of the node's taints as bits (`1 << code`): policies ask for them for every
+    /// candidate node of every replica, and scanning the taint list each time was most of a
+    /// Wasm re-plan.
     effects: u8,
 }
 
 impl<'a> NodeView<'a> {
     /// Views of every node of `cluster`, in index order.
     pub fn all(cluster: &'a wit::Cluster) -> Vec<NodeView<'a>> {
-        cluster
-            .nodes
-            .iter()
+        let taints = &cluster.taints;
+        (0..cluster.nodes.name.len())
             .map(|node| NodeView {
                 cluster,
                 node,
-                effects: run(&cluster.taints, node.taints)
-                    .iter()
-                    .fold(0, |bits, t| bits | effect_bit(effect(t.effect))),
+                effects: run(&cluster.nodes.taint_starts, node, taints.effect.len())
+                    .map(|t| effect(at(&taints.effect, t)))
+                    .fold(0, |bits, e| bits | 1 << effect_code(e)),
             })
             .collect()
     }
@@ -79,19 +101,24 @@ impl<'a> NodeView<'a> {
     /// The node's labels, in order.
     pub fn labels(&self) -> impl Iterator<Item = (&'a str, &'a str)> + 'a {
         let cluster = self.cluster;
-        run(&cluster.labels, self.node.labels)
-            .iter()
-            .map(move |l| (text(cluster, l.key), text(cluster, l.value)))
+        let labels = &cluster.labels;
+        run(&cluster.nodes.label_starts, self.node, labels.key.len()).map(move |l| {
+            (
+                str_at(cluster, &labels.key, l),
+                str_at(cluster, &labels.value, l),
+            )
+        })
     }
 
     /// The node's taints, in order.
     pub fn taints(&self) -> impl Iterator<Item = (&'a str, &'a str, TaintEffect)> + 'a {
         let cluster = self.cluster;
-        run(&cluster.taints, self.node.taints).iter().map(move |t| {
+        let taints = &cluster.taints;
+        run(&cluster.nodes.taint_starts, self.node, taints.key.len()).map(move |t| {
             (
-                text(cluster, t.key),
-                text(cluster, t.value),
-                effect(t.effect),
+                str_at(cluster, &taints.key, t),
+                str_at(cluster, &taints.value, t),
+                effect(at(&taints.effect, t)),
             )
         })
     }
@@ -114,7 +141,7 @@ impl<'a> NodeView<'a> {
                 .collect(),
             allocatable: self.allocatable().to_resources(),
             free: NodeInfo::free(self).to_resources(),
-            ready: self.node.ready,
+            ready: self.ready(),
         }
     }
 }
@@ -126,15 +153,15 @@ impl NodeInfo for NodeView<'_> {
         Self: 'b;
 
     fn name(&self) -> &str {
-        text(self.cluster, self.node.name)
+        str_at(self.cluster, &self.cluster.nodes.name, self.node)
     }
 
     fn ready(&self) -> bool {
-        self.node.ready
+        at(&self.cluster.nodes.ready, self.node) != 0
     }
 
     fn has_taint(&self, e: TaintEffect) -> bool {
-        self.effects & effect_bit(e) != 0
+        self.effects & (1 << effect_code(e)) != 0
     }
 
     fn label(&self, key: &str) -> Option<&str> {
@@ -144,45 +171,51 @@ impl NodeInfo for NodeView<'_> {
     fn allocatable(&self) -> ResourcesView<'_> {
         ResourcesView {
             cluster: self.cluster,
-            resources: &self.node.allocatable,
+            columns: &self.cluster.nodes.allocatable,
+            row: self.node,
         }
     }
 
     fn free(&self) -> ResourcesView<'_> {
         ResourcesView {
             cluster: self.cluster,
-            resources: &self.node.free,
+            columns: &self.cluster.nodes.free,
+            row: self.node,
         }
     }
 }
 
-/// A `resources` record, read in place.
+/// One row of a `resource-columns`, read in place.
 #[derive(Clone, Copy)]
 pub struct ResourcesView<'a> {
     cluster: &'a wit::Cluster,
-    resources: &'a wit::Resources,
+    columns: &'a wit::ResourceColumns,
+    row: usize,
 }
 
 impl ResourcesView<'_> {
     fn quantities(&self) -> impl Iterator<Item = (&str, u64)> {
-        let cluster = self.cluster;
-        run(&cluster.quantities, self.resources.extended)
-            .iter()
-            .map(move |q| (text(cluster, q.name), q.amount))
+        let (cluster, c) = (self.cluster, self.columns);
+        run(&c.extended_starts, self.row, c.extended_name.len()).map(move |i| {
+            (
+                str_at(cluster, &c.extended_name, i),
+                at(&c.extended_amount, i),
+            )
+        })
     }
 }
 
 impl Amounts for ResourcesView<'_> {
     fn cpu_millis(&self) -> u64 {
-        self.resources.cpu_millis
+        at(&self.columns.cpu_millis, self.row)
     }
 
     fn memory_bytes(&self) -> u64 {
-        self.resources.memory_bytes
+        at(&self.columns.memory_bytes, self.row)
     }
 
     fn gpus(&self) -> u32 {
-        self.resources.gpus
+        at(&self.columns.gpus, self.row)
     }
 
     fn extended(&self, name: &str) -> u64 {
@@ -193,42 +226,61 @@ impl Amounts for ResourcesView<'_> {
 
     fn to_resources(&self) -> Resources {
         Resources {
-            cpu_millis: self.resources.cpu_millis,
-            memory_bytes: self.resources.memory_bytes,
-            gpus: self.resources.gpus,
+            cpu_millis: self.cpu_millis(),
+            memory_bytes: self.memory_bytes(),
+            gpus: self.gpus(),
             extended: self.quantities().map(|(n, q)| (n.to_string(), q)).collect(),
         }
     }
 }
 
-/// Job `job` of `cluster` as the owned model.
-pub fn job(cluster: &wit::Cluster, job: &wit::Job) -> Job {
+/// The number of jobs in the call.
+pub fn job_count(cluster: &wit::Cluster) -> usize {
+    cluster.jobs.key.len()
+}
+
+/// Job `j` of `cluster` as the owned model.
+pub fn job(cluster: &wit::Cluster, j: usize) -> Job {
+    let (jobs, tasks) = (&cluster.jobs, &cluster.tasks);
     Job {
-        key: text(cluster, job.key).to_string(),
-        priority: job.priority,
-        preemptible: job.preemptible,
-        tasks: run(&cluster.tasks, job.tasks)
-            .iter()
+        key: str_at(cluster, &jobs.key, j).to_string(),
+        priority: at(&jobs.priority, j),
+        preemptible: at(&jobs.preemptible, j) != 0,
+        tasks: run(&jobs.task_starts, j, tasks.name.len())
             .map(|t| Task {
-                name: text(cluster, t.name).to_string(),
-                task_type: text(cluster, t.task_type).to_string(),
-                replicas: t.replicas,
-                min_replicas: t.min_replicas,
-                max_replicas: t.max_replicas,
+                name: str_at(cluster, &tasks.name, t).to_string(),
+                task_type: str_at(cluster, &tasks.task_type, t).to_string(),
+                replicas: at(&tasks.replicas, t),
+                min_replicas: at(&tasks.min_replicas, t),
+                max_replicas: at(&tasks.max_replicas, t),
                 requests: ResourcesView {
                     cluster,
-                    resources: &t.requests,
+                    columns: &tasks.requests,
+                    row: t,
                 }
                 .to_resources(),
             })
             .collect(),
-        current: run(&cluster.placements, job.current).to_vec(),
-        profilings: text(cluster, job.profilings).to_string(),
-        age_seconds: job.age_seconds,
+        current: run(&jobs.current_starts, j, cluster.placements.len())
+            .map(|p| Some(at(&cluster.placements, p)).filter(|&n| n != NO_NODE))
+            .collect(),
+        profilings: str_at(cluster, &jobs.profilings, j).to_string(),
+        age_seconds: at(&jobs.age_seconds, j),
     }
 }
 
-/// Builds a `cluster` record; ids and spans are positions, so it needs no lookups.
+fn resource_columns() -> wit::ResourceColumns {
+    wit::ResourceColumns {
+        cpu_millis: Vec::new(),
+        memory_bytes: Vec::new(),
+        gpus: Vec::new(),
+        extended_starts: vec![0],
+        extended_name: Vec::new(),
+        extended_amount: Vec::new(),
+    }
+}
+
+/// Builds a `cluster` record; ids and starts are positions, so it needs no lookups.
 struct Encoder {
     c: wit::Cluster,
 }
@@ -239,13 +291,41 @@ impl Encoder {
             c: wit::Cluster {
                 strings: String::new(),
                 string_ends: Vec::new(),
-                nodes: Vec::new(),
-                jobs: Vec::new(),
-                tasks: Vec::new(),
+                nodes: wit::NodeTable {
+                    name: Vec::new(),
+                    label_starts: vec![0],
+                    taint_starts: vec![0],
+                    allocatable: resource_columns(),
+                    free: resource_columns(),
+                    ready: Vec::new(),
+                },
+                jobs: wit::JobTable {
+                    key: Vec::new(),
+                    priority: Vec::new(),
+                    preemptible: Vec::new(),
+                    task_starts: vec![0],
+                    current_starts: vec![0],
+                    profilings: Vec::new(),
+                    age_seconds: Vec::new(),
+                },
+                tasks: wit::TaskTable {
+                    name: Vec::new(),
+                    task_type: Vec::new(),
+                    replicas: Vec::new(),
+                    min_replicas: Vec::new(),
+                    max_replicas: Vec::new(),
+                    requests: resource_columns(),
+                },
                 placements: Vec::new(),
-                labels: Vec::new(),
-                taints: Vec::new(),
-                quantities: Vec::new(),
+                labels: wit::LabelTable {
+                    key: Vec::new(),
+                    value: Vec::new(),
+                },
+                taints: wit::TaintTable {
+                    key: Vec::new(),
+                    value: Vec::new(),
+                    effect: Vec::new(),
+                },
             },
         }
     }
@@ -256,24 +336,24 @@ impl Encoder {
         self.c.string_ends.len() as u32 - 1
     }
 
-    fn resources(&mut self, r: &Resources) -> wit::Resources {
-        let start = self.c.quantities.len() as u32;
+    /// Appends `r` as the next row of `columns` (which `pick` selects in the cluster).
+    fn resources(
+        &mut self,
+        r: &Resources,
+        pick: fn(&mut wit::Cluster) -> &mut wit::ResourceColumns,
+    ) {
         for (name, amount) in &r.extended {
             let name = self.text(name);
-            self.c.quantities.push(wit::Quantity {
-                name,
-                amount: *amount,
-            });
+            let columns = pick(&mut self.c);
+            columns.extended_name.push(name);
+            columns.extended_amount.push(*amount);
         }
-        wit::Resources {
-            cpu_millis: r.cpu_millis,
-            memory_bytes: r.memory_bytes,
-            gpus: r.gpus,
-            extended: wit::Span {
-                start,
-                len: r.extended.len() as u32,
-            },
-        }
+        let columns = pick(&mut self.c);
+        let end = columns.extended_name.len() as u32;
+        columns.cpu_millis.push(r.cpu_millis);
+        columns.memory_bytes.push(r.memory_bytes);
+        columns.gpus.push(r.gpus);
+        columns.extended_starts.push(end);
     }
 }
 
@@ -283,74 +363,50 @@ pub fn encode(jobs: &[Job], nodes: &[Node]) -> wit::Cluster {
     let mut e = Encoder::new();
     for n in nodes {
         let name = e.text(&n.name);
-        let labels = wit::Span {
-            start: e.c.labels.len() as u32,
-            len: n.labels.len() as u32,
-        };
+        e.c.nodes.name.push(name);
         for (k, v) in &n.labels {
             let (key, value) = (e.text(k), e.text(v));
-            e.c.labels.push(wit::Label { key, value });
+            e.c.labels.key.push(key);
+            e.c.labels.value.push(value);
         }
-        let taints = wit::Span {
-            start: e.c.taints.len() as u32,
-            len: n.taints.len() as u32,
-        };
+        let labels_end = e.c.labels.key.len() as u32;
+        e.c.nodes.label_starts.push(labels_end);
         for t in &n.taints {
             let (key, value) = (e.text(&t.key), e.text(&t.value));
-            e.c.taints.push(wit::Taint {
-                key,
-                value,
-                effect: match t.effect {
-                    TaintEffect::NoSchedule => wit::TaintEffect::NoSchedule,
-                    TaintEffect::PreferNoSchedule => wit::TaintEffect::PreferNoSchedule,
-                    TaintEffect::NoExecute => wit::TaintEffect::NoExecute,
-                },
-            });
+            e.c.taints.key.push(key);
+            e.c.taints.value.push(value);
+            e.c.taints.effect.push(effect_code(t.effect));
         }
-        let allocatable = e.resources(&n.allocatable);
-        let free = e.resources(&n.free);
-        e.c.nodes.push(wit::Node {
-            name,
-            labels,
-            taints,
-            allocatable,
-            free,
-            ready: n.ready,
-        });
+        let taints_end = e.c.taints.key.len() as u32;
+        e.c.nodes.taint_starts.push(taints_end);
+        e.resources(&n.allocatable, |c| &mut c.nodes.allocatable);
+        e.resources(&n.free, |c| &mut c.nodes.free);
+        e.c.nodes.ready.push(u8::from(n.ready));
     }
     for j in jobs {
         let key = e.text(&j.key);
-        let tasks = wit::Span {
-            start: e.c.tasks.len() as u32,
-            len: j.tasks.len() as u32,
-        };
+        e.c.jobs.key.push(key);
+        e.c.jobs.priority.push(j.priority);
+        e.c.jobs.preemptible.push(u8::from(j.preemptible));
         for t in &j.tasks {
             let (name, task_type) = (e.text(&t.name), e.text(&t.task_type));
-            let requests = e.resources(&t.requests);
-            e.c.tasks.push(wit::Task {
-                name,
-                task_type,
-                replicas: t.replicas,
-                min_replicas: t.min_replicas,
-                max_replicas: t.max_replicas,
-                requests,
-            });
+            let tasks = &mut e.c.tasks;
+            tasks.name.push(name);
+            tasks.task_type.push(task_type);
+            tasks.replicas.push(t.replicas);
+            tasks.min_replicas.push(t.min_replicas);
+            tasks.max_replicas.push(t.max_replicas);
+            e.resources(&t.requests, |c| &mut c.tasks.requests);
         }
-        let current = wit::Span {
-            start: e.c.placements.len() as u32,
-            len: j.current.len() as u32,
-        };
-        e.c.placements.extend_from_slice(&j.current);
+        let tasks_end = e.c.tasks.name.len() as u32;
+        e.c.jobs.task_starts.push(tasks_end);
+        e.c.placements
+            .extend(j.current.iter().map(|n| n.unwrap_or(NO_NODE)));
+        let current_end = e.c.placements.len() as u32;
+        e.c.jobs.current_starts.push(current_end);
         let profilings = e.text(&j.profilings);
-        e.c.jobs.push(wit::Job {
-            key,
-            priority: j.priority,
-            preemptible: j.preemptible,
-            tasks,
-            current,
-            profilings,
-            age_seconds: j.age_seconds,
-        });
+        e.c.jobs.profilings.push(profilings);
+        e.c.jobs.age_seconds.push(j.age_seconds);
     }
     e.c
 }
@@ -359,8 +415,7 @@ pub fn encode(jobs: &[Job], nodes: &[Node]) -> wit::Cluster {
 mod tests {
     use super::*;
 
-    #[test]
-    fn views_read_back_what_was_encoded() {
+    fn sample() -> (Job, Node) {
         let mut free = Resources::new(1_000, 2_000, 3);
         free.extended = vec![("rdma/hca".into(), 2), ("x/y".into(), 5)];
         let node = Node {
@@ -391,29 +446,82 @@ mod tests {
             profilings: "{}".into(),
             age_seconds: 7,
         };
-        let c = encode(std::slice::from_ref(&job), std::slice::from_ref(&node));
-        let views = NodeView::all(&c);
-        assert_eq!(views.len(), 1);
-        assert_eq!(views[0].to_node(), node);
-        assert_eq!(views[0].label("kind"), Some("é"));
-        assert_eq!(views[0].label("none"), None);
-        assert!(views[0].prefers_no_schedule() && views[0].schedulable());
-        assert_eq!(NodeInfo::free(&views[0]).extended("x/y"), 5);
-        assert_eq!(NodeInfo::free(&views[0]).extended("gone"), 0);
-        assert_eq!(super::job(&c, &c.jobs[0]), job);
+        (job, node)
     }
 
     #[test]
-    fn out_of_range_ids_and_spans_read_as_empty() {
+    fn views_read_back_what_was_encoded() {
+        let (job, node) = sample();
+        let bare = Node {
+            name: "bare".into(),
+            labels: vec![],
+            taints: vec![Taint {
+                key: "gone".into(),
+                value: String::new(),
+                effect: TaintEffect::NoExecute,
+            }],
+            allocatable: Resources::new(1, 2, 0),
+            free: Resources::new(0, 0, 0),
+            ready: false,
+        };
+        let other = Job {
+            key: "ns/other".into(),
+            tasks: vec![],
+            current: vec![],
+            ..job.clone()
+        };
+        let nodes = [node.clone(), bare.clone()];
+        let c = encode(&[job.clone(), other.clone()], &nodes);
+        let views = NodeView::all(&c);
+        assert_eq!(views.len(), 2);
+        assert_eq!(views[0].to_node(), node);
+        assert_eq!(views[1].to_node(), bare);
+        assert_eq!(views[0].label("kind"), Some("é"));
+        assert_eq!(views[0].label("none"), None);
+        assert!(views[0].prefers_no_schedule() && views[0].schedulable());
+        assert!(!views[1].schedulable() && !views[1].prefers_no_schedule());
+        assert_eq!(NodeInfo::free(&views[0]).extended("x/y"), 5);
+        assert_eq!(NodeInfo::free(&views[0]).extended("gone"), 0);
+        assert_eq!(job_count(&c), 2);
+        assert_eq!(super::job(&c, 0), job);
+        assert_eq!(super::job(&c, 1), other);
+    }
+
+    #[test]
+    fn out_of_range_ids_and_starts_read_as_empty() {
         let mut c = encode(&[], &[]);
         assert_eq!(text(&c, 0), "");
         c.strings = "ab".into();
         c.string_ends = vec![1, 9];
         assert_eq!((text(&c, 0), text(&c, 1), text(&c, 2)), ("a", "", ""));
-        let span = wit::Span {
-            start: u32::MAX,
-            len: u32::MAX,
-        };
-        assert!(run(&c.labels, span).is_empty());
+        assert_eq!(run(&[0], 0, 5), 0..0);
+        assert_eq!(run(&[3, 1], 0, 5), 1..1);
+        assert_eq!(run(&[2, 9], 0, 5), 2..5);
+        assert_eq!(run(&[7, 9], 0, 5), 5..5);
+    }
+
+    #[test]
+    fn inconsistent_columns_read_as_zero_and_empty_without_panicking() {
+        let (job, node) = sample();
+        let mut c = encode(std::slice::from_ref(&job), std::slice::from_ref(&node));
+        c.nodes.free.gpus.clear();
+        c.nodes.label_starts = vec![0, u32::MAX];
+        c.taints.effect = vec![9];
+        c.jobs.task_starts = vec![5, 2];
+        c.jobs.priority.clear();
+        let views = NodeView::all(&c);
+        assert_eq!(NodeInfo::free(&views[0]).gpus(), 0);
+        assert_eq!(views[0].labels().count(), 2, "clamped to the table");
+        // An unknown effect is taken as the strictest.
+        assert!(!views[0].has_taint(TaintEffect::PreferNoSchedule));
+        assert!(views[0].has_taint(TaintEffect::NoSchedule) && !views[0].schedulable());
+        assert_eq!(
+            views[0].taints().next().map(|t| t.2),
+            Some(TaintEffect::NoSchedule)
+        );
+        let read = super::job(&c, 0);
+        assert!(read.tasks.is_empty());
+        assert_eq!(read.priority, 0);
+        assert_eq!(super::job(&c, 7).key, "");
     }
 }

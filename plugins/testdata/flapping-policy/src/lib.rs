@@ -92,7 +92,7 @@ mod tests {
             age_seconds: 1,
         };
         let cluster = encode(&[job], &nodes);
-        let jobs = [diorch_plugin_sdk::view::job(&cluster, &cluster.jobs[0])];
+        let jobs = [diorch_plugin_sdk::view::job(&cluster, 0)];
         let plan = Flapping::optimize(&jobs, &NodeView::all(&cluster), &[]).expect("plan");
         assert_eq!(plan[0].nodes, vec![1, 0]);
     }
