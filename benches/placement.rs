@@ -167,8 +167,20 @@ async fn run(
 async fn print_totals(addr: &str, variant: &str) -> anyhow::Result<()> {
     let text = common::http_get(&format!("http://{addr}/metrics")).await?;
     println!("    {variant}:");
+    if variant == "Wasm" {
+        // How the allocate calls were served: inline, or on the blocking pool.
+        let plugins = common::http_get(&format!("http://{addr}/plugins")).await?;
+        let plugins: serde_json::Value = serde_json::from_str(&plugins)?;
+        for p in plugins.as_array().into_iter().flatten() {
+            println!(
+                "      plugin {}: allocate calls {}",
+                p["name"], p["allocateCalls"]
+            );
+        }
+    }
     for line in text.lines().filter(|l| {
         l.starts_with("diorch_allocator_policy_call_duration_seconds_")
+            || l.starts_with("diorch_plugin_calls_total")
             || ((l.starts_with("diorch_reconcile_duration_seconds_")
                 || l.starts_with("diorch_reconciles_total"))
                 && !l.contains("_bucket"))

@@ -216,7 +216,7 @@ async fn allocate_runs_inline_within_one_tick_else_on_the_pool_with_its_full_dea
     let (inline, _) = paths(before);
     assert!(inline >= 2, "only {inline} of 3 fast calls ran inline");
 
-    // A looping call gives the thread back after one tick, not its deadline, and then runs
+    // A looping call gives the thread back after two ticks, not its deadline, and then runs
     // out its full deadline on the pool.
     let before = p.call_paths();
     let started = Instant::now();

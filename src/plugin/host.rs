@@ -208,6 +208,13 @@ fn one_line(e: &wasmtime::Error) -> String {
         .join(" ")
 }
 
+/// Epoch ticks an inline `allocate` attempt may run (see [`WasmPolicy`]'s `allocate`): the
+/// current tick may end at any moment, so with one the budget was anything from 0 to a tick:
+/// 11 and 12 of ~1 110 calls of the placement bench went through the pool (each a hop costing
+/// milliseconds on the saturated machine); with two, the budget is at least one whole tick, and
+/// 1 and 3 did (`PLACEMENT_METRICS=1 SIZES=1000 cargo bench --bench placement`).
+const INLINE_TICKS: u64 = 2;
+
 /// Compiled components kept; past this the cache starts over (uploads are rare).
 const CACHE_CAP: usize = 64;
 const STDERR_CAP: usize = 4096;
@@ -962,8 +969,8 @@ struct Loaded<P> {
 }
 
 impl LoadedCore {
-    /// A fresh Store for one call. `inline`: an inline attempt, interrupted at the next epoch
-    /// tick instead of the plugin's deadline, with its logs held back.
+    /// A fresh Store for one call. `inline`: an inline attempt, interrupted at the second epoch
+    /// tick from now instead of the plugin's deadline, with its logs held back.
     fn new_store(&self, inline: bool) -> Store<HostState> {
         let stderr = MemoryOutputPipe::new(STDERR_CAP);
         let mut wasi = WasiCtxBuilder::new();
@@ -993,7 +1000,7 @@ impl LoadedCore {
         // Round up, plus one: the current epoch may be about to end.
         let ticks = self.limits.deadline.as_nanos().div_ceil(tick) + 1;
         store.set_epoch_deadline(if inline {
-            1
+            INLINE_TICKS
         } else {
             u64::try_from(ticks).unwrap_or(u64::MAX)
         });
@@ -1380,14 +1387,14 @@ impl SchedulingPolicy for WasmPolicy {
     }
 
     /// Admissions are serialised and an `allocate` usually takes well under a millisecond, so
-    /// it is first tried inline, on the calling thread, with a budget of one epoch tick and WASI
-    /// stubbed out: a hop to the blocking pool and back (two thread wake-ups, each waiting for a
+    /// it is first tried inline, on the calling thread, with a budget of one to two epoch ticks
+    /// ([`INLINE_TICKS`]) and WASI stubbed out: a hop to the blocking pool and back (two thread wake-ups, each waiting for a
     /// core on a busy machine) cost the placement bench ~8 % over the built-in policy, more than
     /// the call. An attempt that does not answer (out of budget, WASI, a trap) is thrown away
     /// (calls are deterministic and isolated, so nothing of it is observable; its logs were held
     /// back) and the call runs on the blocking pool with its full deadline; later calls go there
     /// too until one is fast there again. So a plugin holds an async worker for at most about
-    /// one tick (`HostConfig::epoch_tick`, 5 ms).
+    /// two ticks (`HostConfig::epoch_tick`, 5 ms).
     fn allocate(
         &self,
         job: Arc<Job>,
