@@ -38,6 +38,12 @@ const KIB_PER_JOB_GOAL: f64 = 20.0;
 const P99_GOAL_MS: f64 = 2.0;
 const RPS_GOAL: f64 = 20_000.0;
 const PLACEMENT_GOAL: f64 = 1.05;
+/// Wasm `allocate` on 100 nodes against the same policy natively on borrowed data.
+const WASM_BY_REF_GOAL: f64 = 3.0;
+/// A fresh Store, instantiation and a trivial call.
+const FIXED_COST_GOAL_US: f64 = 20.0;
+/// ConfigMap write to the first call on the new version.
+const HOT_SWAP_GOAL_MS: f64 = 100.0;
 /// Write requests per job a controller cannot go below (without Events).
 const WRITES_FLOOR_TO_RUNNING: f64 = 8.0;
 const WRITES_FLOOR_TO_SUCCEEDED: f64 = 2.0;
@@ -464,7 +470,7 @@ fn writes_measured(total: f64, without_events: f64, floor: f64) -> String {
 
 /// The order of the goals table, by the start of `Goal::what` (a stable sort keeps the servers'
 /// order within each).
-const GOAL_ORDER: [&str; 11] = [
+const GOAL_ORDER: [&str; 13] = [
     "pods exist",
     "pods Running",
     "operator CPU",
@@ -474,6 +480,8 @@ const GOAL_ORDER: [&str; 11] = [
     "operator memory",
     "replica API",
     "placement",
+    "plugin call goal",
+    "plugin hot swap goal",
     "plugin call",
     "plugin hot swap",
 ];
@@ -660,6 +668,52 @@ fn goals(rows: &[Row]) -> Vec<Goal> {
             measured: format!("{} req/s", thousands(*rps)),
             met: Some(*rps >= RPS_GOAL),
             command: replica_cmd.clone(),
+        });
+    }
+    let call = |wanted: &str| {
+        rows.iter().rev().find_map(|row| match row {
+            Row::PluginCall { name, microseconds } if name == wanted => Some(*microseconds),
+            _ => None,
+        })
+    };
+    let calls_cmd = command(rows, &["plugin-calls", "plugin_calls"]);
+    if let (Some(wasm), Some(native)) = (
+        call("allocate/wasm-binpack/100"),
+        call("allocate/native-by-ref/100"),
+    ) {
+        let ratio = wasm / native;
+        out.push(Goal {
+            what: "plugin call goal: Wasm allocate / native by reference, 100 nodes".to_string(),
+            goal: format!("≤ {WASM_BY_REF_GOAL:.0}x"),
+            measured: format!("{ratio:.1}x ({wasm:.1} µs against {native:.1} µs)"),
+            met: Some(ratio <= WASM_BY_REF_GOAL),
+            command: calls_cmd.clone(),
+        });
+    }
+    if let Some(fixed) = call("fixed-cost/fresh-store-instantiate-trivial-call") {
+        out.push(Goal {
+            what: "plugin call goal: fixed cost (fresh store, instantiate, trivial call)"
+                .to_string(),
+            goal: format!("≤ {FIXED_COST_GOAL_US:.0} µs"),
+            measured: format!("{fixed:.1} µs"),
+            met: Some(fixed <= FIXED_COST_GOAL_US),
+            command: calls_cmd.clone(),
+        });
+    }
+    let first_upload = rows.iter().rev().find_map(|row| match row {
+        Row::HotSwap { name, milliseconds } if name.starts_with("first upload (compile) max") => {
+            Some(*milliseconds)
+        }
+        _ => None,
+    });
+    if let Some(ms) = first_upload {
+        out.push(Goal {
+            what: "plugin hot swap goal: ConfigMap write to the first call on the new version, slowest first upload"
+                .to_string(),
+            goal: format!("≤ {HOT_SWAP_GOAL_MS:.0} ms"),
+            measured: format!("{ms:.1} ms"),
+            met: Some(ms <= HOT_SWAP_GOAL_MS),
+            command: command(rows, &["hot-swap", "hot_swap"]),
         });
     }
     for row in rows {
@@ -1565,6 +1619,26 @@ mod tests {
             goal(&goals, "plugin call: allocate/wasm-binpack/100").met,
             None
         );
+        // 48.2 µs against 4.1 µs by reference: 11.8x, over 3x; 21.7 µs of fixed cost is over
+        // 20; a slowest first upload of 430 ms is over 100.
+        let g = goal(
+            &goals,
+            "plugin call goal: Wasm allocate / native by reference, 100 nodes",
+        );
+        assert_eq!(
+            (g.met, g.measured.as_str()),
+            (Some(false), "11.8x (48.2 µs against 4.1 µs)")
+        );
+        let g = goal(
+            &goals,
+            "plugin call goal: fixed cost (fresh store, instantiate, trivial call)",
+        );
+        assert_eq!((g.met, g.measured.as_str()), (Some(false), "21.7 µs"));
+        let g = goal(
+            &goals,
+            "plugin hot swap goal: ConfigMap write to the first call on the new version, slowest first upload",
+        );
+        assert_eq!((g.met, g.measured.as_str()), (Some(false), "430.0 ms"));
         assert_eq!(
             goal(&goals, "plugin hot swap: re-upload (compile cache) median").measured,
             "6.20 ms"
