@@ -768,6 +768,26 @@ async fn components_of_the_0_2_contract_are_still_loaded_and_called() {
         "{report}"
     );
 
+    // The plugin status says which version each serving component was built against.
+    let registry = PluginRegistry::new(roomy_host(), NativePolicy::BinPack);
+    for (name, file, kind) in [
+        ("old", "legacy_policy", PluginKind::Policy),
+        ("new", "binpack", PluginKind::Policy),
+        ("old-mutator", "legacy_mutator", PluginKind::Mutator),
+    ] {
+        registry
+            .apply(PluginSpec::new(name, kind), wasm(file).into())
+            .await
+            .unwrap();
+    }
+    let contract = |name: &str| {
+        let status = registry.status_of(name).unwrap();
+        serde_json::to_value(&status).unwrap()["contract"].clone()
+    };
+    assert_eq!(contract("old"), "0.2.0");
+    assert_eq!(contract("new"), "0.3.0");
+    assert_eq!(contract("old-mutator"), "0.2.0");
+
     // A 0.2 component of the other world is refused, named against the current version.
     let err = host
         .load_mutator_blocking("legacy-as-mutator", &wasm("legacy_policy"), None)

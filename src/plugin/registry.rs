@@ -109,6 +109,11 @@ pub struct PluginStatus {
     /// landing on the blocking pool mean the plugin is slow or touches WASI (see `WasmPolicy`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub allocate_calls: Option<super::CallPaths>,
+    /// The contract version the serving component was built against (`0.2.0` components are
+    /// called in that version's input layout; rebuilding with the SDK moves them to the current
+    /// one).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub contract: Option<super::Contract>,
 }
 
 impl PluginStatus {
@@ -129,6 +134,7 @@ impl PluginStatus {
             deadline_ms: 0,
             memory_mib: 0,
             allocate_calls: None,
+            contract: None,
         };
         status.describe(spec, defaults);
         status
@@ -351,6 +357,10 @@ impl PluginRegistry {
                 next.policies.remove(&spec.name);
                 next.mutators.retain(|m| m.spec.name != spec.name);
                 next.blockers.remove(&spec.name);
+                entry.contract = Some(match &plugin {
+                    Either::Policy(p) => p.contract(),
+                    Either::Mutator(m) => m.contract(),
+                });
                 match plugin {
                     Either::Policy(plugin) => {
                         next.policies.insert(spec.name.clone(), plugin);

@@ -81,6 +81,11 @@ pub struct NodeView<'a> {
     /// candidate node of every replica, and scanning the taint list each time was most of a
     /// Wasm re-plan.
     effects: u8,
+    ready: bool,
+    /// Read once here: policies read them for every candidate node of every replica, and a
+    /// field of the view costs less in Wasm than a bounds-checked column read.
+    allocatable: ResourcesView<'a>,
+    free: ResourcesView<'a>,
 }
 
 impl<'a> NodeView<'a> {
@@ -94,6 +99,9 @@ impl<'a> NodeView<'a> {
                 effects: run(&cluster.nodes.taint_starts, node, taints.effect.len())
                     .map(|t| effect(at(&taints.effect, t)))
                     .fold(0, |bits, e| bits | 1 << effect_code(e)),
+                ready: at(&cluster.nodes.ready, node) != 0,
+                allocatable: ResourcesView::new(cluster, &cluster.nodes.allocatable, node),
+                free: ResourcesView::new(cluster, &cluster.nodes.free, node),
             })
             .collect()
     }
@@ -157,7 +165,7 @@ impl NodeInfo for NodeView<'_> {
     }
 
     fn ready(&self) -> bool {
-        at(&self.cluster.nodes.ready, self.node) != 0
+        self.ready
     }
 
     fn has_taint(&self, e: TaintEffect) -> bool {
@@ -169,31 +177,42 @@ impl NodeInfo for NodeView<'_> {
     }
 
     fn allocatable(&self) -> ResourcesView<'_> {
-        ResourcesView {
-            cluster: self.cluster,
-            columns: &self.cluster.nodes.allocatable,
-            row: self.node,
-        }
+        self.allocatable
     }
 
     fn free(&self) -> ResourcesView<'_> {
-        ResourcesView {
-            cluster: self.cluster,
-            columns: &self.cluster.nodes.free,
-            row: self.node,
-        }
+        self.free
     }
 }
 
-/// One row of a `resource-columns`, read in place.
+/// One row of a `resource-columns`: the three common amounts read once, extended resources in
+/// place.
 #[derive(Clone, Copy)]
 pub struct ResourcesView<'a> {
+    cpu_millis: u64,
+    memory_bytes: u64,
+    gpus: u32,
     cluster: &'a wit::Cluster,
     columns: &'a wit::ResourceColumns,
     row: usize,
 }
 
-impl ResourcesView<'_> {
+impl<'a> ResourcesView<'a> {
+    fn new(
+        cluster: &'a wit::Cluster,
+        columns: &'a wit::ResourceColumns,
+        row: usize,
+    ) -> ResourcesView<'a> {
+        ResourcesView {
+            cpu_millis: at(&columns.cpu_millis, row),
+            memory_bytes: at(&columns.memory_bytes, row),
+            gpus: at(&columns.gpus, row),
+            cluster,
+            columns,
+            row,
+        }
+    }
+
     fn quantities(&self) -> impl Iterator<Item = (&str, u64)> {
         let (cluster, c) = (self.cluster, self.columns);
         run(&c.extended_starts, self.row, c.extended_name.len()).map(move |i| {
@@ -207,15 +226,15 @@ impl ResourcesView<'_> {
 
 impl Amounts for ResourcesView<'_> {
     fn cpu_millis(&self) -> u64 {
-        at(&self.columns.cpu_millis, self.row)
+        self.cpu_millis
     }
 
     fn memory_bytes(&self) -> u64 {
-        at(&self.columns.memory_bytes, self.row)
+        self.memory_bytes
     }
 
     fn gpus(&self) -> u32 {
-        at(&self.columns.gpus, self.row)
+        self.gpus
     }
 
     fn extended(&self, name: &str) -> u64 {
@@ -253,12 +272,7 @@ pub fn job(cluster: &wit::Cluster, j: usize) -> Job {
                 replicas: at(&tasks.replicas, t),
                 min_replicas: at(&tasks.min_replicas, t),
                 max_replicas: at(&tasks.max_replicas, t),
-                requests: ResourcesView {
-                    cluster,
-                    columns: &tasks.requests,
-                    row: t,
-                }
-                .to_resources(),
+                requests: ResourcesView::new(cluster, &tasks.requests, t).to_resources(),
             })
             .collect(),
         current: run(&jobs.current_starts, j, cluster.placements.len())
