@@ -1,4 +1,5 @@
-//! The plain model, field for field the WIT `types` interface (see wit/plugins.wit).
+//! The plain model of what a policy call sees: the WIT `types` interface carries the same fields,
+//! laid out as columns (see wit/plugins.wit).
 //!
 //! With the `serde` feature the types (de)serialize in camelCase, as Kubernetes objects do, with
 //! labels and extended resources as JSON objects (`{"rdma/hca": 1}`) rather than pair lists, and
