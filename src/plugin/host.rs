@@ -552,6 +552,18 @@ impl HostState {
 impl wit::Host for HostState {}
 impl wit_v2::Host for HostState {}
 
+/// Refuses a policy input any of whose lists or strings is longer than the WIT's u32 indices
+/// reach: the encoders' `as u32` casts rely on it.
+fn within_u32_indices(plugin: &str, lengths: &[usize]) -> Result<(), PluginError> {
+    if lengths.iter().any(|&n| u32::try_from(n).is_err()) {
+        return Err(host_err(
+            plugin,
+            "policy input too large for the WIT's u32 indices",
+        ));
+    }
+    Ok(())
+}
+
 fn host_err(plugin: &str, e: impl fmt::Display) -> PluginError {
     PluginError::Host {
         plugin: plugin.to_string(),

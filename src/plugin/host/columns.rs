@@ -8,7 +8,7 @@
 
 use super::super::{Job, Node, PluginError, Resources, TaintEffect};
 use super::bindings::v3::policy::diorch::plugins::types as wit;
-use super::host_err;
+use super::within_u32_indices;
 
 /// The `placements` entry of a replica that is not placed.
 pub(super) const NO_NODE: u32 = u32::MAX;
@@ -152,23 +152,20 @@ pub(super) fn cluster(
         j.profilings.push(strings.add(&job.profilings));
         j.age_seconds.push(job.age_seconds);
     }
-    let longest = [
-        strings.text.len(),
-        strings.ends.len(),
-        labels.key.len(),
-        taints.key.len(),
-        t.name.len(),
-        placements.len(),
-        n.allocatable.extended_name.len(),
-        n.free.extended_name.len(),
-        t.requests.extended_name.len(),
-    ];
-    if longest.iter().any(|&len| u32::try_from(len).is_err()) {
-        return Err(host_err(
-            plugin,
-            "policy input too large for the WIT's u32 indices",
-        ));
-    }
+    within_u32_indices(
+        plugin,
+        &[
+            strings.text.len(),
+            strings.ends.len(),
+            labels.key.len(),
+            taints.key.len(),
+            t.name.len(),
+            placements.len(),
+            n.allocatable.extended_name.len(),
+            n.free.extended_name.len(),
+            t.requests.extended_name.len(),
+        ],
+    )?;
     Ok(wit::Cluster {
         strings: strings.text,
         string_ends: strings.ends,

@@ -3,7 +3,7 @@
 
 use super::super::{Job, Node, PluginError};
 use super::bindings::v2::policy::diorch::plugins::types as wit;
-use super::host_err;
+use super::within_u32_indices;
 
 /// Builds the flat `cluster` record of a policy call (see the WIT `types` doc): strings are
 /// appended to one table and records refer to them and to each other by position, so building it
@@ -127,21 +127,18 @@ impl Encoder {
 
     fn finish(self, plugin: &str) -> Result<wit::Cluster, PluginError> {
         let c = &self.c;
-        let longest = [
-            c.strings.len(),
-            c.string_ends.len(),
-            c.labels.len(),
-            c.taints.len(),
-            c.quantities.len(),
-            c.tasks.len(),
-            c.placements.len(),
-        ];
-        if longest.iter().any(|&n| u32::try_from(n).is_err()) {
-            return Err(host_err(
-                plugin,
-                "policy input too large for the WIT's u32 indices",
-            ));
-        }
+        within_u32_indices(
+            plugin,
+            &[
+                c.strings.len(),
+                c.string_ends.len(),
+                c.labels.len(),
+                c.taints.len(),
+                c.quantities.len(),
+                c.tasks.len(),
+                c.placements.len(),
+            ],
+        )?;
         Ok(self.c)
     }
 }
