@@ -56,6 +56,29 @@ const PLUGIN_TRIES: usize = 3;
 /// The fallback reason (`diorch_allocator_fallbacks_total{result}`) when every try went stale.
 const CONTENDED: &str = "Contended";
 
+/// Where the allocator reads the time: the wall clock in the operator, virtual time in the
+/// policy simulator (`diorch simulate`), so both run the same admission and re-plan rules.
+/// Call latencies (metrics) are always wall time.
+pub trait Clock: Send + Sync + std::fmt::Debug {
+    /// Monotonic time: reservation ages and re-plan rate limits.
+    fn now(&self) -> Instant;
+    /// Calendar time: job ages from their creation timestamps.
+    fn wall(&self) -> jiff::Timestamp;
+}
+
+/// The machine's clocks.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> Instant {
+        Instant::now()
+    }
+    fn wall(&self) -> jiff::Timestamp {
+        jiff::Timestamp::now()
+    }
+}
+
 /// How the allocator chooses a policy and re-plans.
 #[derive(Clone, Debug)]
 pub struct Settings {
@@ -69,6 +92,7 @@ pub struct Settings {
     pub min_reschedule_interval: Duration,
     /// Only the leader re-plans (a standby's proposals would never be carried out).
     pub leader: crate::leader::Leadership,
+    pub clock: Arc<dyn Clock>,
 }
 
 impl Default for Settings {
@@ -78,6 +102,7 @@ impl Default for Settings {
             optimize_period: Duration::from_secs(60),
             min_reschedule_interval: Duration::from_secs(300),
             leader: crate::leader::Leadership::always(),
+            clock: Arc::new(SystemClock),
         }
     }
 }
@@ -357,7 +382,7 @@ impl Allocator {
             usage: usage_of(job, &slots),
             slots,
             confirmed: true,
-            since: Instant::now(),
+            since: self.settings.clock.now(),
         };
         ledger.book.hold(key, held);
     }
@@ -493,7 +518,7 @@ impl Allocator {
         let keys: HashSet<ObjectKey> = jobs.iter().map(|j| ObjectKey::of(&j.metadata)).collect();
         let nodes = self.model_nodes_without(&ledger, &keys);
         let node_index = view::node_index(&nodes);
-        let now = jiff::Timestamp::now();
+        let now = self.settings.clock.wall();
         // Each job decoded once here and dropped (a moved job is decoded again below).
         let mut models: Vec<(plugin::Job, ObjectKey, &Arc<CachedJob>, SlotNodes)> = jobs
             .iter()
@@ -614,7 +639,7 @@ impl Allocator {
             &current,
             &counts,
             &ledger.last_moved,
-            Instant::now(),
+            self.settings.clock.now(),
             self.settings.min_reschedule_interval,
         );
         for decision in &group {
@@ -638,7 +663,7 @@ impl Allocator {
                                 usage: usage_of(&sized, slots),
                                 slots: slots.clone(),
                                 confirmed: true,
-                                since: Instant::now(),
+                                since: self.settings.clock.now(),
                             },
                         );
                         ledger.proposals.insert(
@@ -649,7 +674,7 @@ impl Allocator {
                                 by: by.clone(),
                             },
                         );
-                        ledger.last_moved.insert(key.clone(), Instant::now());
+                        ledger.last_moved.insert(key.clone(), self.settings.clock.now());
                         let _ = self.retry.unbounded_send(key.clone());
                     }
                     tracing::info!(job = %job, policy = %by, moved, "re-plan moves the job");
@@ -723,7 +748,7 @@ impl Allocator {
         let uid = job.metadata.uid.clone().unwrap_or_default();
         let want = view::slot_pods(job).len();
         let age = job.metadata.creation_timestamp.as_ref().map_or(0, |t| {
-            u64::try_from(jiff::Timestamp::now().duration_since(t.0).as_secs()).unwrap_or(0)
+            u64::try_from(self.settings.clock.wall().duration_since(t.0).as_secs()).unwrap_or(0)
         });
         let requested = self.policy_name(job);
         let builtin = self.policies.builtin();
@@ -740,7 +765,7 @@ impl Allocator {
         if !ledger.seeded {
             self.seed(&mut ledger);
         }
-        let now = Instant::now();
+        let now = self.settings.clock.now();
         ledger
             .book
             .retain(|h| h.confirmed || now.duration_since(h.since) < UNCONFIRMED_TTL);
@@ -876,7 +901,7 @@ impl Allocator {
             usage: usage_of(job, &slots),
             slots: slots.clone(),
             confirmed: false,
-            since: Instant::now(),
+            since: self.settings.clock.now(),
         };
         ledger.book.hold(key.clone(), held);
         ledger.waiting.remove(&key);
@@ -946,7 +971,7 @@ impl Allocator {
                     usage: usage_of(&job, &slots),
                     slots,
                     confirmed: true,
-                    since: Instant::now(),
+                    since: self.settings.clock.now(),
                 },
             );
         }
