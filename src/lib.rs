@@ -18,5 +18,6 @@ pub mod operator;
 pub mod plugin;
 pub mod rbac;
 pub mod server;
+pub mod simulate;
 pub mod webhook;
 pub mod writes;

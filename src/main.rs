@@ -47,6 +47,9 @@ enum Command {
         #[command(subcommand)]
         command: diorch::plugin::cli::PluginCommand,
     },
+    /// Run a workload trace against a cluster in virtual time with one or more scheduling
+    /// policies and compare them (see docs/simulator.md).
+    Simulate(diorch::simulate::SimulateArgs),
     /// Run the operator against a cluster (the current kubeconfig context by default).
     Run {
         #[command(flatten)]
@@ -116,10 +119,15 @@ macro_rules! say {
     }};
 }
 
-fn init_tracing(format: LogFormat) {
+fn init_tracing(format: LogFormat, quiet: bool) {
     // kube's client logs every failed request at ERROR; the operator reports those itself.
-    let filter = EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| EnvFilter::new("info,kube_client::client::builder=off"));
+    // A simulation logs each of its thousands of decisions at info: only warnings by default.
+    let default = if quiet {
+        "warn"
+    } else {
+        "info,kube_client::client::builder=off"
+    };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
@@ -166,6 +174,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Plugin { command } => diorch::plugin::cli::run(command).await,
+        Command::Simulate(args) => diorch::simulate::run(args).await,
         Command::Run { cluster, args } => {
             let conn = diorch::cluster::connect(&cluster.target()).await?;
             operator::run(conn, args, shutdown_signal()).await?;
@@ -299,7 +308,10 @@ fn parse_cli() -> Cli {
 
 fn main() -> ExitCode {
     let cli = parse_cli();
-    init_tracing(cli.log_format);
+    init_tracing(
+        cli.log_format,
+        matches!(cli.command, Command::Simulate(_)),
+    );
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

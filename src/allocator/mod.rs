@@ -294,7 +294,7 @@ impl Allocator {
                     },
                 };
                 if frees {
-                    wake.wake_waiting().await;
+                    wake.capacity_freed().await;
                 }
             }
         });
@@ -337,6 +337,13 @@ impl Allocator {
     fn relisted(&self) -> std::sync::MutexGuard<'_, Vec<view::UsagePod>> {
         // Every holder pushes, clears or takes: a panic cannot leave it half-changed.
         self.relisted.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Room may have freed outside the allocator's own releases (a pod ended or went): every
+    /// waiting job is sent to the controller again. [`Allocator::start`]'s watch calls it; the
+    /// simulator calls it for its simulated pods.
+    pub async fn capacity_freed(&self) {
+        self.wake_waiting().await;
     }
 
     /// Sends every waiting job to the controller again.

@@ -1,0 +1,901 @@
+//! The simulation: a trace run against a cluster in virtual time, through the operator's own
+//! allocator (admission, waiting, fallback, re-plan, resize and rate-limit rules) and its own
+//! reconcile planner (statuses, pods, phases), with the API server, the kubelet and the
+//! workload played here.
+//!
+//! Each reconcile is what the controller's executor does without I/O: ask the allocator, plan,
+//! apply the status and the pod writes, again until nothing changes. Pods start `pod_start`
+//! after they are created; a job does work at its throughput while it is Running, and its pods
+//! succeed when the work is done. Re-plans run every `optimize_period` of virtual time and a
+//! second after a job ends, as the operator's re-plan loop does. Jobs that ended are deleted at
+//! once (as with `ttlSecondsAfterFinished: 0`), so a re-plan pass never reads them again.
+//!
+//! Owns: the virtual clock, the event queue, the simulated pods and the run's measurements.
+//! Must not touch: the admission and placement rules (the allocator's) or the phase rules (the
+//! planner's): when they change, the simulator changes with them.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::FutureExt as _;
+use futures::future::BoxFuture;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::runtime::reflector::{self, store::Writer};
+use kube::runtime::watcher::Event;
+use serde_json::json;
+
+use super::input::{Cluster, Trace};
+use crate::allocator::{Allocator, Clock, Policies, Settings};
+use crate::metrics::Metrics;
+use crate::plugin::{Job, JobPlan, NativePolicy, PluginError, PolicyError, SchedulingPolicy};
+use diorch_core::api::{DIJob, Phase};
+use diorch_core::build::{self, BuildContext};
+use diorch_core::cached::{CachedCondition, CachedJob, CachedPod, CachedPodStatus, CachedService};
+use diorch_core::model::UsagePod;
+use diorch_core::placement::{Admission, ObjectKey};
+use diorch_core::planner::{self, Action, Observed};
+use diorch_core::resources::GPU;
+
+/// Most reconcile passes one job gets per wake-up: a planner that keeps changing its mind is a
+/// bug, and the run stops with it instead of looping.
+const MAX_PASSES: usize = 64;
+
+/// Most timeline samples kept; later samples are dropped (the summary still covers the run).
+pub const MAX_SAMPLES: usize = 200_000;
+
+/// The operator's re-plan loop waits this long after a job ends before re-planning.
+const REPLAN_SETTLE_MS: u64 = 1_000;
+
+/// When virtual time starts (fixed, so runs are identical).
+const EPOCH_SECONDS: i64 = 1_767_225_600; // 2026-01-01T00:00:00Z
+
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    #[error("job {job}: the planner still changed the job after {MAX_PASSES} passes")]
+    NoFixpoint { job: String },
+    #[error("job {job}: {message}")]
+    Job { job: String, message: String },
+}
+
+/// The policy a run uses.
+#[derive(Clone)]
+pub struct PolicyChoice {
+    /// As reported: `builtin:binpack`, or the component's file name.
+    pub label: String,
+    pub policy: Arc<dyn SchedulingPolicy>,
+}
+
+impl PolicyChoice {
+    pub fn builtin(name: &str) -> Option<PolicyChoice> {
+        let policy = match name {
+            "binpack" => NativePolicy::BinPack,
+            "spread" => NativePolicy::Spread,
+            "goodput" => NativePolicy::Goodput,
+            _ => return None,
+        };
+        Some(PolicyChoice {
+            label: format!("builtin:{name}"),
+            policy: Arc::new(policy),
+        })
+    }
+}
+
+/// How a run is set up besides its inputs.
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub optimize_period: Duration,
+    pub min_reschedule_interval: Duration,
+    /// From a pod's creation to its Ready.
+    pub pod_start: Duration,
+    /// The built-in policy that serves when the policy fails.
+    pub fallback: NativePolicy,
+    /// Timeline resolution.
+    pub sample_every: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            optimize_period: Duration::from_secs(60),
+            min_reschedule_interval: Duration::from_secs(300),
+            pod_start: Duration::from_secs(30),
+            fallback: NativePolicy::BinPack,
+            sample_every: Duration::from_secs(60),
+        }
+    }
+}
+
+/// What happened to one job.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct JobResult {
+    pub name: String,
+    pub arrival_ms: u64,
+    /// First time all its replicas were Running.
+    pub started_ms: Option<u64>,
+    pub ended_ms: Option<u64>,
+    /// `Succeeded`, `Failed`, or empty when the run ended first.
+    pub phase: String,
+    pub gpus: u32,
+    /// Re-plans that moved it (each restarts the moved pods).
+    pub moves: u32,
+    pub resizes: u32,
+    /// Admissions the fallback policy decided.
+    pub fallbacks: u32,
+}
+
+/// The cluster at one moment.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Sample {
+    pub at_ms: u64,
+    pub used_gpus: u64,
+    pub total_gpus: u64,
+    /// Free GPUs on nodes that are partly used.
+    pub fragmented_gpus: u64,
+    /// Jobs arrived and not ended that are not running.
+    pub queued: u64,
+    pub running: u64,
+}
+
+/// Wall-clock times and outcomes of the policy's calls.
+#[derive(Clone, Debug, Default)]
+pub struct CallStats {
+    pub allocate_ns: Vec<u64>,
+    pub optimize_ns: Vec<u64>,
+    /// Failed calls (not `no-fit` answers) by reason.
+    pub failures: BTreeMap<&'static str, u64>,
+}
+
+/// A run's outcome.
+#[derive(Clone, Debug)]
+pub struct Run {
+    pub policy: String,
+    pub jobs: Vec<JobResult>,
+    pub timeline: Vec<Sample>,
+    /// Time integrals (GPU-milliseconds, job-milliseconds) from the first arrival to the end.
+    pub used_gpu_ms: f64,
+    pub total_gpu_ms: f64,
+    pub fragmented_gpu_ms: f64,
+    pub queued_job_ms: f64,
+    pub first_ms: u64,
+    pub end_ms: u64,
+    pub calls: CallStats,
+}
+
+/// Virtual time, read by the allocator through [`Clock`].
+#[derive(Debug)]
+struct VirtualClock {
+    base: Instant,
+    ms: AtomicU64,
+}
+
+impl VirtualClock {
+    fn wall_at(ms: u64) -> jiff::Timestamp {
+        let at = jiff::Timestamp::from_second(EPOCH_SECONDS).unwrap_or(jiff::Timestamp::UNIX_EPOCH);
+        at.checked_add(jiff::SignedDuration::from_millis(i64::try_from(ms).unwrap_or(i64::MAX)))
+            .unwrap_or(at)
+    }
+}
+
+impl Clock for VirtualClock {
+    fn now(&self) -> Instant {
+        self.base + Duration::from_millis(self.ms.load(Ordering::Relaxed))
+    }
+    fn wall(&self) -> jiff::Timestamp {
+        VirtualClock::wall_at(self.ms.load(Ordering::Relaxed))
+    }
+}
+
+/// The policy under test, timed and its failures counted.
+struct Recorded {
+    inner: Arc<dyn SchedulingPolicy>,
+    stats: Arc<Mutex<CallStats>>,
+}
+
+fn record<T>(stats: &Mutex<CallStats>, optimize: bool, started: Instant, result: &Result<T, PluginError>) {
+    let ns = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+    // Only this module locks it, never across an await: a poisoned lock still holds counts.
+    let mut stats = stats.lock().unwrap_or_else(|e| e.into_inner());
+    if optimize {
+        stats.optimize_ns.push(ns);
+    } else {
+        stats.allocate_ns.push(ns);
+    }
+    if let Err(e) = result
+        && !matches!(e, PluginError::Refused { error: PolicyError::NoFit(_), .. })
+    {
+        *stats.failures.entry(e.reason()).or_default() += 1;
+    }
+}
+
+impl SchedulingPolicy for Recorded {
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+
+    fn allocate(&self, job: Arc<Job>, nodes: Arc<[crate::plugin::Node]>) -> BoxFuture<'static, Result<Vec<String>, PluginError>> {
+        let call = self.inner.allocate(job, nodes);
+        let stats = self.stats.clone();
+        async move {
+            let started = Instant::now();
+            let result = call.await;
+            record(&stats, false, started, &result);
+            result
+        }
+        .boxed()
+    }
+
+    fn optimize(
+        &self,
+        jobs: Arc<[Job]>,
+        nodes: Arc<[crate::plugin::Node]>,
+        previous: Vec<JobPlan>,
+    ) -> BoxFuture<'static, Result<Vec<JobPlan>, PluginError>> {
+        let call = self.inner.optimize(jobs, nodes, previous);
+        let stats = self.stats.clone();
+        async move {
+            let started = Instant::now();
+            let result = call.await;
+            record(&stats, true, started, &result);
+            result
+        }
+        .boxed()
+    }
+}
+
+/// The allocator's policies in a run: the policy under test by its name, the fallback built in.
+struct SimPolicies {
+    name: String,
+    policy: Arc<dyn SchedulingPolicy>,
+    fallback: NativePolicy,
+}
+
+impl Policies for SimPolicies {
+    fn named(&self, name: &str) -> Option<Arc<dyn SchedulingPolicy>> {
+        (name == self.name).then(|| self.policy.clone())
+    }
+    fn builtin(&self) -> NativePolicy {
+        self.fallback
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Ev {
+    Arrive(usize),
+    PodsUp(usize, u64),
+    Finish(usize, u64),
+    /// A re-plan pass; `true` for the periodic one, which schedules the next.
+    Optimize(bool),
+    Sample,
+}
+
+impl Ev {
+    /// Whether the event can change the cluster by itself (periodic ones only react).
+    fn drives(self) -> bool {
+        matches!(self, Ev::Arrive(_) | Ev::PodsUp(..) | Ev::Finish(..))
+    }
+}
+
+#[derive(Default)]
+struct SimJob {
+    job: Option<DIJob>,
+    /// The spec as the API server would send it (it never changes: resizes are in status).
+    spec_json: String,
+    pods: BTreeMap<String, CachedPod>,
+    usage: BTreeMap<String, UsagePod>,
+    service: Option<CachedService>,
+    result: JobResult,
+    ended: bool,
+    work_left: f64,
+    rate: f64,
+    since_ms: u64,
+    /// Invalidates scheduled Finish and PodsUp events.
+    generation: u64,
+    /// Collector counts already reported as profilings.
+    reported: BTreeSet<u32>,
+}
+
+struct Sim<'a> {
+    trace: &'a Trace,
+    clock: Arc<VirtualClock>,
+    allocator: Arc<Allocator>,
+    retries: futures::channel::mpsc::UnboundedReceiver<ObjectKey>,
+    jobs_writer: Writer<CachedJob>,
+    jobs: Vec<SimJob>,
+    by_name: BTreeMap<String, usize>,
+    queue: BinaryHeap<Reverse<(u64, u64, Ev)>>,
+    seq: u64,
+    drivers: usize,
+    now: u64,
+    options: &'a Options,
+    ctx: BuildContext,
+    next_uid: u64,
+    /// GPUs of each node, and what bound, live pods take of them.
+    node_gpus: BTreeMap<String, u64>,
+    used_gpus: BTreeMap<String, u64>,
+    total_gpus: u64,
+    // Measurements.
+    last_ms: u64,
+    first_ms: u64,
+    integrals: [f64; 4],
+    timeline: Vec<Sample>,
+    open: usize,
+    /// When the re-plan a job's end asked for runs.
+    replan_at: Option<u64>,
+}
+
+/// Runs `trace` on `cluster` with `choice` and returns what happened.
+pub async fn run(cluster: &Cluster, trace: &Trace, choice: &PolicyChoice, options: &Options) -> Result<Run, SimError> {
+    let clock = Arc::new(VirtualClock {
+        base: Instant::now(),
+        ms: AtomicU64::new(0),
+    });
+    let (nodes, mut node_writer) = reflector::store::<Node>();
+    let mut node_gpus = BTreeMap::new();
+    for node in &cluster.nodes {
+        node_writer.apply_watcher_event(&Event::Apply(node.clone()));
+        let gpus = diorch_core::resources::node_allocatable(node).get(GPU) / 1000;
+        node_gpus.insert(node.metadata.name.clone().unwrap_or_default(), u64::try_from(gpus).unwrap_or(0));
+    }
+    let (job_store, jobs_writer) = reflector::store::<CachedJob>();
+    let stats = Arc::new(Mutex::new(CallStats::default()));
+    let name = "policy-under-test".to_string();
+    let policies = SimPolicies {
+        name: name.clone(),
+        policy: Arc::new(Recorded {
+            inner: choice.policy.clone(),
+            stats: stats.clone(),
+        }),
+        fallback: options.fallback,
+    };
+    let settings = Settings {
+        default_policy: Some(name),
+        optimize_period: options.optimize_period,
+        min_reschedule_interval: options.min_reschedule_interval,
+        clock: clock.clone(),
+        ..Settings::default()
+    };
+    let (allocator, retries) = Allocator::new(Arc::new(policies), nodes, job_store, settings, Arc::new(Metrics::new()));
+    // The book starts from an empty pod list, as after a first list of an empty cluster.
+    allocator.pod_event(&Event::Init).await;
+    allocator.pod_event(&Event::InitDone).await;
+
+    let total_gpus = node_gpus.values().sum();
+    let mut sim = Sim {
+        trace,
+        clock,
+        allocator,
+        retries,
+        jobs_writer,
+        jobs: Vec::with_capacity(trace.jobs.len()),
+        by_name: BTreeMap::new(),
+        queue: BinaryHeap::new(),
+        seq: 0,
+        drivers: 0,
+        now: 0,
+        options,
+        ctx: BuildContext::default(),
+        next_uid: 0,
+        node_gpus,
+        used_gpus: BTreeMap::new(),
+        total_gpus,
+        last_ms: 0,
+        first_ms: trace.jobs.first().map_or(0, |j| j.arrival_ms),
+        integrals: [0.0; 4],
+        timeline: Vec::new(),
+        open: 0,
+        replan_at: None,
+    };
+    for (i, tj) in trace.jobs.iter().enumerate() {
+        let spec_json = serde_json::to_string(&tj.dijob.spec).map_err(|e| SimError::Job {
+            job: tj.spec.name.clone(),
+            message: e.to_string(),
+        })?;
+        sim.jobs.push(SimJob {
+            spec_json,
+            work_left: tj.work,
+            result: JobResult {
+                name: tj.spec.name.clone(),
+                arrival_ms: tj.arrival_ms,
+                gpus: job_gpus(&tj.dijob),
+                ..JobResult::default()
+            },
+            ..SimJob::default()
+        });
+        sim.by_name.insert(tj.spec.name.clone(), i);
+        sim.push(tj.arrival_ms, Ev::Arrive(i));
+    }
+    if !options.optimize_period.is_zero() {
+        sim.push(sim.first_ms + ms(options.optimize_period), Ev::Optimize(true));
+    }
+    sim.push(sim.first_ms, Ev::Sample);
+    sim.run().await?;
+    let calls = stats.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    Ok(Run {
+        policy: choice.label.clone(),
+        jobs: sim.jobs.into_iter().map(|j| j.result).collect(),
+        timeline: sim.timeline,
+        used_gpu_ms: sim.integrals[0],
+        total_gpu_ms: sim.integrals[1],
+        fragmented_gpu_ms: sim.integrals[2],
+        queued_job_ms: sim.integrals[3],
+        first_ms: sim.first_ms,
+        end_ms: sim.now,
+        calls,
+    })
+}
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// GPUs of all replicas of `job` at its spec's counts.
+fn job_gpus(job: &DIJob) -> u32 {
+    let per_task = diorch_core::model::task_requests(job);
+    (0..job.spec.tasks.len())
+        .map(|i| {
+            let per = per_task.get(i).map_or(0, |r| r.get(GPU) / 1000);
+            u32::try_from(per * i128::from(build::task_replicas(job, i))).unwrap_or(u32::MAX)
+        })
+        .sum()
+}
+
+/// The node a built pod is pinned to (`build::pin_to_node`'s affinity), if any.
+fn pinned_node(pod: &Pod) -> Option<String> {
+    let terms = &pod
+        .spec
+        .as_ref()?
+        .affinity
+        .as_ref()?
+        .node_affinity
+        .as_ref()?
+        .required_during_scheduling_ignored_during_execution
+        .as_ref()?
+        .node_selector_terms;
+    terms.first()?.match_fields.as_ref()?.iter().find_map(|f| {
+        (f.key == "metadata.name" && f.operator == "In")
+            .then(|| f.values.as_ref()?.first().cloned())
+            .flatten()
+    })
+}
+
+impl Sim<'_> {
+    fn push(&mut self, at: u64, ev: Ev) {
+        if ev.drives() {
+            self.drivers += 1;
+        }
+        self.seq += 1;
+        self.queue.push(Reverse((at, self.seq, ev)));
+    }
+
+    async fn run(&mut self) -> Result<(), SimError> {
+        let end = self.jobs.len();
+        let mut finished = 0;
+        while let Some(Reverse((at, _, ev))) = self.queue.pop() {
+            if ev.drives() {
+                self.drivers -= 1;
+            } else if self.drivers == 0 {
+                // Only periodic events are left: nothing can change any more (jobs still
+                // waiting never fit).
+                break;
+            }
+            self.advance(at);
+            match ev {
+                Ev::Arrive(i) => {
+                    self.open += 1;
+                    let mut job = self.trace.jobs[i].dijob.clone();
+                    job.metadata.creation_timestamp = Some(Time(VirtualClock::wall_at(at)));
+                    self.jobs[i].job = Some(job);
+                    self.store(i);
+                    self.reconcile(i).await?;
+                }
+                Ev::PodsUp(i, generation) => {
+                    if self.jobs[i].generation == generation && !self.jobs[i].ended {
+                        self.start_pods(i);
+                        self.reconcile(i).await?;
+                    }
+                }
+                Ev::Finish(i, generation) => {
+                    if self.jobs[i].generation == generation && !self.jobs[i].ended {
+                        self.settle(i);
+                        self.end_pods(i).await;
+                        self.reconcile(i).await?;
+                    }
+                }
+                Ev::Optimize(periodic) => {
+                    if !periodic {
+                        self.replan_at = None;
+                    }
+                    self.allocator.optimize_once().await;
+                    if periodic {
+                        self.push(at + ms(self.options.optimize_period), Ev::Optimize(true));
+                    }
+                }
+                Ev::Sample => {
+                    self.sample();
+                    let next = at + ms(self.options.sample_every).max(1);
+                    self.push(next, Ev::Sample);
+                }
+            }
+            self.drain_retries().await?;
+            finished = self.jobs.iter().filter(|j| j.ended).count();
+            if finished == end {
+                break;
+            }
+        }
+        let _ = finished;
+        self.sample();
+        Ok(())
+    }
+
+    /// Moves virtual time to `at`, integrating the cluster's measures over the step.
+    fn advance(&mut self, at: u64) {
+        if at > self.last_ms && self.last_ms >= self.first_ms {
+            let dt = (at - self.last_ms) as f64;
+            let s = self.snapshot();
+            self.integrals[0] += s.used_gpus as f64 * dt;
+            self.integrals[1] += s.total_gpus as f64 * dt;
+            self.integrals[2] += s.fragmented_gpus as f64 * dt;
+            self.integrals[3] += s.queued as f64 * dt;
+        }
+        self.last_ms = self.last_ms.max(at);
+        self.now = at;
+        self.clock.ms.store(at, Ordering::Relaxed);
+    }
+
+    fn snapshot(&self) -> Sample {
+        let used: u64 = self.used_gpus.values().sum();
+        let fragmented = self
+            .used_gpus
+            .iter()
+            .filter_map(|(node, used)| {
+                let cap = *self.node_gpus.get(node)?;
+                (*used > 0 && *used < cap).then(|| cap - used)
+            })
+            .sum();
+        let running = self
+            .jobs
+            .iter()
+            .filter(|j| !j.ended && j.rate > 0.0)
+            .count() as u64;
+        Sample {
+            at_ms: self.now,
+            used_gpus: used,
+            total_gpus: self.total_gpus,
+            fragmented_gpus: fragmented,
+            queued: self.open as u64 - running,
+            running,
+        }
+    }
+
+    fn sample(&mut self) {
+        if self.timeline.len() < MAX_SAMPLES {
+            let s = self.snapshot();
+            self.timeline.push(s);
+        }
+    }
+
+    /// The job's current object into the allocator's job cache.
+    fn store(&mut self, i: usize) {
+        let sj = &self.jobs[i];
+        let Some(job) = &sj.job else { return };
+        let Ok(spec) = serde_json::value::RawValue::from_string(sj.spec_json.clone()) else {
+            return;
+        };
+        let cached = CachedJob {
+            metadata: job.metadata.clone(),
+            spec,
+            status: job.status.clone(),
+        };
+        self.jobs_writer.apply_watcher_event(&Event::Apply(cached));
+    }
+
+    async fn drain_retries(&mut self) -> Result<(), SimError> {
+        loop {
+            let mut woken = BTreeSet::new();
+            while let Ok(key) = self.retries.try_recv() {
+                if let Some(&i) = self.by_name.get(&key.name) {
+                    woken.insert(i);
+                }
+            }
+            if woken.is_empty() {
+                return Ok(());
+            }
+            // Arrival order: the order the controller's queue would have them in.
+            for i in woken {
+                if self.jobs[i].job.is_some() && !self.jobs[i].ended {
+                    self.reconcile(i).await?;
+                }
+            }
+        }
+    }
+
+    /// One controller reconcile of job `i`, repeated until the planner has nothing more to do.
+    async fn reconcile(&mut self, i: usize) -> Result<(), SimError> {
+        for _ in 0..MAX_PASSES {
+            let Some(job) = self.jobs[i].job.clone() else {
+                return Ok(());
+            };
+            let admission = self.allocator.consult(&job).await;
+            if let Some(Admission::Placed { fallback, replan, replicas, .. }) = &admission {
+                let r = &mut self.jobs[i].result;
+                if *replan {
+                    if replicas.is_some() {
+                        r.resizes += 1;
+                    } else {
+                        r.moves += 1;
+                    }
+                } else if fallback.is_some() {
+                    r.fallbacks += 1;
+                }
+            }
+            let now = Time(VirtualClock::wall_at(self.now));
+            let plan = {
+                let sj = &self.jobs[i];
+                let observed = Observed {
+                    pods: sj.pods.values().collect(),
+                    service: sj.service.as_ref(),
+                    admission: admission.as_ref(),
+                };
+                planner::plan(&job, &observed, &self.ctx, &now)
+            };
+            if plan.spec_patch.is_some() {
+                return Err(SimError::Job {
+                    job: job.metadata.name.clone().unwrap_or_default(),
+                    message: "the planner asked to default task names, which trace jobs always have".into(),
+                });
+            }
+            let mut changed = false;
+            if let Some(status) = plan.status {
+                changed = true;
+                if let Some(j) = self.jobs[i].job.as_mut() {
+                    j.status = Some(status);
+                }
+            }
+            let mut freed = false;
+            for action in plan.actions {
+                match action {
+                    Action::CreatePod(pod) => {
+                        changed = true;
+                        self.create_pod(i, *pod).await;
+                    }
+                    Action::DeletePod { name, .. } => {
+                        changed = true;
+                        freed |= self.delete_pod(i, &name).await;
+                    }
+                    Action::CreateService(svc) => {
+                        changed = true;
+                        self.jobs[i].service = Some(CachedService {
+                            metadata: svc.metadata,
+                        });
+                    }
+                    Action::DeleteService { .. } => {
+                        changed = true;
+                        self.jobs[i].service = None;
+                    }
+                    // No gang scheduler in the simulated cluster.
+                    Action::EnsurePodGroup(_) => {}
+                }
+            }
+            if changed {
+                self.store(i);
+            }
+            if freed {
+                self.allocator.capacity_freed().await;
+            }
+            if !changed {
+                self.after_reconcile(i).await;
+                return Ok(());
+            }
+        }
+        Err(SimError::NoFixpoint {
+            job: self.jobs[i].result.name.clone(),
+        })
+    }
+
+    /// Records what the reconcile left: start, end, progress.
+    async fn after_reconcile(&mut self, i: usize) {
+        let phase = self.jobs[i]
+            .job
+            .as_ref()
+            .and_then(|j| j.status.as_ref())
+            .and_then(|s| s.phase);
+        if phase == Some(Phase::Running) && self.jobs[i].result.started_ms.is_none() {
+            self.jobs[i].result.started_ms = Some(self.now);
+        }
+        if let Some(p) = phase.filter(|p| p.is_terminal()) {
+            let sj = &mut self.jobs[i];
+            sj.ended = true;
+            sj.rate = 0.0;
+            sj.result.ended_ms = Some(self.now);
+            sj.result.phase = p.as_str().to_string();
+            self.open -= 1;
+            // Gone, as with ttlSecondsAfterFinished: 0: the pods go with it.
+            let names: Vec<String> = sj.pods.keys().cloned().collect();
+            for name in names {
+                self.delete_pod(i, &name).await;
+            }
+            if let Some(job) = self.jobs[i].job.take() {
+                let key = ObjectKey::of(&job.metadata);
+                if let Ok(spec) = serde_json::value::RawValue::from_string(self.jobs[i].spec_json.clone()) {
+                    self.jobs_writer.apply_watcher_event(&Event::Delete(CachedJob {
+                        metadata: job.metadata,
+                        spec,
+                        status: job.status,
+                    }));
+                }
+                self.allocator.forget(&key).await;
+            }
+            self.allocator.capacity_freed().await;
+            // One pass for a burst of endings, as the operator's re-plan loop settles them.
+            if self.replan_at.is_none() && !self.options.optimize_period.is_zero() {
+                let at = self.now + REPLAN_SETTLE_MS;
+                self.replan_at = Some(at);
+                self.push(at, Ev::Optimize(false));
+            }
+            return;
+        }
+        self.settle(i);
+        self.report_profilings(i);
+    }
+
+    /// Brings the job's work up to now and sets its rate from what it runs now; a changed rate
+    /// schedules its end again.
+    fn settle(&mut self, i: usize) {
+        let now = self.now;
+        let tj = &self.trace.jobs[i];
+        let sj = &mut self.jobs[i];
+        sj.work_left -= sj.rate * (now - sj.since_ms) as f64 / 1000.0;
+        sj.since_ms = now;
+        let Some(job) = &sj.job else { return };
+        let running = job.status.as_ref().and_then(|s| s.phase) == Some(Phase::Running);
+        let collectors = tj
+            .collector
+            .map_or(0, |c| u32::try_from(build::task_replicas(job, c)).unwrap_or(0));
+        let rate = if running { tj.rate(collectors) } else { 0.0 };
+        if rate != sj.rate {
+            sj.rate = rate;
+            sj.generation += 1;
+            if rate > 0.0 {
+                let left_ms = (sj.work_left.max(0.0) / rate * 1000.0).ceil();
+                // Bounded by the input checks: work at the slowest rate is within a year.
+                let at = now + left_ms.min(1e15) as u64;
+                let generation = sj.generation;
+                self.push(at, Ev::Finish(i, generation));
+            }
+        }
+    }
+
+    /// A running job with a throughput profile reports the rate at its collector count, as a
+    /// DI-engine worker posts profilings once it has measured them.
+    fn report_profilings(&mut self, i: usize) {
+        let tj = &self.trace.jobs[i];
+        let Some(c) = tj.collector else { return };
+        if tj.spec.throughput.is_empty() {
+            return;
+        }
+        let sj = &mut self.jobs[i];
+        if sj.rate <= 0.0 {
+            return;
+        }
+        let Some(job) = sj.job.as_mut() else { return };
+        let count = u32::try_from(build::task_replicas(job, c)).unwrap_or(0);
+        if !sj.reported.insert(count) {
+            return;
+        }
+        let status = job.status.get_or_insert_with(Default::default);
+        let profilings = status.profilings.get_or_insert_with(|| json!({}));
+        if !profilings.get("collectors").is_some_and(|c| c.is_object()) {
+            profilings["collectors"] = json!({});
+        }
+        profilings["collectors"][count.to_string()] = json!({"throughput": sj.rate});
+        self.store(i);
+    }
+
+    async fn create_pod(&mut self, i: usize, mut pod: Pod) {
+        self.next_uid += 1;
+        pod.metadata.uid = Some(format!("pod-{}", self.next_uid));
+        pod.metadata.creation_timestamp = Some(Time(VirtualClock::wall_at(self.now)));
+        let node = pinned_node(&pod);
+        if let Some(spec) = pod.spec.as_mut() {
+            // Bound at once: the allocator chose its node and nothing else competes for it.
+            spec.node_name.clone_from(&node);
+        }
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let usage: Option<UsagePod> = serde_json::to_value(&pod)
+            .ok()
+            .and_then(|v| serde_json::from_value(v).ok());
+        let mut cached = CachedPod::from(pod);
+        cached.status = Some(CachedPodStatus {
+            phase: Some("Pending".into()),
+            ..CachedPodStatus::default()
+        });
+        if let Some(usage) = usage {
+            if let Some(node) = &usage.node {
+                *self.used_gpus.entry(node.clone()).or_default() += gpus_of(&usage);
+            }
+            self.allocator.pod_event(&Event::Apply(usage.clone())).await;
+            self.jobs[i].usage.insert(name.clone(), usage);
+        }
+        self.jobs[i].pods.insert(name, cached);
+        let sj = &mut self.jobs[i];
+        sj.generation += 1;
+        let generation = sj.generation;
+        // Whatever was scheduled for the job is superseded: the rate is set again on start.
+        sj.work_left -= sj.rate * (self.now - sj.since_ms) as f64 / 1000.0;
+        sj.since_ms = self.now;
+        sj.rate = 0.0;
+        self.push(self.now + ms(self.options.pod_start), Ev::PodsUp(i, generation));
+    }
+
+    /// Removes a pod; whether it held room.
+    async fn delete_pod(&mut self, i: usize, name: &str) -> bool {
+        self.jobs[i].pods.remove(name);
+        let Some(usage) = self.jobs[i].usage.remove(name) else {
+            return false;
+        };
+        let held = !usage.terminal;
+        if held && let Some(node) = &usage.node {
+            self.release_gpus(node, gpus_of(&usage));
+        }
+        self.allocator.pod_event(&Event::Delete(usage)).await;
+        held
+    }
+
+    fn release_gpus(&mut self, node: &str, gpus: u64) {
+        if let Some(used) = self.used_gpus.get_mut(node) {
+            *used = used.saturating_sub(gpus);
+            if *used == 0 {
+                self.used_gpus.remove(node);
+            }
+        }
+    }
+
+    /// The kubelet: every pending pod of the job runs, ready.
+    fn start_pods(&mut self, i: usize) {
+        for pod in self.jobs[i].pods.values_mut() {
+            let status = pod.status.get_or_insert_with(Default::default);
+            if status.phase.as_deref() == Some("Pending") {
+                status.phase = Some("Running".into());
+                status.conditions = Some(vec![CachedCondition {
+                    type_: "Ready".into(),
+                    status: "True".into(),
+                }]);
+            }
+        }
+    }
+
+    /// The work is done: every pod of the job succeeds.
+    async fn end_pods(&mut self, i: usize) {
+        let names: Vec<String> = self.jobs[i].pods.keys().cloned().collect();
+        for name in names {
+            if let Some(pod) = self.jobs[i].pods.get_mut(&name) {
+                pod.status = Some(CachedPodStatus {
+                    phase: Some("Succeeded".into()),
+                    ..CachedPodStatus::default()
+                });
+            }
+            let Some(usage) = self.jobs[i].usage.get_mut(&name) else {
+                continue;
+            };
+            if usage.terminal {
+                continue;
+            }
+            usage.terminal = true;
+            let usage = usage.clone();
+            if let Some(node) = &usage.node {
+                self.release_gpus(node, gpus_of(&usage));
+            }
+            self.allocator.pod_event(&Event::Apply(usage)).await;
+        }
+        self.jobs[i].rate = 0.0;
+        self.allocator.capacity_freed().await;
+    }
+}
+
+fn gpus_of(pod: &UsagePod) -> u64 {
+    u64::try_from(pod.requests.get(GPU) / 1000).unwrap_or(0)
+}

@@ -1,0 +1,175 @@
+//! `diorch simulate`: what a scheduling policy does to a cluster over a workload, before it is
+//! dropped in. A trace of jobs runs against a cluster in virtual time once per policy, through
+//! the operator's own allocator and planner (see [`engine`]), and the policies' figures are
+//! printed side by side and written as CSV files (see [`report`]).
+//!
+//! Owns: the command's arguments, loading the policies, the output directory. Must not touch:
+//! the operator's runtime (no API server, no watches).
+
+pub mod engine;
+pub mod input;
+pub mod report;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+
+use crate::plugin::{HostConfig, Limits, NativePolicy, PluginHost};
+use engine::{Options, PolicyChoice};
+use input::{Cluster, Trace};
+
+#[derive(clap::Args, Debug)]
+pub struct SimulateArgs {
+    /// The cluster: a YAML file of nodes, or a `diorch plugin snapshot` file.
+    #[arg(long)]
+    pub cluster: PathBuf,
+    /// The workload: a YAML file of jobs (see docs/simulator.md).
+    #[arg(long)]
+    pub trace: PathBuf,
+    /// A policy to run: `builtin:binpack`, `builtin:spread`, `builtin:goodput`, or a policy
+    /// component (`.wasm`). Repeat to compare.
+    #[arg(long = "policy", required = true)]
+    pub policies: Vec<String>,
+    /// Where the CSV files go (created if missing).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Seconds between re-plans (`optimize`), as the operator's --optimize-period; 0 = never.
+    #[arg(long, default_value_t = 60)]
+    pub optimize_period: u64,
+    /// Seconds a job waits between two moves, as the operator's --min-reschedule-interval.
+    #[arg(long, default_value_t = 300)]
+    pub min_reschedule_interval: u64,
+    /// Seconds from a pod's creation to its start (image pull, container start).
+    #[arg(long, default_value_t = 30)]
+    pub pod_start: u64,
+    /// The built-in policy that serves when a component fails, as the operator's
+    /// --builtin-policy.
+    #[arg(long, value_enum, default_value_t = crate::operator::BuiltinPolicy::Binpack)]
+    pub fallback: crate::operator::BuiltinPolicy,
+    /// Seconds between timeline samples.
+    #[arg(long, default_value_t = 60)]
+    pub sample_every: u64,
+    /// A component's per-call deadline in milliseconds, as its ConfigMap's.
+    #[arg(long, default_value_t = 50)]
+    pub deadline_ms: u64,
+    /// A component's memory cap in MiB, as its ConfigMap's.
+    #[arg(long, default_value_t = 64)]
+    pub memory_mib: usize,
+}
+
+/// Largest value of the seconds options (a year): keeps every virtual time in range.
+const MAX_OPTION_SECONDS: u64 = 365 * 24 * 3600;
+
+impl SimulateArgs {
+    fn options(&self) -> anyhow::Result<Options> {
+        for (name, v) in [
+            ("--optimize-period", self.optimize_period),
+            ("--min-reschedule-interval", self.min_reschedule_interval),
+            ("--pod-start", self.pod_start),
+            ("--sample-every", self.sample_every),
+        ] {
+            anyhow::ensure!(v <= MAX_OPTION_SECONDS, "{name} {v}: at most {MAX_OPTION_SECONDS} seconds");
+        }
+        anyhow::ensure!(self.sample_every > 0, "--sample-every must be at least 1 second");
+        Ok(Options {
+            optimize_period: Duration::from_secs(self.optimize_period),
+            min_reschedule_interval: Duration::from_secs(self.min_reschedule_interval),
+            pod_start: Duration::from_secs(self.pod_start),
+            fallback: NativePolicy::from(self.fallback),
+            sample_every: Duration::from_secs(self.sample_every),
+        })
+    }
+}
+
+/// Loads each `--policy`: built-ins by name, components through the operator's plugin host
+/// with the same checks and bounds.
+async fn policies(args: &SimulateArgs) -> anyhow::Result<Vec<PolicyChoice>> {
+    let mut host: Option<PluginHost> = None;
+    let mut out = Vec::new();
+    for spec in &args.policies {
+        if let Some(name) = spec.strip_prefix("builtin:") {
+            let choice = PolicyChoice::builtin(name)
+                .with_context(|| format!("--policy {spec}: the built-in policies are builtin:binpack, builtin:spread and builtin:goodput"))?;
+            out.push(choice);
+            continue;
+        }
+        let path = Path::new(spec);
+        let bytes = read_component(path)?;
+        let host = match &host {
+            Some(h) => h.clone(),
+            None => {
+                let h = PluginHost::new(HostConfig::default())?;
+                host = Some(h.clone());
+                h
+            }
+        };
+        let limits = Limits {
+            deadline: Duration::from_millis(args.deadline_ms),
+            memory_bytes: args.memory_mib.saturating_mul(1 << 20),
+        };
+        let name = path.file_stem().and_then(|s| s.to_str()).unwrap_or("policy").to_string();
+        let policy = host
+            .load_policy(&name, bytes.into(), Some(limits))
+            .await
+            .with_context(|| format!("--policy {spec}"))?;
+        out.push(PolicyChoice {
+            label: path.file_name().and_then(|s| s.to_str()).unwrap_or(spec).to_string(),
+            policy: Arc::new(policy),
+        });
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for p in &out {
+        anyhow::ensure!(seen.insert(p.label.clone()), "--policy {} is given twice", p.label);
+    }
+    Ok(out)
+}
+
+fn read_component(path: &Path) -> anyhow::Result<Vec<u8>> {
+    let size = std::fs::metadata(path)
+        .with_context(|| format!("--policy {}", path.display()))?
+        .len();
+    anyhow::ensure!(
+        size <= crate::plugin::MAX_COMPONENT_BYTES as u64,
+        "--policy {}: {size} bytes, over the {}-byte component limit",
+        path.display(),
+        crate::plugin::MAX_COMPONENT_BYTES
+    );
+    std::fs::read(path).with_context(|| format!("--policy {}", path.display()))
+}
+
+/// The command: runs every policy, prints the table, writes the files.
+pub async fn run(args: SimulateArgs) -> anyhow::Result<()> {
+    let options = args.options()?;
+    let choices = policies(&args).await?;
+    let cluster = Cluster::load(&args.cluster)?;
+    let trace = Trace::load(&args.trace)?;
+    std::fs::create_dir_all(&args.out).with_context(|| format!("--out {}", args.out.display()))?;
+    let mut runs = Vec::new();
+    for choice in &choices {
+        let started = std::time::Instant::now();
+        let run = engine::run(&cluster, &trace, choice, &options).await?;
+        eprintln!(
+            "{}: {} jobs on {} nodes simulated in {:.1} s",
+            choice.label,
+            trace.jobs.len(),
+            cluster.nodes.len(),
+            started.elapsed().as_secs_f64()
+        );
+        runs.push(run);
+    }
+    let summaries: Vec<report::Summary> = runs.iter().map(report::Summary::of).collect();
+    print!("{}", report::table(&summaries));
+    write(&args.out, "summary.csv", &report::summary_csv(&summaries))?;
+    write(&args.out, "jobs.csv", &report::jobs_csv(&runs))?;
+    write(&args.out, "timeline.csv", &report::timeline_csv(&runs))?;
+    write(&args.out, "calls.csv", &report::calls_csv(&summaries))?;
+    eprintln!("files in {}", args.out.display());
+    Ok(())
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> anyhow::Result<()> {
+    let path = dir.join(name);
+    std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))
+}

@@ -1,0 +1,305 @@
+//! What a simulation run is worth, per policy: job completion and queueing times, makespan,
+//! GPU utilisation, fragmentation, moves and resizes, fallbacks, and the policy's call times;
+//! written as a side-by-side table and CSV files.
+//!
+//! Every figure but the call times is a function of virtual time only, printed with fixed
+//! decimals, so the same inputs give byte-identical files. Call times are wall time and live in
+//! `calls.csv` (and the table's last rows) alone.
+//!
+//! Owns: the summary's definitions and the output formats. Must not touch: the simulation.
+
+use std::fmt::Write as _;
+
+use super::engine::Run;
+
+/// Mean and nearest-rank percentiles of a sample.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Spread {
+    pub count: usize,
+    pub mean: f64,
+    pub p50: f64,
+    pub p95: f64,
+    pub p99: f64,
+}
+
+impl Spread {
+    pub fn of(values: &mut [f64]) -> Spread {
+        if values.is_empty() {
+            return Spread::default();
+        }
+        values.sort_by(f64::total_cmp);
+        let rank = |p: f64| {
+            // Nearest rank: the smallest value with at least p of the sample at or below it.
+            let n = values.len();
+            let r = ((p * n as f64).ceil() as usize).clamp(1, n);
+            values[r - 1]
+        };
+        Spread {
+            count: values.len(),
+            mean: values.iter().sum::<f64>() / values.len() as f64,
+            p50: rank(0.50),
+            p95: rank(0.95),
+            p99: rank(0.99),
+        }
+    }
+}
+
+/// One policy's figures.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Summary {
+    pub policy: String,
+    pub jobs: usize,
+    pub finished: usize,
+    /// Seconds, over finished jobs.
+    pub jct: Spread,
+    /// Seconds from arrival to first running, over jobs that ran.
+    pub queueing: Spread,
+    /// Seconds from the first arrival to the last end.
+    pub makespan: f64,
+    /// Used over total GPU-time, from the first arrival to the end.
+    pub gpu_utilisation: f64,
+    /// Mean free GPUs on partly used nodes.
+    pub fragmented_gpus: f64,
+    /// Mean jobs waiting (arrived, not ended, not running).
+    pub queue_length: f64,
+    pub moves: u64,
+    pub resizes: u64,
+    pub fallbacks: u64,
+    pub failures: u64,
+    /// Microseconds, wall time.
+    pub allocate_us: Spread,
+    pub optimize_us: Spread,
+}
+
+fn secs(ms: u64) -> f64 {
+    ms as f64 / 1000.0
+}
+
+impl Summary {
+    pub fn of(run: &Run) -> Summary {
+        let mut jct: Vec<f64> = run
+            .jobs
+            .iter()
+            .filter_map(|j| Some(secs(j.ended_ms?.saturating_sub(j.arrival_ms))))
+            .collect();
+        let mut queueing: Vec<f64> = run
+            .jobs
+            .iter()
+            .filter_map(|j| Some(secs(j.started_ms?.saturating_sub(j.arrival_ms))))
+            .collect();
+        let span = run.end_ms.saturating_sub(run.first_ms) as f64;
+        let per_ms = |v: f64| if span > 0.0 { v / span } else { 0.0 };
+        let us = |ns: &[u64]| {
+            let mut v: Vec<f64> = ns.iter().map(|n| *n as f64 / 1000.0).collect();
+            Spread::of(&mut v)
+        };
+        let last_end = run.jobs.iter().filter_map(|j| j.ended_ms).max();
+        Summary {
+            policy: run.policy.clone(),
+            jobs: run.jobs.len(),
+            finished: jct.len(),
+            jct: Spread::of(&mut jct),
+            queueing: Spread::of(&mut queueing),
+            makespan: last_end.map_or(0.0, |e| secs(e.saturating_sub(run.first_ms))),
+            gpu_utilisation: if run.total_gpu_ms > 0.0 {
+                run.used_gpu_ms / run.total_gpu_ms
+            } else {
+                0.0
+            },
+            fragmented_gpus: per_ms(run.fragmented_gpu_ms),
+            queue_length: per_ms(run.queued_job_ms),
+            moves: run.jobs.iter().map(|j| u64::from(j.moves)).sum(),
+            resizes: run.jobs.iter().map(|j| u64::from(j.resizes)).sum(),
+            fallbacks: run.jobs.iter().map(|j| u64::from(j.fallbacks)).sum(),
+            failures: run.calls.failures.values().sum(),
+            allocate_us: us(&run.calls.allocate_ns),
+            optimize_us: us(&run.calls.optimize_ns),
+        }
+    }
+}
+
+/// CSV field: quoted when it holds a comma, quote or line break.
+fn field(s: &str) -> String {
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
+
+/// `summary.csv`: one row per policy, virtual-time figures only.
+pub fn summary_csv(summaries: &[Summary]) -> String {
+    let mut out = String::from(
+        "policy,jobs,finished,jct_mean_s,jct_p50_s,jct_p95_s,jct_p99_s,queue_mean_s,queue_p50_s,queue_p95_s,queue_p99_s,makespan_s,gpu_utilisation,fragmented_gpus,queue_length,moves,resizes,fallbacks,failures\n",
+    );
+    for s in summaries {
+        let _ = writeln!(
+            out,
+            "{},{},{},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.4},{:.3},{:.3},{},{},{},{}",
+            field(&s.policy),
+            s.jobs,
+            s.finished,
+            s.jct.mean,
+            s.jct.p50,
+            s.jct.p95,
+            s.jct.p99,
+            s.queueing.mean,
+            s.queueing.p50,
+            s.queueing.p95,
+            s.queueing.p99,
+            s.makespan,
+            s.gpu_utilisation,
+            s.fragmented_gpus,
+            s.queue_length,
+            s.moves,
+            s.resizes,
+            s.fallbacks,
+            s.failures
+        );
+    }
+    out
+}
+
+/// `jobs.csv`: every job under every policy.
+pub fn jobs_csv(runs: &[Run]) -> String {
+    let mut out = String::from("policy,job,arrival_s,start_s,end_s,jct_s,queue_s,phase,gpus,moves,resizes,fallbacks\n");
+    let opt = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.3}"));
+    for run in runs {
+        for j in &run.jobs {
+            let _ = writeln!(
+                out,
+                "{},{},{:.3},{},{},{},{},{},{},{},{},{}",
+                field(&run.policy),
+                field(&j.name),
+                secs(j.arrival_ms),
+                opt(j.started_ms.map(secs)),
+                opt(j.ended_ms.map(secs)),
+                opt(j.ended_ms.map(|e| secs(e.saturating_sub(j.arrival_ms)))),
+                opt(j.started_ms.map(|s| secs(s.saturating_sub(j.arrival_ms)))),
+                j.phase,
+                j.gpus,
+                j.moves,
+                j.resizes,
+                j.fallbacks
+            );
+        }
+    }
+    out
+}
+
+/// `timeline.csv`: the cluster at each sample of each run.
+pub fn timeline_csv(runs: &[Run]) -> String {
+    let mut out = String::from("policy,t_s,used_gpus,total_gpus,utilisation,fragmented_gpus,queued,running\n");
+    for run in runs {
+        for s in &run.timeline {
+            let util = if s.total_gpus > 0 {
+                s.used_gpus as f64 / s.total_gpus as f64
+            } else {
+                0.0
+            };
+            let _ = writeln!(
+                out,
+                "{},{:.3},{},{},{:.4},{},{},{}",
+                field(&run.policy),
+                secs(s.at_ms),
+                s.used_gpus,
+                s.total_gpus,
+                util,
+                s.fragmented_gpus,
+                s.queued,
+                s.running
+            );
+        }
+    }
+    out
+}
+
+/// `calls.csv`: the policy's call times (wall time: differs from run to run).
+pub fn calls_csv(summaries: &[Summary]) -> String {
+    let mut out = String::from("policy,call,count,mean_us,p50_us,p99_us\n");
+    for s in summaries {
+        for (call, spread) in [("allocate", &s.allocate_us), ("optimize", &s.optimize_us)] {
+            let _ = writeln!(
+                out,
+                "{},{call},{},{:.1},{:.1},{:.1}",
+                field(&s.policy),
+                spread.count,
+                spread.mean,
+                spread.p50,
+                spread.p99
+            );
+        }
+    }
+    out
+}
+
+/// The side-by-side table for a terminal.
+pub fn table(summaries: &[Summary]) -> String {
+    type Row = (&'static str, fn(&Summary) -> String);
+    let rows: [Row; 19] = [
+        ("jobs finished", |s| format!("{}/{}", s.finished, s.jobs)),
+        ("JCT mean (s)", |s| format!("{:.1}", s.jct.mean)),
+        ("JCT p50 (s)", |s| format!("{:.1}", s.jct.p50)),
+        ("JCT p95 (s)", |s| format!("{:.1}", s.jct.p95)),
+        ("JCT p99 (s)", |s| format!("{:.1}", s.jct.p99)),
+        ("queueing mean (s)", |s| format!("{:.1}", s.queueing.mean)),
+        ("queueing p95 (s)", |s| format!("{:.1}", s.queueing.p95)),
+        ("queueing p99 (s)", |s| format!("{:.1}", s.queueing.p99)),
+        ("makespan (s)", |s| format!("{:.1}", s.makespan)),
+        ("GPU utilisation", |s| format!("{:.1} %", s.gpu_utilisation * 100.0)),
+        ("fragmented GPUs (mean)", |s| format!("{:.2}", s.fragmented_gpus)),
+        ("queue length (mean)", |s| format!("{:.2}", s.queue_length)),
+        ("moves", |s| s.moves.to_string()),
+        ("resizes", |s| s.resizes.to_string()),
+        ("fallbacks", |s| s.fallbacks.to_string()),
+        ("policy failures", |s| s.failures.to_string()),
+        ("allocate calls", |s| s.allocate_us.count.to_string()),
+        ("allocate p50/p99 (µs, wall)", |s| format!("{:.0}/{:.0}", s.allocate_us.p50, s.allocate_us.p99)),
+        ("optimize p50/p99 (µs, wall)", |s| format!("{:.0}/{:.0}", s.optimize_us.p50, s.optimize_us.p99)),
+    ];
+    let mut cells: Vec<Vec<String>> = vec![std::iter::once(String::new()).chain(summaries.iter().map(|s| s.policy.clone())).collect()];
+    for (name, f) in rows {
+        cells.push(std::iter::once(name.to_string()).chain(summaries.iter().map(f)).collect());
+    }
+    let columns = summaries.len() + 1;
+    let widths: Vec<usize> = (0..columns)
+        .map(|c| cells.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+        .collect();
+    let mut out = String::new();
+    for row in &cells {
+        let mut line = String::new();
+        for (c, cell) in row.iter().enumerate() {
+            let pad = widths[c] - cell.chars().count();
+            if c == 0 {
+                let _ = write!(line, "{cell}{}", " ".repeat(pad));
+            } else {
+                let _ = write!(line, "  {}{cell}", " ".repeat(pad));
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_are_nearest_rank() {
+        let mut v: Vec<f64> = (1..=100).map(f64::from).collect();
+        let s = Spread::of(&mut v);
+        assert_eq!((s.p50, s.p95, s.p99, s.mean), (50.0, 95.0, 99.0, 50.5));
+        let mut one = vec![7.0];
+        assert_eq!(Spread::of(&mut one).p99, 7.0);
+        assert_eq!(Spread::of(&mut []), Spread::default());
+    }
+
+    #[test]
+    fn csv_fields_with_commas_are_quoted() {
+        assert_eq!(field("a,b"), "\"a,b\"");
+        assert_eq!(field("say \"x\""), "\"say \"\"x\"\"\"");
+        assert_eq!(field("plain"), "plain");
+    }
+}

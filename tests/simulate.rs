@@ -1,0 +1,284 @@
+//! The policy simulator: small traces whose outcomes are worked out by hand in each test's
+//! comment, run through the operator's own allocator and planner; the command through the real
+//! binary (its files byte-identical from run to run); and bad inputs.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use diorch::simulate::engine::{self, JobResult, Options, PolicyChoice, Run};
+use diorch::simulate::input::{Cluster, Trace};
+use diorch::simulate::report::Summary;
+
+fn repo(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
+}
+
+/// Three nodes of 8 GPUs (`gpu-0`, `gpu-1`, `gpu-2`).
+const THREE_NODES: &str = "
+nodes:
+  - name: gpu
+    count: 3
+    capacity: {cpu: 32, memory: 128Gi, gpus: 8}
+";
+
+/// Instant pod starts and no re-plans, so the times below are exactly the policies' doing.
+fn plain() -> Options {
+    Options {
+        pod_start: Duration::ZERO,
+        optimize_period: Duration::ZERO,
+        ..Options::default()
+    }
+}
+
+fn simulate(cluster: &str, trace: &str, policy: &str, options: &Options) -> Run {
+    let cluster = Cluster::from_yaml(cluster).unwrap_or_else(|e| panic!("cluster: {e}"));
+    let trace = Trace::from_yaml(trace).unwrap_or_else(|e| panic!("trace: {e}"));
+    let choice = PolicyChoice::builtin(policy).expect("a built-in policy");
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(engine::run(&cluster, &trace, &choice, options))
+        .unwrap()
+}
+
+fn job<'a>(run: &'a Run, name: &str) -> &'a JobResult {
+    run.jobs.iter().find(|j| j.name == name).unwrap()
+}
+
+/// (name, start, end) in seconds, every job.
+fn times(run: &Run) -> Vec<(String, f64, f64)> {
+    run.jobs
+        .iter()
+        .map(|j| {
+            (
+                j.name.clone(),
+                j.started_ms.expect("started") as f64 / 1000.0,
+                j.ended_ms.expect("ended") as f64 / 1000.0,
+            )
+        })
+        .collect()
+}
+
+fn single(name: &str, arrival: u32, gpus: u32, duration: u32) -> String {
+    format!(
+        "  - {{name: {name}, arrival: {arrival}, duration: {duration}, tasks: [{{type: learner, replicas: 1, requests: {{cpu: 1, memory: 1Gi, gpus: {gpus}}}}}]}}\n"
+    )
+}
+
+/// Bin-packing keeps a whole node free, spreading does not:
+/// a, b, c (4 GPUs each, 1000 s) arrive at 0, 1, 2; d (8 GPUs, 100 s) at 3.
+/// - binpack: a and b share gpu-0, c takes gpu-1, d gets gpu-2 at once: d runs 3–103.
+/// - spread: a, b, c take a node each (4 GPUs free on every node), so d waits for a's end at
+///   1000 and runs 1000–1100. 12 GPUs sit free on partly used nodes from 2 to 1000.
+#[test]
+fn bin_packing_beats_spreading_when_a_whole_node_is_needed() {
+    let trace = format!(
+        "jobs:\n{}{}{}{}",
+        single("a", 0, 4, 1000),
+        single("b", 1, 4, 1000),
+        single("c", 2, 4, 1000),
+        single("d", 3, 8, 100)
+    );
+    let binpack = simulate(THREE_NODES, &trace, "binpack", &plain());
+    let spread = simulate(THREE_NODES, &trace, "spread", &plain());
+    let expect = |v: &[(&str, f64, f64)]| -> Vec<(String, f64, f64)> {
+        v.iter().map(|(n, s, e)| (n.to_string(), *s, *e)).collect()
+    };
+    assert_eq!(
+        times(&binpack),
+        expect(&[
+            ("a", 0.0, 1000.0),
+            ("b", 1.0, 1001.0),
+            ("c", 2.0, 1002.0),
+            ("d", 3.0, 103.0)
+        ])
+    );
+    assert_eq!(
+        times(&spread),
+        expect(&[
+            ("a", 0.0, 1000.0),
+            ("b", 1.0, 1001.0),
+            ("c", 2.0, 1002.0),
+            ("d", 1000.0, 1100.0)
+        ])
+    );
+    let (b, s) = (Summary::of(&binpack), Summary::of(&spread));
+    // JCTs: binpack 1000, 1000, 1000, 100; spread 1000, 1000, 1000, 1097.
+    assert_eq!(b.jct.mean, 3100.0 / 4.0);
+    assert_eq!(s.jct.mean, 4097.0 / 4.0);
+    assert_eq!(s.queueing.p99, 997.0);
+    assert_eq!(b.makespan, 1002.0);
+    assert_eq!(s.makespan, 1100.0);
+    // Fragmented GPUs, integrated: binpack has 4 free on gpu-0 during 0–1 and on gpu-1
+    // during 2–1002 minus... worked out per interval:
+    //   binpack: [0,1) gpu-0 4 free → 4; [1,2) gpu-0 full → 0; [2,1000) gpu-1 4 free → 4
+    //   (gpu-2 is full from 3 to 103, then empty: not partly used); [1000,1001) gpu-0 has b
+    //   only → 4 + gpu-1 4 → 8; [1001,1002) gpu-1 → 4. Sum 4 + 0 + 998*4 + 8 + 4 = 4008.
+    //   spread: [0,1) 4; [1,2) 8; [2,1000) 12; [1000,1001): gpu-0 has d (full), gpu-1 and
+    //   gpu-2 4 each → 8; [1001,1002) 4; [1002,1100) 0. Sum 4 + 8 + 11976 + 8 + 4 = 12000.
+    assert_eq!(binpack.fragmented_gpu_ms / 1000.0, 4008.0);
+    assert_eq!(spread.fragmented_gpu_ms / 1000.0, 12000.0);
+    assert!(b.fragmented_gpus < s.fragmented_gpus);
+}
+
+/// Spreading leaves room a many-replica job can use, bin-packing does not:
+/// x and y (2 GPUs each, 1000 s) arrive at 0 and 1; z (3 replicas of 6 GPUs, 100 s) at 2.
+/// - binpack: x and y share gpu-0 (4 free there), so only gpu-1 and gpu-2 can take a 6-GPU
+///   replica: z waits for x's end at 1000 (6 free on gpu-0 beside y): z runs 1000–1100.
+/// - spread: x on gpu-0, y on gpu-1, 6 free on each and 8 on gpu-2: z runs 2–102.
+#[test]
+fn spreading_beats_bin_packing_when_every_node_must_take_a_replica() {
+    let trace = format!(
+        "jobs:\n{}{}  - {{name: z, arrival: 2, duration: 100, tasks: [{{type: learner, replicas: 3, requests: {{cpu: 1, memory: 1Gi, gpus: 6}}}}]}}\n",
+        single("x", 0, 2, 1000),
+        single("y", 1, 2, 1000),
+    );
+    let binpack = simulate(THREE_NODES, &trace, "binpack", &plain());
+    let spread = simulate(THREE_NODES, &trace, "spread", &plain());
+    assert_eq!(
+        job(&binpack, "z").started_ms,
+        Some(1_000_000),
+        "{:?}",
+        binpack.jobs
+    );
+    assert_eq!(job(&binpack, "z").ended_ms, Some(1_100_000));
+    assert_eq!(job(&spread, "z").started_ms, Some(2_000));
+    assert_eq!(job(&spread, "z").ended_ms, Some(102_000));
+    let (b, s) = (Summary::of(&binpack), Summary::of(&spread));
+    // JCTs: binpack 1000, 1000, 1098; spread 1000, 1000, 100.
+    assert_eq!(b.jct.mean, 3098.0 / 3.0);
+    assert_eq!(s.jct.mean, 2100.0 / 3.0);
+    assert!(s.jct.mean < b.jct.mean);
+}
+
+/// A job larger than the cluster never starts; the run ends instead of waiting forever, and
+/// says so. Pod start time counts in the JCT: 30 s here.
+#[test]
+fn a_job_that_never_fits_is_reported_unfinished_and_the_run_ends() {
+    let trace = format!("jobs:\n{}{}", single("ok", 0, 8, 60), {
+        "  - {name: huge, arrival: 0, duration: 60, tasks: [{type: learner, replicas: 4, requests: {gpus: 8}}]}\n"
+    });
+    let options = Options {
+        pod_start: Duration::from_secs(30),
+        ..Options::default()
+    };
+    let run = simulate(THREE_NODES, &trace, "binpack", &options);
+    assert_eq!(job(&run, "ok").ended_ms, Some(90_000));
+    assert_eq!(job(&run, "huge").started_ms, None);
+    assert_eq!(job(&run, "huge").phase, "");
+    let s = Summary::of(&run);
+    assert_eq!((s.finished, s.jobs), (1, 2));
+}
+
+fn diorch(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_diorch"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8(bytes.to_vec()).unwrap()
+}
+
+/// The command compares policies side by side and writes the same files twice over.
+#[test]
+fn the_command_prints_a_comparison_and_its_files_are_identical_from_run_to_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = dir.path().join("cluster.yaml");
+    let trace = dir.path().join("trace.yaml");
+    std::fs::write(&cluster, THREE_NODES).unwrap();
+    let mut jobs = String::from("jobs:\n");
+    for i in 0..24 {
+        jobs.push_str(&single(&format!("j{i:02}"), i * 7, 1 + i % 8, 200 + 13 * (i % 5)));
+    }
+    std::fs::write(&trace, jobs).unwrap();
+    let mut outputs = Vec::new();
+    for round in 0..2 {
+        let out = dir.path().join(format!("out{round}"));
+        let run = diorch(&[
+            "simulate",
+            "--cluster",
+            cluster.to_str().unwrap(),
+            "--trace",
+            trace.to_str().unwrap(),
+            "--policy",
+            "builtin:binpack",
+            "--policy",
+            "builtin:spread",
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        assert!(run.status.success(), "{}", text(&run.stderr));
+        let table = text(&run.stdout);
+        let header = table.lines().next().unwrap();
+        assert!(
+            header.contains("builtin:binpack") && header.contains("builtin:spread"),
+            "{table}"
+        );
+        assert!(table.contains("jobs finished") && table.contains("24/24"), "{table}");
+        let files: Vec<String> = ["summary.csv", "jobs.csv", "timeline.csv"]
+            .iter()
+            .map(|f| std::fs::read_to_string(out.join(f)).unwrap())
+            .collect();
+        assert_eq!(files[1].lines().count(), 1 + 2 * 24);
+        assert!(out.join("calls.csv").exists());
+        outputs.push(files);
+    }
+    assert_eq!(outputs[0], outputs[1]);
+}
+
+#[test]
+fn bad_inputs_are_refused_with_the_entry_named() {
+    let cases = [
+        ("jobs: [{name: a, arrival: -1, duration: 1, tasks: [{type: learner, replicas: 1}]}]", "arrival"),
+        ("jobs: [{name: a, arrival: 0, tasks: [{type: learner, replicas: 1}]}]", "give duration or work"),
+        ("jobs: [{name: a, arrival: 0, work: 5, tasks: [{type: learner, replicas: 1}]}]", "throughput"),
+        ("jobs: [{name: a, arrival: 0, duration: .inf, tasks: [{type: learner, replicas: 1}]}]", "duration"),
+        ("jobs: [{name: a, arrival: 0, duration: 1, tasks: [{type: learner, replicas: 1, requests: {cpu: lots}}]}]", "not a quantity"),
+        ("jobs: [{name: a, arrival: 0, duration: 1, tasks: [{type: learner, replicas: 100000}]}]", "job \"a\""),
+        ("jobs: [{name: a, arrival: 0, duration: 1, preemptible: false, tasks: [{type: learner, replicas: 1}]}]", "kube-scheduler"),
+        ("jobs: [{name: a, arrival: 0, duration: 1, tasks: [{type: learner, replicas: 1}]}, {name: a, arrival: 1, duration: 1, tasks: [{type: learner, replicas: 1}]}]", "named twice"),
+        ("jobs: [{name: a, arrival: 0, duration: 1, colour: red, tasks: []}]", "colour"),
+    ];
+    for (trace, needle) in cases {
+        let err = Trace::from_yaml(trace).expect_err(trace).to_string();
+        assert!(err.contains(needle), "{trace}: {err}");
+    }
+    let clusters = [
+        ("nodes: []", "no nodes"),
+        ("nodes: [{name: n, count: 1000001, capacity: {}}]", "count"),
+        ("nodes: [{name: N_1, capacity: {}}]", "not a valid node name"),
+        ("nodes: [{name: n, capacity: {gpus: -1}}]", "negative"),
+        ("nodes: [{name: n, capacity: {}, taints: [{key: k, effect: Sometimes}]}]", "taint effect"),
+        ("nodes: [{name: n, capacity: {}}, {name: n, capacity: {}}]", "named twice"),
+    ];
+    for (cluster, needle) in clusters {
+        let err = Cluster::from_yaml(cluster).expect_err(cluster).to_string();
+        assert!(err.contains(needle), "{cluster}: {err}");
+    }
+    // Through the binary: a clear message and a failing exit, nothing written.
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let run = diorch(&[
+        "simulate",
+        "--cluster",
+        repo("no-such-file.yaml").to_str().unwrap(),
+        "--trace",
+        "x",
+        "--policy",
+        "builtin:binpack",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(!run.status.success());
+    assert!(text(&run.stderr).contains("no-such-file.yaml"), "{}", text(&run.stderr));
+    assert!(!out.exists());
+    let run = diorch(&[
+        "simulate", "--cluster", "x", "--trace", "x", "--policy", "builtin:fifo", "--out", "x",
+    ]);
+    assert!(!run.status.success());
+    assert!(text(&run.stderr).contains("builtin:binpack, builtin:spread"), "{}", text(&run.stderr));
+}
