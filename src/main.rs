@@ -308,10 +308,7 @@ fn parse_cli() -> Cli {
 
 fn main() -> ExitCode {
     let cli = parse_cli();
-    init_tracing(
-        cli.log_format,
-        matches!(cli.command, Command::Simulate(_)),
-    );
+    init_tracing(cli.log_format, matches!(cli.command, Command::Simulate(_)));
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

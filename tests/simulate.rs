@@ -192,7 +192,12 @@ fn the_command_prints_a_comparison_and_its_files_are_identical_from_run_to_run()
     std::fs::write(&cluster, THREE_NODES).unwrap();
     let mut jobs = String::from("jobs:\n");
     for i in 0..24 {
-        jobs.push_str(&single(&format!("j{i:02}"), i * 7, 1 + i % 8, 200 + 13 * (i % 5)));
+        jobs.push_str(&single(
+            &format!("j{i:02}"),
+            i * 7,
+            1 + i % 8,
+            200 + 13 * (i % 5),
+        ));
     }
     std::fs::write(&trace, jobs).unwrap();
     let mut outputs = Vec::new();
@@ -218,7 +223,10 @@ fn the_command_prints_a_comparison_and_its_files_are_identical_from_run_to_run()
             header.contains("builtin:binpack") && header.contains("builtin:spread"),
             "{table}"
         );
-        assert!(table.contains("jobs finished") && table.contains("24/24"), "{table}");
+        assert!(
+            table.contains("jobs finished") && table.contains("24/24"),
+            "{table}"
+        );
         let files: Vec<String> = ["summary.csv", "jobs.csv", "timeline.csv"]
             .iter()
             .map(|f| std::fs::read_to_string(out.join(f)).unwrap())
@@ -233,15 +241,42 @@ fn the_command_prints_a_comparison_and_its_files_are_identical_from_run_to_run()
 #[test]
 fn bad_inputs_are_refused_with_the_entry_named() {
     let cases = [
-        ("jobs: [{name: a, arrival: -1, duration: 1, tasks: [{type: learner, replicas: 1}]}]", "arrival"),
-        ("jobs: [{name: a, arrival: 0, tasks: [{type: learner, replicas: 1}]}]", "give duration or work"),
-        ("jobs: [{name: a, arrival: 0, work: 5, tasks: [{type: learner, replicas: 1}]}]", "throughput"),
-        ("jobs: [{name: a, arrival: 0, duration: .inf, tasks: [{type: learner, replicas: 1}]}]", "duration"),
-        ("jobs: [{name: a, arrival: 0, duration: 1, tasks: [{type: learner, replicas: 1, requests: {cpu: lots}}]}]", "not a quantity"),
-        ("jobs: [{name: a, arrival: 0, duration: 1, tasks: [{type: learner, replicas: 100000}]}]", "job \"a\""),
-        ("jobs: [{name: a, arrival: 0, duration: 1, preemptible: false, tasks: [{type: learner, replicas: 1}]}]", "kube-scheduler"),
-        ("jobs: [{name: a, arrival: 0, duration: 1, tasks: [{type: learner, replicas: 1}]}, {name: a, arrival: 1, duration: 1, tasks: [{type: learner, replicas: 1}]}]", "named twice"),
-        ("jobs: [{name: a, arrival: 0, duration: 1, colour: red, tasks: []}]", "colour"),
+        (
+            "jobs: [{name: a, arrival: -1, duration: 1, tasks: [{type: learner, replicas: 1}]}]",
+            "arrival",
+        ),
+        (
+            "jobs: [{name: a, arrival: 0, tasks: [{type: learner, replicas: 1}]}]",
+            "give duration or work",
+        ),
+        (
+            "jobs: [{name: a, arrival: 0, work: 5, tasks: [{type: learner, replicas: 1}]}]",
+            "throughput",
+        ),
+        (
+            "jobs: [{name: a, arrival: 0, duration: .inf, tasks: [{type: learner, replicas: 1}]}]",
+            "duration",
+        ),
+        (
+            "jobs: [{name: a, arrival: 0, duration: 1, tasks: [{type: learner, replicas: 1, requests: {cpu: lots}}]}]",
+            "not a quantity",
+        ),
+        (
+            "jobs: [{name: a, arrival: 0, duration: 1, tasks: [{type: learner, replicas: 100000}]}]",
+            "job \"a\"",
+        ),
+        (
+            "jobs: [{name: a, arrival: 0, duration: 1, preemptible: false, tasks: [{type: learner, replicas: 1}]}]",
+            "kube-scheduler",
+        ),
+        (
+            "jobs: [{name: a, arrival: 0, duration: 1, tasks: [{type: learner, replicas: 1}]}, {name: a, arrival: 1, duration: 1, tasks: [{type: learner, replicas: 1}]}]",
+            "named twice",
+        ),
+        (
+            "jobs: [{name: a, arrival: 0, duration: 1, colour: red, tasks: []}]",
+            "colour",
+        ),
     ];
     for (trace, needle) in cases {
         let err = Trace::from_yaml(trace).expect_err(trace).to_string();
@@ -250,10 +285,19 @@ fn bad_inputs_are_refused_with_the_entry_named() {
     let clusters = [
         ("nodes: []", "no nodes"),
         ("nodes: [{name: n, count: 1000001, capacity: {}}]", "count"),
-        ("nodes: [{name: N_1, capacity: {}}]", "not a valid node name"),
+        (
+            "nodes: [{name: N_1, capacity: {}}]",
+            "not a valid node name",
+        ),
         ("nodes: [{name: n, capacity: {gpus: -1}}]", "negative"),
-        ("nodes: [{name: n, capacity: {}, taints: [{key: k, effect: Sometimes}]}]", "taint effect"),
-        ("nodes: [{name: n, capacity: {}}, {name: n, capacity: {}}]", "named twice"),
+        (
+            "nodes: [{name: n, capacity: {}, taints: [{key: k, effect: Sometimes}]}]",
+            "taint effect",
+        ),
+        (
+            "nodes: [{name: n, capacity: {}}, {name: n, capacity: {}}]",
+            "named twice",
+        ),
     ];
     for (cluster, needle) in clusters {
         let err = Cluster::from_yaml(cluster).expect_err(cluster).to_string();
@@ -274,11 +318,27 @@ fn bad_inputs_are_refused_with_the_entry_named() {
         out.to_str().unwrap(),
     ]);
     assert!(!run.status.success());
-    assert!(text(&run.stderr).contains("no-such-file.yaml"), "{}", text(&run.stderr));
+    assert!(
+        text(&run.stderr).contains("no-such-file.yaml"),
+        "{}",
+        text(&run.stderr)
+    );
     assert!(!out.exists());
     let run = diorch(&[
-        "simulate", "--cluster", "x", "--trace", "x", "--policy", "builtin:fifo", "--out", "x",
+        "simulate",
+        "--cluster",
+        "x",
+        "--trace",
+        "x",
+        "--policy",
+        "builtin:fifo",
+        "--out",
+        "x",
     ]);
     assert!(!run.status.success());
-    assert!(text(&run.stderr).contains("builtin:binpack, builtin:spread"), "{}", text(&run.stderr));
+    assert!(
+        text(&run.stderr).contains("builtin:binpack, builtin:spread"),
+        "{}",
+        text(&run.stderr)
+    );
 }

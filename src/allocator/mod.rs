@@ -167,6 +167,52 @@ pub struct Allocator {
     replan: tokio::sync::Notify,
     /// Whether the book has taken in the pod cache's first full list.
     book_synced: tokio::sync::watch::Sender<bool>,
+    /// The nodes' models, parsed once per node version.
+    node_models: std::sync::Mutex<NodeModels>,
+}
+
+/// The node cache's nodes as models, by name and in name order.
+#[derive(Default)]
+struct NodeModels {
+    /// Each node's model and the resourceVersion it was parsed from (`None`: parsed again on
+    /// every use, as nodes that never went through an API server have none).
+    by_name: HashMap<String, (Option<String>, Arc<view::NodeModel>)>,
+    sorted: Vec<Arc<view::NodeModel>>,
+}
+
+impl NodeModels {
+    /// Brings the models up to `nodes`; returns them in name order.
+    fn refresh(&mut self, nodes: &[Arc<Node>]) -> Vec<Arc<view::NodeModel>> {
+        let mut changed = nodes.len() != self.by_name.len();
+        for node in nodes {
+            let name = node.metadata.name.as_deref().unwrap_or_default();
+            let rv = node.metadata.resource_version.as_ref();
+            let current = self
+                .by_name
+                .get(name)
+                .is_some_and(|(seen, _)| seen.is_some() && seen.as_ref() == rv);
+            if !current {
+                changed = true;
+                self.by_name.insert(
+                    name.to_string(),
+                    (rv.cloned(), Arc::new(view::NodeModel::of(node))),
+                );
+            }
+        }
+        if changed {
+            if self.by_name.len() != nodes.len() {
+                let names: HashSet<&str> = nodes
+                    .iter()
+                    .map(|n| n.metadata.name.as_deref().unwrap_or_default())
+                    .collect();
+                self.by_name.retain(|name, _| names.contains(name.as_str()));
+            }
+            // A stable order: the same cluster gives a policy the same input.
+            self.sorted = self.by_name.values().map(|(_, m)| m.clone()).collect();
+            self.sorted.sort_by(|a, b| a.name().cmp(b.name()));
+        }
+        self.sorted.clone()
+    }
 }
 
 fn job_key(job: &DIJob) -> ObjectKey {
@@ -237,6 +283,7 @@ impl Allocator {
             retry,
             replan: tokio::sync::Notify::new(),
             book_synced: tokio::sync::watch::Sender::new(false),
+            node_models: std::sync::Mutex::new(NodeModels::default()),
         });
         (allocator, retries)
     }
@@ -681,7 +728,9 @@ impl Allocator {
                                 by: by.clone(),
                             },
                         );
-                        ledger.last_moved.insert(key.clone(), self.settings.clock.now());
+                        ledger
+                            .last_moved
+                            .insert(key.clone(), self.settings.clock.now());
                         let _ = self.retry.unbounded_send(key.clone());
                     }
                     tracing::info!(job = %job, policy = %by, moved, "re-plan moves the job");
@@ -1015,18 +1064,16 @@ impl Allocator {
     /// [`Allocator::model_nodes`] as seen by placing all of `keys` at once.
     fn model_nodes_without(&self, ledger: &Ledger, keys: &HashSet<ObjectKey>) -> Vec<plugin::Node> {
         let used = ledger.book.used_without(keys);
-        let mut nodes: Vec<plugin::Node> = self
-            .nodes
-            .state()
+        let models = self
+            .node_models
+            .lock()
+            // Refreshing replaces entries whole: a panic cannot leave one half-written.
+            .unwrap_or_else(|e| e.into_inner())
+            .refresh(&self.nodes.state());
+        models
             .iter()
-            .map(|n| {
-                let name = n.metadata.name.as_deref().unwrap_or_default();
-                view::model_node(n, used.on(name).as_deref())
-            })
-            .collect();
-        // A stable order: the same cluster gives a policy the same input.
-        nodes.sort_by(|a, b| a.name.cmp(&b.name));
-        nodes
+            .map(|m| m.with_used(used.on(m.name()).as_deref()))
+            .collect()
     }
 
     /// [`Allocator::model_nodes_without`] for the nodes `names` only (each once; unknown ones
@@ -1208,6 +1255,45 @@ mod tests {
 
     fn metric(h: &Harness, needle: &str) -> bool {
         h.metrics.encode().lines().any(|l| l.contains(needle))
+    }
+
+    fn gpu_node(name: &str, rv: Option<&str>, gpus: u32) -> Arc<Node> {
+        let mut node: Node = serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "status": {
+                "allocatable": {"cpu": "8", "nvidia.com/gpu": gpus.to_string()},
+                "conditions": [{"type": "Ready", "status": "True"}]
+            }
+        }))
+        .expect("node");
+        node.metadata.resource_version = rv.map(String::from);
+        Arc::new(node)
+    }
+
+    #[test]
+    fn node_models_are_parsed_again_only_when_a_node_changes() {
+        let mut models = NodeModels::default();
+        let gpus = |m: &[Arc<view::NodeModel>]| -> Vec<(String, u32)> {
+            m.iter()
+                .map(|m| (m.name().to_string(), m.with_used(None).allocatable.gpus))
+                .collect()
+        };
+        let first = models.refresh(&[gpu_node("b", Some("1"), 8), gpu_node("a", Some("1"), 4)]);
+        assert_eq!(
+            gpus(&first),
+            [("a".into(), 4), ("b".into(), 8)],
+            "in name order"
+        );
+        // Same versions: the very same models.
+        let again = models.refresh(&[gpu_node("a", Some("1"), 4), gpu_node("b", Some("1"), 8)]);
+        assert!(Arc::ptr_eq(&first[0], &again[0]) && Arc::ptr_eq(&first[1], &again[1]));
+        // A new version is parsed again; a node gone is dropped; one added is taken in.
+        let changed = models.refresh(&[gpu_node("a", Some("2"), 2), gpu_node("c", Some("1"), 1)]);
+        assert_eq!(gpus(&changed), [("a".into(), 2), ("c".into(), 1)]);
+        // Without a version a node is never taken from the cache.
+        models.refresh(&[gpu_node("x", None, 1)]);
+        let fresh = models.refresh(&[gpu_node("x", None, 3)]);
+        assert_eq!(gpus(&fresh), [("x".into(), 3)]);
     }
 
     #[tokio::test]

@@ -6,8 +6,8 @@
 //! Each reconcile is what the controller's executor does without I/O: ask the allocator, plan,
 //! apply the status and the pod writes, again until nothing changes. Pods start `pod_start`
 //! after they are created; a job does work at its throughput while it is Running, and its pods
-//! succeed when the work is done. Re-plans run every `optimize_period` of virtual time and a
-//! second after a job ends, as the operator's re-plan loop does. Jobs that ended are deleted at
+//! succeed when the work is done. Re-plans run every `optimize_period` of virtual time, and with
+//! `replan_after_end` also a second after a job ends, as the operator's re-plan loop does. Jobs that ended are deleted at
 //! once (as with `ttlSecondsAfterFinished: 0`), so a re-plan pass never reads them again.
 //!
 //! Owns: the virtual clock, the event queue, the simulated pods and the run's measurements.
@@ -95,6 +95,10 @@ pub struct Options {
     pub fallback: NativePolicy,
     /// Timeline resolution.
     pub sample_every: Duration,
+    /// Also re-plan a second after a job ends, as the operator does (besides every
+    /// `optimize_period`). Off by default: on a large cluster that is a pass every few seconds
+    /// of virtual time, most of a run's cost, for what the periodic pass mostly does anyway.
+    pub replan_after_end: bool,
 }
 
 impl Default for Options {
@@ -105,6 +109,7 @@ impl Default for Options {
             pod_start: Duration::from_secs(30),
             fallback: NativePolicy::BinPack,
             sample_every: Duration::from_secs(60),
+            replan_after_end: false,
         }
     }
 }
@@ -175,8 +180,10 @@ struct VirtualClock {
 impl VirtualClock {
     fn wall_at(ms: u64) -> jiff::Timestamp {
         let at = jiff::Timestamp::from_second(EPOCH_SECONDS).unwrap_or(jiff::Timestamp::UNIX_EPOCH);
-        at.checked_add(jiff::SignedDuration::from_millis(i64::try_from(ms).unwrap_or(i64::MAX)))
-            .unwrap_or(at)
+        at.checked_add(jiff::SignedDuration::from_millis(
+            i64::try_from(ms).unwrap_or(i64::MAX),
+        ))
+        .unwrap_or(at)
     }
 }
 
@@ -195,7 +202,12 @@ struct Recorded {
     stats: Arc<Mutex<CallStats>>,
 }
 
-fn record<T>(stats: &Mutex<CallStats>, optimize: bool, started: Instant, result: &Result<T, PluginError>) {
+fn record<T>(
+    stats: &Mutex<CallStats>,
+    optimize: bool,
+    started: Instant,
+    result: &Result<T, PluginError>,
+) {
     let ns = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
     // Only this module locks it, never across an await: a poisoned lock still holds counts.
     let mut stats = stats.lock().unwrap_or_else(|e| e.into_inner());
@@ -205,7 +217,13 @@ fn record<T>(stats: &Mutex<CallStats>, optimize: bool, started: Instant, result:
         stats.allocate_ns.push(ns);
     }
     if let Err(e) = result
-        && !matches!(e, PluginError::Refused { error: PolicyError::NoFit(_), .. })
+        && !matches!(
+            e,
+            PluginError::Refused {
+                error: PolicyError::NoFit(_),
+                ..
+            }
+        )
     {
         *stats.failures.entry(e.reason()).or_default() += 1;
     }
@@ -216,7 +234,11 @@ impl SchedulingPolicy for Recorded {
         self.inner.describe()
     }
 
-    fn allocate(&self, job: Arc<Job>, nodes: Arc<[crate::plugin::Node]>) -> BoxFuture<'static, Result<Vec<String>, PluginError>> {
+    fn allocate(
+        &self,
+        job: Arc<Job>,
+        nodes: Arc<[crate::plugin::Node]>,
+    ) -> BoxFuture<'static, Result<Vec<String>, PluginError>> {
         let call = self.inner.allocate(job, nodes);
         let stats = self.stats.clone();
         async move {
@@ -328,7 +350,12 @@ struct Sim<'a> {
 }
 
 /// Runs `trace` on `cluster` with `choice` and returns what happened.
-pub async fn run(cluster: &Cluster, trace: &Trace, choice: &PolicyChoice, options: &Options) -> Result<Run, SimError> {
+pub async fn run(
+    cluster: &Cluster,
+    trace: &Trace,
+    choice: &PolicyChoice,
+    options: &Options,
+) -> Result<Run, SimError> {
     let clock = Arc::new(VirtualClock {
         base: Instant::now(),
         ms: AtomicU64::new(0),
@@ -338,7 +365,10 @@ pub async fn run(cluster: &Cluster, trace: &Trace, choice: &PolicyChoice, option
     for node in &cluster.nodes {
         node_writer.apply_watcher_event(&Event::Apply(node.clone()));
         let gpus = diorch_core::resources::node_allocatable(node).get(GPU) / 1000;
-        node_gpus.insert(node.metadata.name.clone().unwrap_or_default(), u64::try_from(gpus).unwrap_or(0));
+        node_gpus.insert(
+            node.metadata.name.clone().unwrap_or_default(),
+            u64::try_from(gpus).unwrap_or(0),
+        );
     }
     let (job_store, jobs_writer) = reflector::store::<CachedJob>();
     let stats = Arc::new(Mutex::new(CallStats::default()));
@@ -358,7 +388,13 @@ pub async fn run(cluster: &Cluster, trace: &Trace, choice: &PolicyChoice, option
         clock: clock.clone(),
         ..Settings::default()
     };
-    let (allocator, retries) = Allocator::new(Arc::new(policies), nodes, job_store, settings, Arc::new(Metrics::new()));
+    let (allocator, retries) = Allocator::new(
+        Arc::new(policies),
+        nodes,
+        job_store,
+        settings,
+        Arc::new(Metrics::new()),
+    );
     // The book starts from an empty pod list, as after a first list of an empty cluster.
     allocator.pod_event(&Event::Init).await;
     allocator.pod_event(&Event::InitDone).await;
@@ -409,7 +445,10 @@ pub async fn run(cluster: &Cluster, trace: &Trace, choice: &PolicyChoice, option
         sim.push(tj.arrival_ms, Ev::Arrive(i));
     }
     if !options.optimize_period.is_zero() {
-        sim.push(sim.first_ms + ms(options.optimize_period), Ev::Optimize(true));
+        sim.push(
+            sim.first_ms + ms(options.optimize_period),
+            Ev::Optimize(true),
+        );
     }
     sim.push(sim.first_ms, Ev::Sample);
     sim.run().await?;
@@ -620,7 +659,13 @@ impl Sim<'_> {
                 return Ok(());
             };
             let admission = self.allocator.consult(&job).await;
-            if let Some(Admission::Placed { fallback, replan, replicas, .. }) = &admission {
+            if let Some(Admission::Placed {
+                fallback,
+                replan,
+                replicas,
+                ..
+            }) = &admission
+            {
                 let r = &mut self.jobs[i].result;
                 if *replan {
                     if replicas.is_some() {
@@ -645,7 +690,9 @@ impl Sim<'_> {
             if plan.spec_patch.is_some() {
                 return Err(SimError::Job {
                     job: job.metadata.name.clone().unwrap_or_default(),
-                    message: "the planner asked to default task names, which trace jobs always have".into(),
+                    message:
+                        "the planner asked to default task names, which trace jobs always have"
+                            .into(),
                 });
             }
             let mut changed = false;
@@ -720,18 +767,24 @@ impl Sim<'_> {
             }
             if let Some(job) = self.jobs[i].job.take() {
                 let key = ObjectKey::of(&job.metadata);
-                if let Ok(spec) = serde_json::value::RawValue::from_string(self.jobs[i].spec_json.clone()) {
-                    self.jobs_writer.apply_watcher_event(&Event::Delete(CachedJob {
-                        metadata: job.metadata,
-                        spec,
-                        status: job.status,
-                    }));
+                if let Ok(spec) =
+                    serde_json::value::RawValue::from_string(self.jobs[i].spec_json.clone())
+                {
+                    self.jobs_writer
+                        .apply_watcher_event(&Event::Delete(CachedJob {
+                            metadata: job.metadata,
+                            spec,
+                            status: job.status,
+                        }));
                 }
                 self.allocator.forget(&key).await;
             }
             self.allocator.capacity_freed().await;
             // One pass for a burst of endings, as the operator's re-plan loop settles them.
-            if self.replan_at.is_none() && !self.options.optimize_period.is_zero() {
+            if self.options.replan_after_end
+                && self.replan_at.is_none()
+                && !self.options.optimize_period.is_zero()
+            {
                 let at = self.now + REPLAN_SETTLE_MS;
                 self.replan_at = Some(at);
                 self.push(at, Ev::Optimize(false));
@@ -752,9 +805,9 @@ impl Sim<'_> {
         sj.since_ms = now;
         let Some(job) = &sj.job else { return };
         let running = job.status.as_ref().and_then(|s| s.phase) == Some(Phase::Running);
-        let collectors = tj
-            .collector
-            .map_or(0, |c| u32::try_from(build::task_replicas(job, c)).unwrap_or(0));
+        let collectors = tj.collector.map_or(0, |c| {
+            u32::try_from(build::task_replicas(job, c)).unwrap_or(0)
+        });
         let rate = if running { tj.rate(collectors) } else { 0.0 };
         if rate != sj.rate {
             sj.rate = rate;
@@ -828,7 +881,10 @@ impl Sim<'_> {
         sj.work_left -= sj.rate * (self.now - sj.since_ms) as f64 / 1000.0;
         sj.since_ms = self.now;
         sj.rate = 0.0;
-        self.push(self.now + ms(self.options.pod_start), Ev::PodsUp(i, generation));
+        self.push(
+            self.now + ms(self.options.pod_start),
+            Ev::PodsUp(i, generation),
+        );
     }
 
     /// Removes a pod; whether it held room.

@@ -142,30 +142,48 @@ impl Cluster {
     }
 
     pub fn from_yaml(text: &str) -> Result<Cluster, Located> {
-        let file: ClusterFile = serde_saphyr::from_str(text).map_err(|e| Located::parse(&e))?;
+        let file: ClusterFile = yaml(text)?;
         let mut nodes = Vec::new();
         for spec in &file.nodes {
             let what = format!("node {:?}", spec.name);
             let names: Vec<String> = match spec.count {
                 None => vec![spec.name.clone()],
                 Some(n) if n <= MAX_NODES => (0..n).map(|i| format!("{}-{i}", spec.name)).collect(),
-                Some(n) => return Err(Located::invalid(what, format!("count {n} is over {MAX_NODES}"))),
-            };
-            if nodes.len() + names.len() > MAX_NODES {
-                return Err(Located::invalid(what, format!("more than {MAX_NODES} nodes")));
-            }
-            let capacity = resource_list(&spec.capacity).map_err(|m| Located::invalid(what.clone(), m))?;
-            for t in &spec.taints {
-                if !matches!(t.effect.as_str(), "NoSchedule" | "PreferNoSchedule" | "NoExecute") {
+                Some(n) => {
                     return Err(Located::invalid(
                         what,
-                        format!("taint effect {:?} is not NoSchedule, PreferNoSchedule or NoExecute", t.effect),
+                        format!("count {n} is over {MAX_NODES}"),
+                    ));
+                }
+            };
+            if nodes.len() + names.len() > MAX_NODES {
+                return Err(Located::invalid(
+                    what,
+                    format!("more than {MAX_NODES} nodes"),
+                ));
+            }
+            let capacity =
+                resource_list(&spec.capacity).map_err(|m| Located::invalid(what.clone(), m))?;
+            for t in &spec.taints {
+                if !matches!(
+                    t.effect.as_str(),
+                    "NoSchedule" | "PreferNoSchedule" | "NoExecute"
+                ) {
+                    return Err(Located::invalid(
+                        what,
+                        format!(
+                            "taint effect {:?} is not NoSchedule, PreferNoSchedule or NoExecute",
+                            t.effect
+                        ),
                     ));
                 }
             }
             for name in names {
                 if !is_node_name(&name) {
-                    return Err(Located::invalid(what, format!("{name:?} is not a valid node name")));
+                    return Err(Located::invalid(
+                        what,
+                        format!("{name:?} is not a valid node name"),
+                    ));
                 }
                 let taints: Vec<Value> = spec
                     .taints
@@ -173,7 +191,7 @@ impl Cluster {
                     .map(|t| json!({"key": t.key, "value": t.value, "effect": t.effect}))
                     .collect();
                 let node: Node = serde_json::from_value(json!({
-                    "metadata": {"name": name, "labels": spec.labels},
+                    "metadata": {"name": name, "labels": spec.labels, "resourceVersion": "1"},
                     "spec": {"taints": taints},
                     "status": {
                         "capacity": capacity,
@@ -207,8 +225,11 @@ impl Cluster {
                 for (name, q) in &a.extended {
                     capacity.insert(name.clone(), q.to_string());
                 }
-                let labels: BTreeMap<&str, &str> =
-                    n.labels.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+                let labels: BTreeMap<&str, &str> = n
+                    .labels
+                    .iter()
+                    .map(|(k, v)| (k.as_str(), v.as_str()))
+                    .collect();
                 let taints: Vec<Value> = n
                     .taints
                     .iter()
@@ -216,7 +237,7 @@ impl Cluster {
                     .collect();
                 let status = if n.ready { "True" } else { "False" };
                 serde_json::from_value(json!({
-                    "metadata": {"name": n.name, "labels": labels},
+                    "metadata": {"name": n.name, "labels": labels, "resourceVersion": "1"},
                     "spec": {"taints": taints},
                     "status": {
                         "capacity": capacity,
@@ -233,16 +254,35 @@ impl Cluster {
 
 fn finish_nodes(mut nodes: Vec<Node>) -> Result<Cluster, Located> {
     if nodes.is_empty() {
-        return Err(Located::invalid("nodes".into(), "the cluster has no nodes".into()));
+        return Err(Located::invalid(
+            "nodes".into(),
+            "the cluster has no nodes".into(),
+        ));
     }
     nodes.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
     for pair in nodes.windows(2) {
         if pair[0].metadata.name == pair[1].metadata.name {
             let name = pair[0].metadata.name.clone().unwrap_or_default();
-            return Err(Located::invalid(format!("node {name:?}"), "named twice".into()));
+            return Err(Located::invalid(
+                format!("node {name:?}"),
+                "named twice".into(),
+            ));
         }
     }
     Ok(Cluster { nodes })
+}
+
+/// `text` parsed as YAML. The parser's own node and event budgets are raised to what a trace of
+/// [`MAX_JOBS`] jobs needs (a job is about 30 nodes); the text itself is bounded by
+/// [`MAX_FILE_BYTES`], and alias expansion keeps the parser's limits.
+fn yaml<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, Located> {
+    let mut budget = serde_saphyr::Budget::default();
+    budget.max_nodes = 64 * MAX_JOBS;
+    budget.max_events = 128 * MAX_JOBS;
+    budget.max_total_scalar_bytes = usize::try_from(MAX_FILE_BYTES).unwrap_or(usize::MAX);
+    let mut options = serde_saphyr::Options::default();
+    options.budget = Some(budget);
+    serde_saphyr::from_str_with_options(text, options).map_err(|e| Located::parse(&e))
 }
 
 /// An error in a text not yet tied to its file.
@@ -425,27 +465,42 @@ impl Trace {
     }
 
     pub fn from_yaml(text: &str) -> Result<Trace, Located> {
-        let file: TraceFile = serde_saphyr::from_str(text).map_err(|e| Located::parse(&e))?;
+        let file: TraceFile = yaml(text)?;
         if file.jobs.len() > MAX_JOBS {
-            return Err(Located::invalid("jobs".into(), format!("more than {MAX_JOBS}")));
+            return Err(Located::invalid(
+                "jobs".into(),
+                format!("more than {MAX_JOBS}"),
+            ));
         }
         if file.node_events.len() > MAX_NODE_EVENTS {
-            return Err(Located::invalid("nodeEvents".into(), format!("more than {MAX_NODE_EVENTS}")));
+            return Err(Located::invalid(
+                "nodeEvents".into(),
+                format!("more than {MAX_NODE_EVENTS}"),
+            ));
         }
         let mut jobs = file
             .jobs
             .into_iter()
             .map(trace_job)
             .collect::<Result<Vec<_>, _>>()?;
-        jobs.sort_by(|a, b| a.arrival_ms.cmp(&b.arrival_ms).then(a.spec.name.cmp(&b.spec.name)));
+        jobs.sort_by(|a, b| {
+            a.arrival_ms
+                .cmp(&b.arrival_ms)
+                .then(a.spec.name.cmp(&b.spec.name))
+        });
         for pair in jobs.windows(2) {
             if pair[0].spec.name == pair[1].spec.name {
-                return Err(Located::invalid(format!("job {:?}", pair[0].spec.name), "named twice".into()));
+                return Err(Located::invalid(
+                    format!("job {:?}", pair[0].spec.name),
+                    "named twice".into(),
+                ));
             }
         }
         let mut node_events = file.node_events;
         for e in &node_events {
-            seconds(e.at).map_err(|m| Located::invalid(format!("node event for {:?}", e.node), format!("at: {m}")))?;
+            seconds(e.at).map_err(|m| {
+                Located::invalid(format!("node event for {:?}", e.node), format!("at: {m}"))
+            })?;
         }
         // Stable: events at the same time keep the file's order.
         node_events.sort_by(|a, b| a.at.total_cmp(&b.at));
@@ -467,7 +522,9 @@ fn trace_job(spec: JobSpec) -> Result<TraceJob, Located> {
     let bad = |m: String| Located::invalid(what.clone(), m);
     let arrival_ms = seconds(spec.arrival).map_err(|m| bad(format!("arrival: {m}")))?;
     if spec.throughput.len() > MAX_PROFILE_POINTS {
-        return Err(bad(format!("more than {MAX_PROFILE_POINTS} throughput points")));
+        return Err(bad(format!(
+            "more than {MAX_PROFILE_POINTS} throughput points"
+        )));
     }
     for (count, t) in &spec.throughput {
         if *count == 0 || !t.is_finite() || *t <= 0.0 {
@@ -490,7 +547,9 @@ fn trace_job(spec: JobSpec) -> Result<TraceJob, Located> {
         (None, None) => return Err(bad("give duration or work".into())),
         (Some(d), None) => {
             if !(d.is_finite() && d > 0.0 && d <= MAX_SECONDS) {
-                return Err(bad(format!("duration {d} is not above 0 and at most a year")));
+                return Err(bad(format!(
+                    "duration {d} is not above 0 and at most a year"
+                )));
             }
             d * rate_at(&spec.throughput, first)
         }
@@ -558,7 +617,10 @@ fn dijob(spec: &JobSpec) -> Result<DIJob, String> {
     validate::validate(&job).map_err(|e| e.to_string())?;
     if !spec.preemptible {
         // kube-scheduler places those in a cluster, and the simulator has no model of it yet.
-        return Err("preemptible: false is not simulated (kube-scheduler places such jobs, not the policy)".into());
+        return Err(
+            "preemptible: false is not simulated (kube-scheduler places such jobs, not the policy)"
+                .into(),
+        );
     }
     Ok(job)
 }
@@ -567,14 +629,14 @@ fn dijob(spec: &JobSpec) -> Result<DIJob, String> {
 fn is_node_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 253
-        && name
-            .split('.')
-            .all(|part| {
-                !part.is_empty()
-                    && !part.starts_with('-')
-                    && !part.ends_with('-')
-                    && part.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-            })
+        && name.split('.').all(|part| {
+            !part.is_empty()
+                && !part.starts_with('-')
+                && !part.ends_with('-')
+                && part
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        })
 }
 
 fn read(path: &Path) -> Result<String, InputError> {

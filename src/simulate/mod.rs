@@ -7,6 +7,7 @@
 //! the operator's runtime (no API server, no watches).
 
 pub mod engine;
+pub mod generate;
 pub mod input;
 pub mod report;
 
@@ -20,21 +21,30 @@ use crate::plugin::{HostConfig, Limits, NativePolicy, PluginHost};
 use engine::{Options, PolicyChoice};
 use input::{Cluster, Trace};
 
+#[derive(clap::Subcommand, Debug)]
+pub enum SimulateCommand {
+    /// Write a synthetic trace (YAML) from a seed; docs/simulator.md gives its distributions.
+    Generate(generate::GenerateArgs),
+}
+
 #[derive(clap::Args, Debug)]
+#[command(subcommand_negates_reqs = true, args_conflicts_with_subcommands = true)]
 pub struct SimulateArgs {
+    #[command(subcommand)]
+    pub command: Option<SimulateCommand>,
     /// The cluster: a YAML file of nodes, or a `diorch plugin snapshot` file.
-    #[arg(long)]
-    pub cluster: PathBuf,
+    #[arg(long, required = true)]
+    pub cluster: Option<PathBuf>,
     /// The workload: a YAML file of jobs (see docs/simulator.md).
-    #[arg(long)]
-    pub trace: PathBuf,
+    #[arg(long, required = true)]
+    pub trace: Option<PathBuf>,
     /// A policy to run: `builtin:binpack`, `builtin:spread`, `builtin:goodput`, or a policy
     /// component (`.wasm`). Repeat to compare.
     #[arg(long = "policy", required = true)]
     pub policies: Vec<String>,
     /// Where the CSV files go (created if missing).
-    #[arg(long)]
-    pub out: PathBuf,
+    #[arg(long, required = true)]
+    pub out: Option<PathBuf>,
     /// Seconds between re-plans (`optimize`), as the operator's --optimize-period; 0 = never.
     #[arg(long, default_value_t = 60)]
     pub optimize_period: u64,
@@ -48,6 +58,10 @@ pub struct SimulateArgs {
     /// --builtin-policy.
     #[arg(long, value_enum, default_value_t = crate::operator::BuiltinPolicy::Binpack)]
     pub fallback: crate::operator::BuiltinPolicy,
+    /// Also re-plan a second after each job ends, as the operator does. Closer to the
+    /// operator, and much slower on large clusters (a pass every few seconds of virtual time).
+    #[arg(long)]
+    pub replan_after_end: bool,
     /// Seconds between timeline samples.
     #[arg(long, default_value_t = 60)]
     pub sample_every: u64,
@@ -70,15 +84,22 @@ impl SimulateArgs {
             ("--pod-start", self.pod_start),
             ("--sample-every", self.sample_every),
         ] {
-            anyhow::ensure!(v <= MAX_OPTION_SECONDS, "{name} {v}: at most {MAX_OPTION_SECONDS} seconds");
+            anyhow::ensure!(
+                v <= MAX_OPTION_SECONDS,
+                "{name} {v}: at most {MAX_OPTION_SECONDS} seconds"
+            );
         }
-        anyhow::ensure!(self.sample_every > 0, "--sample-every must be at least 1 second");
+        anyhow::ensure!(
+            self.sample_every > 0,
+            "--sample-every must be at least 1 second"
+        );
         Ok(Options {
             optimize_period: Duration::from_secs(self.optimize_period),
             min_reschedule_interval: Duration::from_secs(self.min_reschedule_interval),
             pod_start: Duration::from_secs(self.pod_start),
             fallback: NativePolicy::from(self.fallback),
             sample_every: Duration::from_secs(self.sample_every),
+            replan_after_end: self.replan_after_end,
         })
     }
 }
@@ -109,19 +130,31 @@ async fn policies(args: &SimulateArgs) -> anyhow::Result<Vec<PolicyChoice>> {
             deadline: Duration::from_millis(args.deadline_ms),
             memory_bytes: args.memory_mib.saturating_mul(1 << 20),
         };
-        let name = path.file_stem().and_then(|s| s.to_str()).unwrap_or("policy").to_string();
+        let name = path
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .unwrap_or("policy")
+            .to_string();
         let policy = host
             .load_policy(&name, bytes.into(), Some(limits))
             .await
             .with_context(|| format!("--policy {spec}"))?;
         out.push(PolicyChoice {
-            label: path.file_name().and_then(|s| s.to_str()).unwrap_or(spec).to_string(),
+            label: path
+                .file_name()
+                .and_then(|s| s.to_str())
+                .unwrap_or(spec)
+                .to_string(),
             policy: Arc::new(policy),
         });
     }
     let mut seen = std::collections::BTreeSet::new();
     for p in &out {
-        anyhow::ensure!(seen.insert(p.label.clone()), "--policy {} is given twice", p.label);
+        anyhow::ensure!(
+            seen.insert(p.label.clone()),
+            "--policy {} is given twice",
+            p.label
+        );
     }
     Ok(out)
 }
@@ -141,11 +174,26 @@ fn read_component(path: &Path) -> anyhow::Result<Vec<u8>> {
 
 /// The command: runs every policy, prints the table, writes the files.
 pub async fn run(args: SimulateArgs) -> anyhow::Result<()> {
+    if let Some(SimulateCommand::Generate(g)) = &args.command {
+        let text = generate::generate(g).map_err(anyhow::Error::msg)?;
+        return match &g.output {
+            Some(path) => {
+                std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+            }
+            None => {
+                print!("{text}");
+                Ok(())
+            }
+        };
+    }
+    let (Some(cluster), Some(trace), Some(out)) = (&args.cluster, &args.trace, &args.out) else {
+        anyhow::bail!("--cluster, --trace and --out are required");
+    };
     let options = args.options()?;
     let choices = policies(&args).await?;
-    let cluster = Cluster::load(&args.cluster)?;
-    let trace = Trace::load(&args.trace)?;
-    std::fs::create_dir_all(&args.out).with_context(|| format!("--out {}", args.out.display()))?;
+    let cluster = Cluster::load(cluster)?;
+    let trace = Trace::load(trace)?;
+    std::fs::create_dir_all(out).with_context(|| format!("--out {}", out.display()))?;
     let mut runs = Vec::new();
     for choice in &choices {
         let started = std::time::Instant::now();
@@ -161,11 +209,11 @@ pub async fn run(args: SimulateArgs) -> anyhow::Result<()> {
     }
     let summaries: Vec<report::Summary> = runs.iter().map(report::Summary::of).collect();
     print!("{}", report::table(&summaries));
-    write(&args.out, "summary.csv", &report::summary_csv(&summaries))?;
-    write(&args.out, "jobs.csv", &report::jobs_csv(&runs))?;
-    write(&args.out, "timeline.csv", &report::timeline_csv(&runs))?;
-    write(&args.out, "calls.csv", &report::calls_csv(&summaries))?;
-    eprintln!("files in {}", args.out.display());
+    write(out, "summary.csv", &report::summary_csv(&summaries))?;
+    write(out, "jobs.csv", &report::jobs_csv(&runs))?;
+    write(out, "timeline.csv", &report::timeline_csv(&runs))?;
+    write(out, "calls.csv", &report::calls_csv(&summaries))?;
+    eprintln!("files in {}", out.display());
     Ok(())
 }
 

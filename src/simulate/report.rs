@@ -162,7 +162,9 @@ pub fn summary_csv(summaries: &[Summary]) -> String {
 
 /// `jobs.csv`: every job under every policy.
 pub fn jobs_csv(runs: &[Run]) -> String {
-    let mut out = String::from("policy,job,arrival_s,start_s,end_s,jct_s,queue_s,phase,gpus,moves,resizes,fallbacks\n");
+    let mut out = String::from(
+        "policy,job,arrival_s,start_s,end_s,jct_s,queue_s,phase,gpus,moves,resizes,fallbacks\n",
+    );
     let opt = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.3}"));
     for run in runs {
         for j in &run.jobs {
@@ -189,7 +191,9 @@ pub fn jobs_csv(runs: &[Run]) -> String {
 
 /// `timeline.csv`: the cluster at each sample of each run.
 pub fn timeline_csv(runs: &[Run]) -> String {
-    let mut out = String::from("policy,t_s,used_gpus,total_gpus,utilisation,fragmented_gpus,queued,running\n");
+    let mut out = String::from(
+        "policy,t_s,used_gpus,total_gpus,utilisation,fragmented_gpus,queued,running\n",
+    );
     for run in runs {
         for s in &run.timeline {
             let util = if s.total_gpus > 0 {
@@ -246,24 +250,46 @@ pub fn table(summaries: &[Summary]) -> String {
         ("queueing p95 (s)", |s| format!("{:.1}", s.queueing.p95)),
         ("queueing p99 (s)", |s| format!("{:.1}", s.queueing.p99)),
         ("makespan (s)", |s| format!("{:.1}", s.makespan)),
-        ("GPU utilisation", |s| format!("{:.1} %", s.gpu_utilisation * 100.0)),
-        ("fragmented GPUs (mean)", |s| format!("{:.2}", s.fragmented_gpus)),
+        ("GPU utilisation", |s| {
+            format!("{:.1} %", s.gpu_utilisation * 100.0)
+        }),
+        ("fragmented GPUs (mean)", |s| {
+            format!("{:.2}", s.fragmented_gpus)
+        }),
         ("queue length (mean)", |s| format!("{:.2}", s.queue_length)),
         ("moves", |s| s.moves.to_string()),
         ("resizes", |s| s.resizes.to_string()),
         ("fallbacks", |s| s.fallbacks.to_string()),
         ("policy failures", |s| s.failures.to_string()),
         ("allocate calls", |s| s.allocate_us.count.to_string()),
-        ("allocate p50/p99 (µs, wall)", |s| format!("{:.0}/{:.0}", s.allocate_us.p50, s.allocate_us.p99)),
-        ("optimize p50/p99 (µs, wall)", |s| format!("{:.0}/{:.0}", s.optimize_us.p50, s.optimize_us.p99)),
+        ("allocate p50/p99 (µs, wall)", |s| {
+            format!("{:.0}/{:.0}", s.allocate_us.p50, s.allocate_us.p99)
+        }),
+        ("optimize p50/p99 (µs, wall)", |s| {
+            format!("{:.0}/{:.0}", s.optimize_us.p50, s.optimize_us.p99)
+        }),
     ];
-    let mut cells: Vec<Vec<String>> = vec![std::iter::once(String::new()).chain(summaries.iter().map(|s| s.policy.clone())).collect()];
+    let mut cells: Vec<Vec<String>> = vec![
+        std::iter::once(String::new())
+            .chain(summaries.iter().map(|s| s.policy.clone()))
+            .collect(),
+    ];
     for (name, f) in rows {
-        cells.push(std::iter::once(name.to_string()).chain(summaries.iter().map(f)).collect());
+        cells.push(
+            std::iter::once(name.to_string())
+                .chain(summaries.iter().map(f))
+                .collect(),
+        );
     }
     let columns = summaries.len() + 1;
     let widths: Vec<usize> = (0..columns)
-        .map(|c| cells.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+        .map(|c| {
+            cells
+                .iter()
+                .map(|r| r[c].chars().count())
+                .max()
+                .unwrap_or(0)
+        })
         .collect();
     let mut out = String::new();
     for row in &cells {

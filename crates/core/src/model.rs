@@ -211,44 +211,73 @@ pub fn model_resources(r: &Resources, up: bool) -> plugin::Resources {
 /// The model of `node`, with `used` (what pods and held allocations take on it) subtracted
 /// from its allocatable to give `free`.
 pub fn model_node(node: &Node, used: Option<&Resources>) -> plugin::Node {
-    let mut allocatable = resources::node_allocatable(node);
-    allocatable.set_default(PODS, DEFAULT_MAX_PODS);
-    let mut free = allocatable.clone();
-    if let Some(used) = used {
-        free.sub(used);
-    }
-    plugin::Node {
-        name: node.metadata.name.clone().unwrap_or_default(),
-        labels: node
-            .metadata
-            .labels
-            .iter()
-            .flatten()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect(),
-        taints: node
-            .spec
-            .as_ref()
-            .and_then(|s| s.taints.as_ref())
-            .into_iter()
-            .flatten()
-            .filter_map(|t| {
-                let effect = match t.effect.as_str() {
-                    "NoSchedule" => plugin::TaintEffect::NoSchedule,
-                    "PreferNoSchedule" => plugin::TaintEffect::PreferNoSchedule,
-                    "NoExecute" => plugin::TaintEffect::NoExecute,
-                    _ => return None,
-                };
-                Some(plugin::Taint {
-                    key: t.key.clone(),
-                    value: t.value.clone().unwrap_or_default(),
-                    effect,
+    NodeModel::of(node).with_used(used)
+}
+
+/// The parts of a node's model that depend on the node alone: parsed once per node version
+/// and reused for every placement (parsing its quantities and copying its labels for every
+/// node at every admission was most of an admission's cost on a large cluster).
+#[derive(Clone, Debug)]
+pub struct NodeModel {
+    /// Allocatable, with the default pod count when the node gives none.
+    allocatable: Resources,
+    /// The model with `free` = allocatable.
+    model: plugin::Node,
+}
+
+impl NodeModel {
+    pub fn of(node: &Node) -> NodeModel {
+        let mut allocatable = resources::node_allocatable(node);
+        allocatable.set_default(PODS, DEFAULT_MAX_PODS);
+        let model = plugin::Node {
+            name: node.metadata.name.clone().unwrap_or_default(),
+            labels: node
+                .metadata
+                .labels
+                .iter()
+                .flatten()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            taints: node
+                .spec
+                .as_ref()
+                .and_then(|s| s.taints.as_ref())
+                .into_iter()
+                .flatten()
+                .filter_map(|t| {
+                    let effect = match t.effect.as_str() {
+                        "NoSchedule" => plugin::TaintEffect::NoSchedule,
+                        "PreferNoSchedule" => plugin::TaintEffect::PreferNoSchedule,
+                        "NoExecute" => plugin::TaintEffect::NoExecute,
+                        _ => return None,
+                    };
+                    Some(plugin::Taint {
+                        key: t.key.clone(),
+                        value: t.value.clone().unwrap_or_default(),
+                        effect,
+                    })
                 })
-            })
-            .collect(),
-        allocatable: model_resources(&allocatable, false),
-        free: model_resources(&free, false),
-        ready: node_ready(node),
+                .collect(),
+            allocatable: model_resources(&allocatable, false),
+            free: model_resources(&allocatable, false),
+            ready: node_ready(node),
+        };
+        NodeModel { allocatable, model }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.model.name
+    }
+
+    /// The node's model with `used` subtracted from its allocatable to give `free`.
+    pub fn with_used(&self, used: Option<&Resources>) -> plugin::Node {
+        let mut model = self.model.clone();
+        if let Some(used) = used {
+            let mut free = self.allocatable.clone();
+            free.sub(used);
+            model.free = model_resources(&free, false);
+        }
+        model
     }
 }
 
