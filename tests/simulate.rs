@@ -342,3 +342,160 @@ fn bad_inputs_are_refused_with_the_entry_named() {
         text(&run.stderr)
     );
 }
+
+/// The page that checks the report in the browser: loads it in a frame and, for every chart,
+/// writes its drawn size and how many of its lines have a length and a width on screen.
+const CHECK_PAGE: &str = r#"<!DOCTYPE html><html><body><iframe id="r" src="report.html" width="900" height="3000"></iframe>
+<pre id="out">pending</pre>
+<script>
+document.getElementById('r').addEventListener('load', () => {
+  const doc = document.getElementById('r').contentDocument;
+  const lines = [...doc.querySelectorAll('figure')].map(f => {
+    const svg = f.querySelector('svg');
+    const box = svg ? svg.getBoundingClientRect() : {width: 0, height: 0};
+    const paths = [...f.querySelectorAll('path.series')];
+    const drawn = paths.filter(p => p.getTotalLength() > 0 && p.getBBox().width > 0).length;
+    return f.id + ' ' + Math.round(box.width) + 'x' + Math.round(box.height) + ' ' + drawn + '/' + paths.length;
+  });
+  document.getElementById('out').textContent = lines.join('\n');
+});
+</script></body></html>"#;
+
+fn chromium() -> String {
+    std::env::var("DIORCH_CHROMIUM").unwrap_or_else(|_| "chromium".into())
+}
+
+/// The HTML report opened from disk in headless Chromium: every chart is drawn with a line per
+/// policy. Leaves a screenshot in target/simulate-report.png to look at.
+#[test]
+#[ignore = "needs Chromium (Debian's chromium); scripts/test.sh installs it and runs this"]
+fn the_report_renders_every_chart_in_headless_chromium() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let run = diorch(&[
+        "simulate",
+        "--cluster",
+        repo("examples/simulator/cluster.yaml").to_str().unwrap(),
+        "--trace",
+        repo("examples/simulator/burst.yaml").to_str().unwrap(),
+        "--policy",
+        "builtin:binpack",
+        "--policy",
+        "builtin:spread",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    std::fs::write(out.join("check.html"), CHECK_PAGE).unwrap();
+    let url = format!("file://{}", out.join("check.html").display());
+    let dom = Command::new(chromium())
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--allow-file-access-from-files",
+            "--virtual-time-budget=10000",
+            "--dump-dom",
+            &url,
+        ])
+        .output()
+        .expect("chromium runs (set DIORCH_CHROMIUM to its path)");
+    let dom = text(&dom.stdout);
+    let result = dom
+        .split("<pre id=\"out\">")
+        .nth(1)
+        .and_then(|s| s.split("</pre>").next())
+        .unwrap_or_default();
+    let charts: Vec<&str> = result.lines().collect();
+    assert_eq!(
+        charts,
+        [
+            "utilisation 720x260 2/2",
+            "queue 720x260 2/2",
+            "fragmentation 720x260 2/2",
+            "jct 720x260 2/2"
+        ],
+        "{dom}"
+    );
+    let shot = repo("target/simulate-report.png");
+    let status = Command::new(chromium())
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            "--window-size=800,1700",
+            &format!("--screenshot={}", shot.display()),
+            &format!("file://{}", out.join("report.html").display()),
+        ])
+        .output()
+        .unwrap();
+    assert!(status.status.success() && shot.exists());
+}
+
+fn plugin(name: &str) -> PathBuf {
+    let path = repo(&format!("target/plugins/{name}.wasm"));
+    assert!(
+        path.exists(),
+        "{} is missing; run scripts/build-plugins.sh first",
+        path.display()
+    );
+    path
+}
+
+/// The Wasm build of bin-pack, run by the operator's plugin host, places every job exactly as
+/// the built-in bin-pack (the same policy code): the files differ only in the policy's name.
+#[test]
+fn a_wasm_policy_runs_through_the_plugin_host_and_matches_its_native_build() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let wasm = plugin("binpack");
+    let run = diorch(&[
+        "simulate",
+        "--cluster",
+        repo("examples/simulator/cluster.yaml").to_str().unwrap(),
+        "--trace",
+        repo("examples/simulator/steady.yaml").to_str().unwrap(),
+        "--policy",
+        wasm.to_str().unwrap(),
+        "--policy",
+        "builtin:binpack",
+        // Generous: this test is about placements, not about a loaded machine's call times.
+        "--deadline-ms",
+        "5000",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    let jobs = std::fs::read_to_string(out.join("jobs.csv")).unwrap();
+    let (mut wasm_rows, mut native_rows) = (Vec::new(), Vec::new());
+    for line in jobs.lines().skip(1) {
+        let (policy, rest) = line.split_once(',').unwrap();
+        match policy {
+            "binpack.wasm" => wasm_rows.push(rest),
+            "builtin:binpack" => native_rows.push(rest),
+            other => panic!("unexpected policy {other}"),
+        }
+    }
+    assert_eq!(wasm_rows.len(), 300);
+    assert_eq!(wasm_rows, native_rows);
+    let calls = std::fs::read_to_string(out.join("calls.csv")).unwrap();
+    assert!(calls.contains("binpack.wasm,allocate,3"), "{calls}");
+}
+
+/// Goodput grows the collectors of jobs whose throughput still rises, so on the elastic trace
+/// it resizes jobs and finishes them sooner on average than bin-pack, which never resizes.
+#[test]
+fn goodput_resizes_elastic_jobs_and_shortens_their_completion() {
+    let cluster = std::fs::read_to_string(repo("examples/simulator/cluster.yaml")).unwrap();
+    let trace = std::fs::read_to_string(repo("examples/simulator/elastic.yaml")).unwrap();
+    let binpack = Summary::of(&simulate(&cluster, &trace, "binpack", &Options::default()));
+    let goodput = Summary::of(&simulate(&cluster, &trace, "goodput", &Options::default()));
+    assert_eq!(binpack.resizes, 0);
+    assert!(goodput.resizes > 0);
+    assert_eq!(goodput.finished, 200);
+    assert!(
+        goodput.jct.mean < binpack.jct.mean,
+        "{goodput:?} vs {binpack:?}"
+    );
+}

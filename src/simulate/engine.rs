@@ -347,6 +347,7 @@ struct Sim<'a> {
     open: usize,
     /// When the re-plan a job's end asked for runs.
     replan_at: Option<u64>,
+    ended: usize,
 }
 
 /// Runs `trace` on `cluster` with `choice` and returns what happened.
@@ -355,6 +356,25 @@ pub async fn run(
     trace: &Trace,
     choice: &PolicyChoice,
     options: &Options,
+) -> Result<Run, SimError> {
+    run_with_progress(cluster, trace, choice, options, &mut |_| {}).await
+}
+
+/// How far a run is, for a progress display.
+#[derive(Clone, Copy, Debug)]
+pub struct Progress {
+    pub ended: usize,
+    pub jobs: usize,
+    pub virtual_ms: u64,
+}
+
+/// [`run`], calling `progress` after every event (cheap to call; the caller throttles).
+pub async fn run_with_progress(
+    cluster: &Cluster,
+    trace: &Trace,
+    choice: &PolicyChoice,
+    options: &Options,
+    progress: &mut dyn FnMut(Progress),
 ) -> Result<Run, SimError> {
     let clock = Arc::new(VirtualClock {
         base: Instant::now(),
@@ -424,6 +444,7 @@ pub async fn run(
         timeline: Vec::new(),
         open: 0,
         replan_at: None,
+        ended: 0,
     };
     for (i, tj) in trace.jobs.iter().enumerate() {
         let spec_json = serde_json::to_string(&tj.dijob.spec).map_err(|e| SimError::Job {
@@ -451,7 +472,7 @@ pub async fn run(
         );
     }
     sim.push(sim.first_ms, Ev::Sample);
-    sim.run().await?;
+    sim.run(progress).await?;
     let calls = stats.lock().unwrap_or_else(|e| e.into_inner()).clone();
     Ok(Run {
         policy: choice.label.clone(),
@@ -510,9 +531,8 @@ impl Sim<'_> {
         self.queue.push(Reverse((at, self.seq, ev)));
     }
 
-    async fn run(&mut self) -> Result<(), SimError> {
+    async fn run(&mut self, progress: &mut dyn FnMut(Progress)) -> Result<(), SimError> {
         let end = self.jobs.len();
-        let mut finished = 0;
         while let Some(Reverse((at, _, ev))) = self.queue.pop() {
             if ev.drives() {
                 self.drivers -= 1;
@@ -560,12 +580,15 @@ impl Sim<'_> {
                 }
             }
             self.drain_retries().await?;
-            finished = self.jobs.iter().filter(|j| j.ended).count();
-            if finished == end {
+            progress(Progress {
+                ended: self.ended,
+                jobs: end,
+                virtual_ms: at,
+            });
+            if self.ended == end {
                 break;
             }
         }
-        let _ = finished;
         self.sample();
         Ok(())
     }
@@ -756,6 +779,7 @@ impl Sim<'_> {
         if let Some(p) = phase.filter(|p| p.is_terminal()) {
             let sj = &mut self.jobs[i];
             sj.ended = true;
+            self.ended += 1;
             sj.rate = 0.0;
             sj.result.ended_ms = Some(self.now);
             sj.result.phase = p.as_str().to_string();

@@ -8,6 +8,7 @@
 
 pub mod engine;
 pub mod generate;
+pub mod html;
 pub mod input;
 pub mod report;
 
@@ -195,9 +196,28 @@ pub async fn run(args: SimulateArgs) -> anyhow::Result<()> {
     let trace = Trace::load(trace)?;
     std::fs::create_dir_all(out).with_context(|| format!("--out {}", out.display()))?;
     let mut runs = Vec::new();
+    let terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
     for choice in &choices {
         let started = std::time::Instant::now();
-        let run = engine::run(&cluster, &trace, choice, &options).await?;
+        let mut shown = started;
+        let mut progress = |p: engine::Progress| {
+            // A line redrawn at most ten times a second, only on a terminal.
+            if terminal && shown.elapsed() >= Duration::from_millis(100) {
+                shown = std::time::Instant::now();
+                eprint!(
+                    "\r{}: {}/{} jobs ended, {:.1} h of virtual time  ",
+                    choice.label,
+                    p.ended,
+                    p.jobs,
+                    p.virtual_ms as f64 / 3_600_000.0
+                );
+            }
+        };
+        let run =
+            engine::run_with_progress(&cluster, &trace, choice, &options, &mut progress).await?;
+        if terminal {
+            eprint!("\r\x1b[2K");
+        }
         eprintln!(
             "{}: {} jobs on {} nodes simulated in {:.1} s",
             choice.label,
@@ -213,6 +233,18 @@ pub async fn run(args: SimulateArgs) -> anyhow::Result<()> {
     write(out, "jobs.csv", &report::jobs_csv(&runs))?;
     write(out, "timeline.csv", &report::timeline_csv(&runs))?;
     write(out, "calls.csv", &report::calls_csv(&summaries))?;
+    let name = |p: &Path| {
+        p.file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or("?")
+            .to_string()
+    };
+    let title = format!(
+        "diorch simulate: {} on {}",
+        name(&args.trace.clone().unwrap_or_default()),
+        name(&args.cluster.clone().unwrap_or_default())
+    );
+    write(out, "report.html", &html::page(&runs, &summaries, &title))?;
     eprintln!("files in {}", out.display());
     Ok(())
 }
