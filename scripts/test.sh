@@ -36,6 +36,26 @@ bash scripts/build-plugins.sh
 # tests/e2e.rs is #[ignore]d here (reported as ignored): scripts/e2e.sh runs it below.
 cargo test --locked --workspace "$@"
 
+# The simulator's HTML report is checked in headless Chromium (Debian's chromium package):
+# installed here when missing and apt-get can (as root); else the check is reported skipped.
+if [ "$#" -eq 0 ]; then
+    chromium="${DIORCH_CHROMIUM:-chromium}"
+    if ! command -v "$chromium" >/dev/null 2>&1 && [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+        echo "installing chromium for the report check (apt-get)"
+        if ! { DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null ||
+            { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null; }; }; then
+            echo "error: could not install chromium with apt-get" >&2
+            exit 1
+        fi
+    fi
+    if command -v "$chromium" >/dev/null 2>&1; then
+        DIORCH_CHROMIUM="$chromium" cargo test --locked --test simulate -- --ignored --exact \
+            the_report_renders_every_chart_in_headless_chromium
+    else
+        echo "note: the HTML report check was SKIPPED: no chromium, and it cannot be installed here"
+    fi
+fi
+
 if [ "$#" -gt 0 ]; then
     echo "note: the real-cluster e2e suite was SKIPPED: test filters were given; run bash scripts/e2e.sh"
 else

@@ -551,7 +551,23 @@ fn trace_job(spec: JobSpec) -> Result<TraceJob, Located> {
                     "duration {d} is not above 0 and at most a year"
                 )));
             }
-            d * rate_at(&spec.throughput, first)
+            let work = d * rate_at(&spec.throughput, first);
+            let slowest = spec
+                .throughput
+                .values()
+                .copied()
+                .fold(f64::INFINITY, f64::min);
+            let longest = if spec.throughput.is_empty() {
+                d
+            } else {
+                work / slowest
+            };
+            if longest > MAX_SECONDS {
+                return Err(bad(
+                    "the job takes more than a year at the profile's slowest rate".into(),
+                ));
+            }
+            work
         }
         (None, Some(w)) => {
             if spec.throughput.is_empty() {
@@ -560,9 +576,17 @@ fn trace_job(spec: JobSpec) -> Result<TraceJob, Located> {
             if !(w.is_finite() && w > 0.0) {
                 return Err(bad(format!("work {w} is not a number above 0")));
             }
-            // The job must end within the simulator's horizon at its first size.
-            if w / rate_at(&spec.throughput, first) > MAX_SECONDS {
-                return Err(bad("work takes more than a year at the first size".into()));
+            // The job must end within a year at any size a policy may give it (the slowest
+            // rate of its profile), so no resize can keep the run going forever.
+            let slowest = spec
+                .throughput
+                .values()
+                .copied()
+                .fold(f64::INFINITY, f64::min);
+            if w / slowest > MAX_SECONDS {
+                return Err(bad(
+                    "work takes more than a year at the profile's slowest rate".into(),
+                ));
             }
             w
         }
