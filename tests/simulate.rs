@@ -299,6 +299,23 @@ fn bad_inputs_are_refused_with_the_entry_named() {
             "named twice",
         ),
     ];
+    let cluster = Cluster::from_yaml(THREE_NODES).unwrap();
+    let trace = Trace::from_yaml(&format!(
+        "jobs:\n{}nodeEvents: [{{at: 5, node: gpu-9, ready: false}}]\n",
+        single("a", 0, 1, 10)
+    ))
+    .unwrap();
+    let err = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap()
+        .block_on(engine::run(
+            &cluster,
+            &trace,
+            &PolicyChoice::builtin("binpack").unwrap(),
+            &plain(),
+        ))
+        .expect_err("an unknown node");
+    assert!(err.to_string().contains("gpu-9"), "{err}");
     for (cluster, needle) in clusters {
         let err = Cluster::from_yaml(cluster).expect_err(cluster).to_string();
         assert!(err.contains(needle), "{cluster}: {err}");
@@ -498,4 +515,35 @@ fn goodput_resizes_elastic_jobs_and_shortens_their_completion() {
         goodput.jct.mean < binpack.jct.mean,
         "{goodput:?} vs {binpack:?}"
     );
+}
+
+/// A node failure: job a (8 GPUs, 1000 s) runs on gpu-0, which goes down at 100 and comes back
+/// at 5000. Its pod is evicted and made again on the same allocation, where it cannot start.
+/// - With re-plans, the operator's node watch asks for one a second later: at 101 a moves to
+///   an empty node and does its remaining 900 s: it ends at 1001.
+/// - Without re-plans nothing moves it: it waits for gpu-0 and ends at 5000 + 900 = 5900.
+/// Work done before the failure is kept (DI-engine resumes from its checkpoint).
+#[test]
+fn a_job_on_a_failed_node_is_moved_by_the_re_plan_or_waits_for_the_node() {
+    let trace = format!(
+        "jobs:\n{}nodeEvents:\n  - {{at: 100, node: gpu-0, ready: false}}\n  - {{at: 5000, node: gpu-0, ready: true}}\n",
+        single("a", 0, 8, 1000)
+    );
+    let replans = Options {
+        pod_start: Duration::ZERO,
+        ..Options::default()
+    };
+    let run = simulate(THREE_NODES, &trace, "binpack", &replans);
+    let a = job(&run, "a");
+    assert_eq!((a.ended_ms, a.moves), (Some(1_001_000), 1), "{a:?}");
+    let run = simulate(THREE_NODES, &trace, "binpack", &plain());
+    let a = job(&run, "a");
+    assert_eq!((a.ended_ms, a.moves), (Some(5_900_000), 0), "{a:?}");
+    // While gpu-0 is down the cluster has 16 GPUs: none used while a waits.
+    let during = run
+        .timeline
+        .iter()
+        .find(|s| s.at_ms == 3_000_000)
+        .expect("a sample at 3000 s");
+    assert_eq!((during.total_gpus, during.used_gpus), (16, 0));
 }

@@ -59,6 +59,8 @@ pub enum SimError {
     NoFixpoint { job: String },
     #[error("job {job}: {message}")]
     Job { job: String, message: String },
+    #[error("node event {index}: node {node:?} is not in the cluster")]
+    UnknownNode { index: usize, node: String },
 }
 
 /// The policy a run uses.
@@ -291,13 +293,18 @@ enum Ev {
     Finish(usize, u64),
     /// A re-plan pass; `true` for the periodic one, which schedules the next.
     Optimize(bool),
+    /// The trace's node event at this index.
+    Node(usize),
     Sample,
 }
 
 impl Ev {
     /// Whether the event can change the cluster by itself (periodic ones only react).
     fn drives(self) -> bool {
-        matches!(self, Ev::Arrive(_) | Ev::PodsUp(..) | Ev::Finish(..))
+        matches!(
+            self,
+            Ev::Arrive(_) | Ev::PodsUp(..) | Ev::Finish(..) | Ev::Node(_)
+        )
     }
 }
 
@@ -335,6 +342,12 @@ struct Sim<'a> {
     options: &'a Options,
     ctx: BuildContext,
     next_uid: u64,
+    /// The cluster's nodes as the API server holds them, and the writer of the allocator's
+    /// node cache.
+    nodes: BTreeMap<String, Node>,
+    node_writer: Writer<Node>,
+    /// Nodes that are down (NotReady).
+    down: BTreeSet<String>,
     /// GPUs of each node, and what bound, live pods take of them.
     node_gpus: BTreeMap<String, u64>,
     used_gpus: BTreeMap<String, u64>,
@@ -435,6 +448,13 @@ pub async fn run_with_progress(
         options,
         ctx: BuildContext::default(),
         next_uid: 0,
+        nodes: cluster
+            .nodes
+            .iter()
+            .map(|n| (n.metadata.name.clone().unwrap_or_default(), n.clone()))
+            .collect(),
+        node_writer,
+        down: BTreeSet::new(),
         node_gpus,
         used_gpus: BTreeMap::new(),
         total_gpus,
@@ -464,6 +484,17 @@ pub async fn run_with_progress(
         });
         sim.by_name.insert(tj.spec.name.clone(), i);
         sim.push(tj.arrival_ms, Ev::Arrive(i));
+    }
+    for (index, e) in trace.node_events.iter().enumerate() {
+        if !sim.nodes.contains_key(&e.node) {
+            return Err(SimError::UnknownNode {
+                index,
+                node: e.node.clone(),
+            });
+        }
+        // Checked at load: in range.
+        let at = super::input::seconds(e.at).unwrap_or(0);
+        sim.push(at, Ev::Node(index));
     }
     if !options.optimize_period.is_zero() {
         sim.push(
@@ -573,6 +604,10 @@ impl Sim<'_> {
                         self.push(at + ms(self.options.optimize_period), Ev::Optimize(true));
                     }
                 }
+                Ev::Node(index) => {
+                    let e = &self.trace.node_events[index];
+                    self.node_changed(&e.node.clone(), e.ready).await?;
+                }
                 Ev::Sample => {
                     self.sample();
                     let next = at + ms(self.options.sample_every).max(1);
@@ -609,10 +644,14 @@ impl Sim<'_> {
     }
 
     fn snapshot(&self) -> Sample {
-        let used: u64 = self.used_gpus.values().sum();
-        let fragmented = self
-            .used_gpus
-            .iter()
+        // A down node counts neither its GPUs nor the pods waiting on it.
+        let up = || {
+            self.used_gpus
+                .iter()
+                .filter(|(node, _)| !self.down.contains(*node))
+        };
+        let used: u64 = up().map(|(_, used)| used).sum();
+        let fragmented = up()
             .filter_map(|(node, used)| {
                 let cap = *self.node_gpus.get(node)?;
                 (*used > 0 && *used < cap).then(|| cap - used)
@@ -623,10 +662,11 @@ impl Sim<'_> {
             .iter()
             .filter(|j| !j.ended && j.rate > 0.0)
             .count() as u64;
+        let down_gpus: u64 = self.down.iter().filter_map(|n| self.node_gpus.get(n)).sum();
         Sample {
             at_ms: self.now,
             used_gpus: used,
-            total_gpus: self.total_gpus,
+            total_gpus: self.total_gpus - down_gpus,
             fragmented_gpus: fragmented,
             queued: self.open as u64 - running,
             running,
@@ -828,7 +868,12 @@ impl Sim<'_> {
         sj.work_left -= sj.rate * (now - sj.since_ms) as f64 / 1000.0;
         sj.since_ms = now;
         let Some(job) = &sj.job else { return };
-        let running = job.status.as_ref().and_then(|s| s.phase) == Some(Phase::Running);
+        // Running, with every pod running (a pod replaced after its node went down is not).
+        let running = job.status.as_ref().and_then(|s| s.phase) == Some(Phase::Running)
+            && sj
+                .pods
+                .values()
+                .all(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"));
         let collectors = tj.collector.map_or(0, |c| {
             u32::try_from(build::task_replicas(job, c)).unwrap_or(0)
         });
@@ -934,11 +979,90 @@ impl Sim<'_> {
         }
     }
 
-    /// The kubelet: every pending pod of the job runs, ready.
+    /// A node goes down or comes back. Down: NotReady, and its pods are evicted (deleted at
+    /// once: the node lifecycle controller's eviction, without its toleration delay). Up: Ready
+    /// again, and pods waiting for it start. Either way the allocator hears of the node
+    /// change, as its node watch would: waiting jobs are woken and a re-plan follows a second
+    /// later.
+    async fn node_changed(&mut self, name: &str, ready: bool) -> Result<(), SimError> {
+        let was_down = self.down.contains(name);
+        if ready != was_down {
+            return Ok(());
+        }
+        if ready {
+            self.down.remove(name);
+        } else {
+            self.down.insert(name.to_string());
+        }
+        if let Some(node) = self.nodes.get_mut(name) {
+            let status = if ready { "True" } else { "False" };
+            if let Some(conditions) = node.status.as_mut().and_then(|s| s.conditions.as_mut()) {
+                for c in conditions.iter_mut().filter(|c| c.type_ == "Ready") {
+                    c.status = status.to_string();
+                }
+            }
+            let version = node
+                .metadata
+                .resource_version
+                .as_deref()
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0);
+            node.metadata.resource_version = Some((version + 1).to_string());
+            self.node_writer
+                .apply_watcher_event(&Event::Apply(node.clone()));
+        }
+        let mut touched = BTreeSet::new();
+        for i in 0..self.jobs.len() {
+            let on_node: Vec<String> = self.jobs[i]
+                .pods
+                .iter()
+                .filter(|(_, p)| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(name))
+                .map(|(n, _)| n.clone())
+                .collect();
+            if on_node.is_empty() {
+                continue;
+            }
+            touched.insert(i);
+            if ready {
+                let sj = &mut self.jobs[i];
+                sj.generation += 1;
+                let generation = sj.generation;
+                self.push(
+                    self.now + ms(self.options.pod_start),
+                    Ev::PodsUp(i, generation),
+                );
+            } else {
+                for pod in on_node {
+                    self.delete_pod(i, &pod).await;
+                }
+            }
+        }
+        self.allocator.capacity_freed().await;
+        for i in touched {
+            if !ready {
+                self.settle(i);
+            }
+            self.reconcile(i).await?;
+        }
+        if self.replan_at.is_none() && !self.options.optimize_period.is_zero() {
+            let at = self.now + REPLAN_SETTLE_MS;
+            self.replan_at = Some(at);
+            self.push(at, Ev::Optimize(false));
+        }
+        Ok(())
+    }
+
+    /// The kubelets: every pending pod of the job on a node that is up runs, ready.
     fn start_pods(&mut self, i: usize) {
+        let down = &self.down;
         for pod in self.jobs[i].pods.values_mut() {
+            let on_down_node = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.node_name.as_ref())
+                .is_none_or(|n| down.contains(n));
             let status = pod.status.get_or_insert_with(Default::default);
-            if status.phase.as_deref() == Some("Pending") {
+            if status.phase.as_deref() == Some("Pending") && !on_down_node {
                 status.phase = Some("Running".into());
                 status.conditions = Some(vec![CachedCondition {
                     type_: "Ready".into(),
