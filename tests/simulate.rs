@@ -547,3 +547,92 @@ fn a_job_on_a_failed_node_is_moved_by_the_re_plan_or_waits_for_the_node() {
         .expect("a sample at 3000 s");
     assert_eq!((during.total_gpus, during.used_gpus), (16, 0));
 }
+
+mod no_overcommit {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn cluster() -> impl Strategy<Value = String> {
+        prop::collection::vec((1u32..=8, 2u32..=32), 1..=4).prop_map(|nodes| {
+            let mut text = String::from("nodes:\n");
+            for (i, (gpus, cpu)) in nodes.iter().enumerate() {
+                text.push_str(&format!(
+                    "  - {{name: n{i}, capacity: {{cpu: {cpu}, memory: 64Gi, gpus: {gpus}}}}}\n"
+                ));
+            }
+            text
+        })
+    }
+
+    /// Up to a dozen jobs: a learner, sometimes collectors with a throughput profile.
+    fn trace() -> impl Strategy<Value = String> {
+        let job = (
+            0u32..600,
+            1u32..=3,
+            0u32..=4,
+            1u32..=8,
+            10u32..900,
+            0u32..=3,
+        );
+        (prop::collection::vec(job, 1..=12), prop::option::of((0u32..900, 0usize..4, 1u32..900)))
+            .prop_map(|(jobs, failure)| {
+                let mut text = String::from("jobs:\n");
+                for (i, (arrival, replicas, gpus, cpu, duration, collectors)) in jobs.iter().enumerate() {
+                    text.push_str(&format!(
+                        "  - name: j{i}\n    arrival: {arrival}\n    tasks:\n      - {{type: learner, replicas: {replicas}, requests: {{cpu: {cpu}, memory: 1Gi, gpus: {gpus}}}}}\n"
+                    ));
+                    if *collectors > 0 {
+                        text.push_str(&format!(
+                            "      - {{type: collector, replicas: {collectors}, minReplicas: 1, maxReplicas: 6, requests: {{cpu: 1, memory: 1Gi}}}}\n    throughput: {{1: 10, 2: 18, 4: 30, 6: 34}}\n    work: {}\n",
+                            duration * 10
+                        ));
+                    } else {
+                        text.push_str(&format!("    duration: {duration}\n"));
+                    }
+                }
+                if let Some((at, node, back)) = failure {
+                    text.push_str(&format!(
+                        "nodeEvents:\n  - {{at: {at}, node: n{node}, ready: false}}\n  - {{at: {}, node: n{node}, ready: true}}\n",
+                        at + back
+                    ));
+                }
+                text
+            })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+        /// Whatever the cluster, the jobs and the policy, no simulated node is ever asked for
+        /// more than it has, and every job that ran for its work ended no sooner than its work
+        /// allows.
+        #[test]
+        fn no_node_is_ever_over_committed(cluster in cluster(), trace in trace(), policy in 0usize..3) {
+            // A node event may name a node the cluster does not have: drop it then.
+            let nodes = cluster.matches("- {name:").count();
+            let trace = match trace.split_once("nodeEvents:") {
+                Some((jobs, events)) if !(0..nodes).any(|n| events.contains(&format!("node: n{n},"))) => jobs.to_string(),
+                _ => trace,
+            };
+            let policy = ["binpack", "spread", "goodput"][policy];
+            let options = Options {
+                pod_start: Duration::from_secs(5),
+                optimize_period: Duration::from_secs(30),
+                min_reschedule_interval: Duration::from_secs(60),
+                ..Options::default()
+            };
+            let run = simulate(&cluster, &trace, policy, &options);
+            prop_assert_eq!(run.overcommits, 0);
+            let parsed = Trace::from_yaml(&trace).unwrap();
+            for (j, t) in run.jobs.iter().zip(&parsed.jobs) {
+                if let (Some(start), Some(end)) = (j.started_ms, j.ended_ms) {
+                    prop_assert!(start >= j.arrival_ms && end >= start);
+                    if t.collector.is_none() {
+                        // A plain job runs its duration at least (more when moved or evicted).
+                        prop_assert!(end - start >= (t.work * 1000.0) as u64 - 1, "{:?}", j);
+                    }
+                }
+            }
+        }
+    }
+}

@@ -38,7 +38,7 @@ use diorch_core::cached::{CachedCondition, CachedJob, CachedPod, CachedPodStatus
 use diorch_core::model::UsagePod;
 use diorch_core::placement::{Admission, ObjectKey};
 use diorch_core::planner::{self, Action, Observed};
-use diorch_core::resources::GPU;
+use diorch_core::resources::{GPU, Resources};
 
 /// Most reconcile passes one job gets per wake-up: a planner that keeps changing its mind is a
 /// bug, and the run stops with it instead of looping.
@@ -170,6 +170,9 @@ pub struct Run {
     pub first_ms: u64,
     pub end_ms: u64,
     pub calls: CallStats,
+    /// Pod creations that took a node past its allocatable in some resource (never, unless
+    /// placement has a bug).
+    pub overcommits: u64,
 }
 
 /// Virtual time, read by the allocator through [`Clock`].
@@ -351,6 +354,11 @@ struct Sim<'a> {
     /// GPUs of each node, and what bound, live pods take of them.
     node_gpus: BTreeMap<String, u64>,
     used_gpus: BTreeMap<String, u64>,
+    /// Each node's allocatable (the pod count defaulted as the allocator does), and the sum of
+    /// its live pods' requests.
+    allocatable: BTreeMap<String, Resources>,
+    node_used: BTreeMap<String, Resources>,
+    overcommits: u64,
     total_gpus: u64,
     // Measurements.
     last_ms: u64,
@@ -457,6 +465,20 @@ pub async fn run_with_progress(
         down: BTreeSet::new(),
         node_gpus,
         used_gpus: BTreeMap::new(),
+        allocatable: cluster
+            .nodes
+            .iter()
+            .map(|n| {
+                let mut a = diorch_core::resources::node_allocatable(n);
+                a.set_default(
+                    diorch_core::resources::PODS,
+                    diorch_core::model::DEFAULT_MAX_PODS,
+                );
+                (n.metadata.name.clone().unwrap_or_default(), a)
+            })
+            .collect(),
+        node_used: BTreeMap::new(),
+        overcommits: 0,
         total_gpus,
         last_ms: 0,
         first_ms: trace.jobs.first().map_or(0, |j| j.arrival_ms),
@@ -516,6 +538,7 @@ pub async fn run_with_progress(
         first_ms: sim.first_ms,
         end_ms: sim.now,
         calls,
+        overcommits: sim.overcommits,
     })
 }
 
@@ -937,7 +960,7 @@ impl Sim<'_> {
         });
         if let Some(usage) = usage {
             if let Some(node) = &usage.node {
-                *self.used_gpus.entry(node.clone()).or_default() += gpus_of(&usage);
+                self.take(node, &usage);
             }
             self.allocator.pod_event(&Event::Apply(usage.clone())).await;
             self.jobs[i].usage.insert(name.clone(), usage);
@@ -964,13 +987,32 @@ impl Sim<'_> {
         };
         let held = !usage.terminal;
         if held && let Some(node) = &usage.node {
-            self.release_gpus(node, gpus_of(&usage));
+            self.release(node, &usage);
         }
         self.allocator.pod_event(&Event::Delete(usage)).await;
         held
     }
 
-    fn release_gpus(&mut self, node: &str, gpus: u64) {
+    /// A live pod bound to `node` takes its requests there; one over the node's allocatable
+    /// in any resource is an over-commit (counted: a placement bug if it ever happens).
+    fn take(&mut self, node: &str, pod: &UsagePod) {
+        *self.used_gpus.entry(node.to_string()).or_default() += gpus_of(pod);
+        let used = self.node_used.entry(node.to_string()).or_default();
+        used.add(&pod.requests);
+        let allocatable = self.allocatable.get(node);
+        if used
+            .iter()
+            .any(|(name, amount)| amount > allocatable.map_or(0, |a| a.get(name)))
+        {
+            self.overcommits += 1;
+        }
+    }
+
+    fn release(&mut self, node: &str, pod: &UsagePod) {
+        if let Some(used) = self.node_used.get_mut(node) {
+            used.sub(&pod.requests);
+        }
+        let gpus = gpus_of(pod);
         if let Some(used) = self.used_gpus.get_mut(node) {
             *used = used.saturating_sub(gpus);
             if *used == 0 {
@@ -1091,7 +1133,7 @@ impl Sim<'_> {
             usage.terminal = true;
             let usage = usage.clone();
             if let Some(node) = &usage.node {
-                self.release_gpus(node, gpus_of(&usage));
+                self.release(node, &usage);
             }
             self.allocator.pod_event(&Event::Apply(usage)).await;
         }

@@ -66,6 +66,8 @@ pub struct Summary {
     pub resizes: u64,
     pub fallbacks: u64,
     pub failures: u64,
+    /// Pod creations past a node's allocatable: 0 unless placement has a bug.
+    pub overcommits: u64,
     /// Microseconds, wall time.
     pub allocate_us: Spread,
     pub optimize_us: Spread,
@@ -112,6 +114,7 @@ impl Summary {
             resizes: run.jobs.iter().map(|j| u64::from(j.resizes)).sum(),
             fallbacks: run.jobs.iter().map(|j| u64::from(j.fallbacks)).sum(),
             failures: run.calls.failures.values().sum(),
+            overcommits: run.overcommits,
             allocate_us: us(&run.calls.allocate_ns),
             optimize_us: us(&run.calls.optimize_ns),
         }
@@ -130,12 +133,12 @@ fn field(s: &str) -> String {
 /// `summary.csv`: one row per policy, virtual-time figures only.
 pub fn summary_csv(summaries: &[Summary]) -> String {
     let mut out = String::from(
-        "policy,jobs,finished,jct_mean_s,jct_p50_s,jct_p95_s,jct_p99_s,queue_mean_s,queue_p50_s,queue_p95_s,queue_p99_s,makespan_s,gpu_utilisation,fragmented_gpus,queue_length,moves,resizes,fallbacks,failures\n",
+        "policy,jobs,finished,jct_mean_s,jct_p50_s,jct_p95_s,jct_p99_s,queue_mean_s,queue_p50_s,queue_p95_s,queue_p99_s,makespan_s,gpu_utilisation,fragmented_gpus,queue_length,moves,resizes,fallbacks,failures,overcommits\n",
     );
     for s in summaries {
         let _ = writeln!(
             out,
-            "{},{},{},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.4},{:.3},{:.3},{},{},{},{}",
+            "{},{},{},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.4},{:.3},{:.3},{},{},{},{},{}",
             field(&s.policy),
             s.jobs,
             s.finished,
@@ -154,7 +157,8 @@ pub fn summary_csv(summaries: &[Summary]) -> String {
             s.moves,
             s.resizes,
             s.fallbacks,
-            s.failures
+            s.failures,
+            s.overcommits
         );
     }
     out
@@ -240,7 +244,7 @@ pub fn calls_csv(summaries: &[Summary]) -> String {
 /// The side-by-side table for a terminal.
 pub fn table(summaries: &[Summary]) -> String {
     type Row = (&'static str, fn(&Summary) -> String);
-    let rows: [Row; 19] = [
+    let rows: [Row; 20] = [
         ("jobs finished", |s| format!("{}/{}", s.finished, s.jobs)),
         ("JCT mean (s)", |s| format!("{:.1}", s.jct.mean)),
         ("JCT p50 (s)", |s| format!("{:.1}", s.jct.p50)),
@@ -261,6 +265,7 @@ pub fn table(summaries: &[Summary]) -> String {
         ("resizes", |s| s.resizes.to_string()),
         ("fallbacks", |s| s.fallbacks.to_string()),
         ("policy failures", |s| s.failures.to_string()),
+        ("node over-commits", |s| s.overcommits.to_string()),
         ("allocate calls", |s| s.allocate_us.count.to_string()),
         ("allocate p50/p99 (µs, wall)", |s| {
             format!("{:.0}/{:.0}", s.allocate_us.p50, s.allocate_us.p99)

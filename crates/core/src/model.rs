@@ -183,7 +183,7 @@ fn whole_up(milli: i128) -> u64 {
 // CPU-only replicas cannot exceed the kubelet's `maxPods`. Carried as an extended resource.
 
 /// kubelet's default `maxPods`, for nodes that do not report it.
-const DEFAULT_MAX_PODS: i128 = 110_000;
+pub const DEFAULT_MAX_PODS: i128 = 110_000;
 
 /// Resource names the model does not carry as extended resources.
 fn not_extended(name: &str) -> bool {
