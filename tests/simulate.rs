@@ -522,6 +522,7 @@ fn goodput_resizes_elastic_jobs_and_shortens_their_completion() {
 /// - With re-plans, the operator's node watch asks for one a second later: at 101 a moves to
 ///   an empty node and does its remaining 900 s: it ends at 1001.
 /// - Without re-plans nothing moves it: it waits for gpu-0 and ends at 5000 + 900 = 5900.
+///
 /// Work done before the failure is kept (DI-engine resumes from its checkpoint).
 #[test]
 fn a_job_on_a_failed_node_is_moved_by_the_re_plan_or_waits_for_the_node() {
@@ -624,6 +625,19 @@ mod no_overcommit {
             let run = simulate(&cluster, &trace, policy, &options);
             prop_assert_eq!(run.overcommits, 0);
             let parsed = Trace::from_yaml(&trace).unwrap();
+            // Liveness: a job that finishes when it runs alone finishes among the others too
+            // (the others end, and every node is back by the end of the trace).
+            for j in &run.jobs {
+                if j.ended_ms.is_none() {
+                    let alone = trace
+                        .split("  - name: ")
+                        .find(|part| part.starts_with(&format!("{}\n", j.name)))
+                        .unwrap();
+                    let alone = format!("jobs:\n  - name: {}", alone.split("nodeEvents:").next().unwrap());
+                    let solo = simulate(&cluster, &alone, policy, &options);
+                    prop_assert!(solo.jobs[0].ended_ms.is_none(), "{} finishes alone but not among the others", j.name);
+                }
+            }
             for (j, t) in run.jobs.iter().zip(&parsed.jobs) {
                 if let (Some(start), Some(end)) = (j.started_ms, j.ended_ms) {
                     prop_assert!(start >= j.arrival_ms && end >= start);

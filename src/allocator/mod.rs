@@ -684,6 +684,63 @@ impl Allocator {
                 }
             }
         };
+        // A job the plan leaves out keeps its allocation (`optimize::decide`), but the policy
+        // was shown the whole group's room as free, its room included: the plan must fit
+        // around the jobs it keeps. One that does not (a policy that could not place a job
+        // stranded on a failed node, and grew others into its room) is made again by the
+        // built-in policy for the jobs it moves, around the kept ones, until it fits.
+        let (by, plan) = {
+            let (mut by, mut plan) = (by, plan);
+            let mut planned_models = job_models.to_vec();
+            loop {
+                let planned: HashSet<&str> = plan.iter().map(|e| e.job.as_str()).collect();
+                let moving: HashSet<ObjectKey> = models
+                    .iter()
+                    .filter(|(m, _, _, _)| planned.contains(m.key.as_str()))
+                    .map(|(_, key, _, _)| key.clone())
+                    .collect();
+                if moving.len() == keys.len() {
+                    break (by, plan);
+                }
+                let around = self.model_nodes_without(&ledger, &moving);
+                let Err(e) = plugin::checks::plan_capacity(&by, &planned_models, &around, &plan)
+                else {
+                    break (by, plan);
+                };
+                tracing::info!(policy = %by, kept = keys.len() - moving.len(),
+                    error = %clip(&e.to_string(), MAX_MESSAGE_BYTES),
+                    "the plan takes room of jobs it keeps where they are; the built-in policy plans the others around them");
+                planned_models.retain(|m| planned.contains(m.key.as_str()));
+                let kept_out: Vec<plugin::JobPlan> = previous
+                    .iter()
+                    .filter(|p| planned.contains(p.job.as_str()))
+                    .cloned()
+                    .collect();
+                let again = builtin
+                    .optimize_now(&planned_models, &around, &kept_out)
+                    .and_then(|p| {
+                        plugin::checks::plan_capacity(
+                            &builtin.describe(),
+                            &planned_models,
+                            &around,
+                            &p,
+                        )
+                        .map(|()| p)
+                    });
+                match again {
+                    // Planned on `around`: the next round either finds it fits, or that it
+                    // leaves out more jobs (kept too). Kept jobs only grow, so this ends.
+                    Ok(p) => {
+                        by = builtin.describe();
+                        plan = p;
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "the built-in policy cannot re-plan around the kept jobs; nothing moves");
+                        return Vec::new();
+                    }
+                }
+            }
+        };
         let counts: HashMap<ObjectKey, Vec<u32>> = models
             .iter()
             .map(|(m, key, _, _)| (key.clone(), m.tasks.iter().map(|t| t.replicas).collect()))
@@ -1561,6 +1618,25 @@ mod tests {
             nodes: nodes.iter().map(|n| n.to_string()).collect(),
             replicas: None,
         }
+    }
+
+    #[tokio::test]
+    async fn a_plan_may_not_take_the_room_of_a_job_it_leaves_where_it_is() {
+        // a fills n0 (8 GPUs), b has 4 on n1. The plan leaves a out (a policy that cannot
+        // place a job keeps it where it is) and moves b into a's room on n0.
+        let greedy = Fixed::planning(vec![Ok(vec![plan("ns/b", &["n0"])])]);
+        let mut h = harness(2, vec![("greedy", greedy)], Some("greedy"));
+        let a = running("a", &["n0"], 8, None);
+        let b = running("b", &["n1"], 4, None);
+        for j in [&a, &b] {
+            cache(&mut h, j);
+            assert_eq!(h.allocator.consult(j).await, None);
+        }
+        // Carried out, n0 would hold 12 GPUs. The built-in policy plans b around a instead:
+        // b stays on n1, so nothing moves.
+        let decisions = h.allocator.optimize_once().await;
+        assert_eq!(decisions, vec![], "{decisions:?}");
+        assert_eq!(h.allocator.consult(&b).await, None);
     }
 
     #[tokio::test]

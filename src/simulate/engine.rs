@@ -173,6 +173,9 @@ pub struct Run {
     /// Pod creations that took a node past its allocatable in some resource (never, unless
     /// placement has a bug).
     pub overcommits: u64,
+    /// Pods created on a node without room for them yet, which waited unbound (a job moving
+    /// onto room another job of the same re-plan was leaving).
+    pub bind_waits: u64,
 }
 
 /// Virtual time, read by the allocator through [`Clock`].
@@ -359,6 +362,9 @@ struct Sim<'a> {
     allocatable: BTreeMap<String, Resources>,
     node_used: BTreeMap<String, Resources>,
     overcommits: u64,
+    /// Pods waiting for room on the node they are pinned to, by node, in creation order.
+    unbound: BTreeMap<String, Vec<(usize, String)>>,
+    bind_waits: u64,
     total_gpus: u64,
     // Measurements.
     last_ms: u64,
@@ -479,6 +485,8 @@ pub async fn run_with_progress(
             .collect(),
         node_used: BTreeMap::new(),
         overcommits: 0,
+        unbound: BTreeMap::new(),
+        bind_waits: 0,
         total_gpus,
         last_ms: 0,
         first_ms: trace.jobs.first().map_or(0, |j| j.arrival_ms),
@@ -539,6 +547,7 @@ pub async fn run_with_progress(
         end_ms: sim.now,
         calls,
         overcommits: sim.overcommits,
+        bind_waits: sim.bind_waits,
     })
 }
 
@@ -946,7 +955,6 @@ impl Sim<'_> {
         pod.metadata.creation_timestamp = Some(Time(VirtualClock::wall_at(self.now)));
         let node = pinned_node(&pod);
         if let Some(spec) = pod.spec.as_mut() {
-            // Bound at once: the allocator chose its node and nothing else competes for it.
             spec.node_name.clone_from(&node);
         }
         let name = pod.metadata.name.clone().unwrap_or_default();
@@ -958,18 +966,37 @@ impl Sim<'_> {
             phase: Some("Pending".into()),
             ..CachedPodStatus::default()
         });
-        if let Some(usage) = usage {
-            if let Some(node) = &usage.node {
-                self.take(node, &usage);
+        if let Some(mut usage) = usage {
+            match usage.node.clone() {
+                Some(node) if self.fits(&node, &usage) => self.take(&node, &usage),
+                Some(node) => {
+                    // kube-scheduler leaves a pod whose node lacks room unbound until room
+                    // frees (a job moving onto the room another is leaving, in one re-plan).
+                    self.bind_waits += 1;
+                    usage.node = None;
+                    if let Some(spec) = cached.spec.as_mut() {
+                        spec.node_name = None;
+                    }
+                    self.unbound
+                        .entry(node)
+                        .or_default()
+                        .push((i, name.clone()));
+                }
+                None => {}
             }
             self.allocator.pod_event(&Event::Apply(usage.clone())).await;
             self.jobs[i].usage.insert(name.clone(), usage);
         }
         self.jobs[i].pods.insert(name, cached);
+        self.restart_clock(i);
+    }
+
+    /// The job's pods changed: its work pauses, and its pods are started `pod_start` from now
+    /// (superseding what was scheduled; the rate is set again once they run).
+    fn restart_clock(&mut self, i: usize) {
         let sj = &mut self.jobs[i];
         sj.generation += 1;
         let generation = sj.generation;
-        // Whatever was scheduled for the job is superseded: the rate is set again on start.
         sj.work_left -= sj.rate * (self.now - sj.since_ms) as f64 / 1000.0;
         sj.since_ms = self.now;
         sj.rate = 0.0;
@@ -979,22 +1006,71 @@ impl Sim<'_> {
         );
     }
 
+    /// Whether `pod`'s requests fit on `node` beside its bound, live pods (kube-scheduler's
+    /// resource fit).
+    fn fits(&self, node: &str, pod: &UsagePod) -> bool {
+        let Some(allocatable) = self.allocatable.get(node) else {
+            return false;
+        };
+        let used = self.node_used.get(node);
+        pod.requests
+            .iter()
+            .all(|(name, amount)| used.map_or(0, |u| u.get(name)) + amount <= allocatable.get(name))
+    }
+
+    /// Binds the pods waiting for room on `node` that fit now, in the order they came.
+    async fn bind_waiting(&mut self, node: &str) {
+        let Some(queue) = self.unbound.remove(node) else {
+            return;
+        };
+        let mut still = Vec::new();
+        for (i, name) in queue {
+            let Some(usage) = self.jobs[i].usage.get(&name).cloned() else {
+                continue; // deleted meanwhile
+            };
+            let mut bound = usage;
+            bound.node = Some(node.to_string());
+            if !self.fits(node, &bound) {
+                still.push((i, name));
+                continue;
+            }
+            self.take(node, &bound);
+            if let Some(spec) = self.jobs[i]
+                .pods
+                .get_mut(&name)
+                .and_then(|p| p.spec.as_mut())
+            {
+                spec.node_name = Some(node.to_string());
+            }
+            self.allocator.pod_event(&Event::Apply(bound.clone())).await;
+            self.jobs[i].usage.insert(name, bound);
+            self.restart_clock(i);
+        }
+        if !still.is_empty() {
+            self.unbound.insert(node.to_string(), still);
+        }
+    }
+
     /// Removes a pod; whether it held room.
     async fn delete_pod(&mut self, i: usize, name: &str) -> bool {
         self.jobs[i].pods.remove(name);
         let Some(usage) = self.jobs[i].usage.remove(name) else {
             return false;
         };
-        let held = !usage.terminal;
+        let held = !usage.terminal && usage.node.is_some();
         if held && let Some(node) = &usage.node {
             self.release(node, &usage);
         }
+        let node = usage.node.clone();
         self.allocator.pod_event(&Event::Delete(usage)).await;
+        if let Some(node) = node.filter(|_| held) {
+            self.bind_waiting(&node).await;
+        }
         held
     }
 
-    /// A live pod bound to `node` takes its requests there; one over the node's allocatable
-    /// in any resource is an over-commit (counted: a placement bug if it ever happens).
+    /// A live pod bound to `node` takes its requests there. Pods are bound only where they
+    /// fit ([`Sim::fits`]), so an over-commit counted here is a bug of this module.
     fn take(&mut self, node: &str, pod: &UsagePod) {
         *self.used_gpus.entry(node.to_string()).or_default() += gpus_of(pod);
         let used = self.node_used.entry(node.to_string()).or_default();
@@ -1135,7 +1211,11 @@ impl Sim<'_> {
             if let Some(node) = &usage.node {
                 self.release(node, &usage);
             }
+            let node = usage.node.clone();
             self.allocator.pod_event(&Event::Apply(usage)).await;
+            if let Some(node) = node {
+                self.bind_waiting(&node).await;
+            }
         }
         self.jobs[i].rate = 0.0;
         self.allocator.capacity_freed().await;

@@ -192,7 +192,7 @@ fn over_time<'a>(
                     .iter()
                     .map(|s| {
                         (
-                            s.at_ms.saturating_sub(r.first_ms) as f64 / 3600_000.0,
+                            s.at_ms.saturating_sub(r.first_ms) as f64 / 3_600_000.0,
                             value(s),
                         )
                     })
@@ -209,7 +209,7 @@ fn jct_cdf(runs: &[Run]) -> Vec<Series<'_>> {
             let mut jct: Vec<f64> = r
                 .jobs
                 .iter()
-                .filter_map(|j| Some(j.ended_ms?.saturating_sub(j.arrival_ms) as f64 / 3600_000.0))
+                .filter_map(|j| Some(j.ended_ms?.saturating_sub(j.arrival_ms) as f64 / 3_600_000.0))
                 .collect();
             jct.sort_by(f64::total_cmp);
             let n = jct.len() as f64;

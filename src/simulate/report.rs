@@ -68,6 +68,8 @@ pub struct Summary {
     pub failures: u64,
     /// Pod creations past a node's allocatable: 0 unless placement has a bug.
     pub overcommits: u64,
+    /// Pods that waited unbound for room on their node.
+    pub bind_waits: u64,
     /// Microseconds, wall time.
     pub allocate_us: Spread,
     pub optimize_us: Spread,
@@ -115,6 +117,7 @@ impl Summary {
             fallbacks: run.jobs.iter().map(|j| u64::from(j.fallbacks)).sum(),
             failures: run.calls.failures.values().sum(),
             overcommits: run.overcommits,
+            bind_waits: run.bind_waits,
             allocate_us: us(&run.calls.allocate_ns),
             optimize_us: us(&run.calls.optimize_ns),
         }
@@ -133,12 +136,12 @@ fn field(s: &str) -> String {
 /// `summary.csv`: one row per policy, virtual-time figures only.
 pub fn summary_csv(summaries: &[Summary]) -> String {
     let mut out = String::from(
-        "policy,jobs,finished,jct_mean_s,jct_p50_s,jct_p95_s,jct_p99_s,queue_mean_s,queue_p50_s,queue_p95_s,queue_p99_s,makespan_s,gpu_utilisation,fragmented_gpus,queue_length,moves,resizes,fallbacks,failures,overcommits\n",
+        "policy,jobs,finished,jct_mean_s,jct_p50_s,jct_p95_s,jct_p99_s,queue_mean_s,queue_p50_s,queue_p95_s,queue_p99_s,makespan_s,gpu_utilisation,fragmented_gpus,queue_length,moves,resizes,fallbacks,failures,overcommits,bind_waits\n",
     );
     for s in summaries {
         let _ = writeln!(
             out,
-            "{},{},{},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.4},{:.3},{:.3},{},{},{},{},{}",
+            "{},{},{},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.4},{:.3},{:.3},{},{},{},{},{},{}",
             field(&s.policy),
             s.jobs,
             s.finished,
@@ -158,7 +161,8 @@ pub fn summary_csv(summaries: &[Summary]) -> String {
             s.resizes,
             s.fallbacks,
             s.failures,
-            s.overcommits
+            s.overcommits,
+            s.bind_waits
         );
     }
     out
@@ -244,7 +248,7 @@ pub fn calls_csv(summaries: &[Summary]) -> String {
 /// The side-by-side table for a terminal.
 pub fn table(summaries: &[Summary]) -> String {
     type Row = (&'static str, fn(&Summary) -> String);
-    let rows: [Row; 20] = [
+    let rows: [Row; 21] = [
         ("jobs finished", |s| format!("{}/{}", s.finished, s.jobs)),
         ("JCT mean (s)", |s| format!("{:.1}", s.jct.mean)),
         ("JCT p50 (s)", |s| format!("{:.1}", s.jct.p50)),
@@ -266,6 +270,7 @@ pub fn table(summaries: &[Summary]) -> String {
         ("fallbacks", |s| s.fallbacks.to_string()),
         ("policy failures", |s| s.failures.to_string()),
         ("node over-commits", |s| s.overcommits.to_string()),
+        ("pods waiting for room", |s| s.bind_waits.to_string()),
         ("allocate calls", |s| s.allocate_us.count.to_string()),
         ("allocate p50/p99 (µs, wall)", |s| {
             format!("{:.0}/{:.0}", s.allocate_us.p50, s.allocate_us.p99)
