@@ -650,3 +650,64 @@ mod no_overcommit {
         }
     }
 }
+
+/// A CSV trace is the same trace as its YAML form: same jobs, same outcome.
+#[test]
+fn a_csv_trace_runs_as_its_yaml_form() {
+    let yaml = "jobs:
+  - {name: a, arrival: 0, priority: high, duration: 100, tasks: [{type: learner, replicas: 1, requests: {cpu: 1, memory: 1Gi, gpus: 4}}]}
+  - name: b
+    arrival: 5
+    tasks:
+      - {type: learner, replicas: 1, requests: {cpu: 1, memory: 1Gi, gpus: 8}}
+      - {type: collector, replicas: 2, minReplicas: 1, maxReplicas: 4, requests: {cpu: 2, memory: 2Gi}}
+    throughput: {1: 10, 2: 18, 4: 30}
+    work: 3600
+";
+    let csv = "job,arrival,priority,preemptible,duration,work,throughput,task,type,replicas,min_replicas,max_replicas,cpu,memory,gpus
+a,0,high,,100,,,,learner,1,,,1,1Gi,4
+b,5,,true,,3600,1:10;2:18;4:30,,learner,1,,,1,1Gi,8
+b,,,,,,,,collector,2,1,4,2,2Gi,
+";
+    let from_csv = Trace::from_csv(csv).unwrap_or_else(|e| panic!("{e}"));
+    let from_yaml = Trace::from_yaml(yaml).unwrap();
+    assert_eq!(
+        format!(
+            "{:?}",
+            from_csv.jobs.iter().map(|j| &j.dijob).collect::<Vec<_>>()
+        ),
+        format!(
+            "{:?}",
+            from_yaml.jobs.iter().map(|j| &j.dijob).collect::<Vec<_>>()
+        )
+    );
+    assert_eq!(from_csv.jobs[1].work, from_yaml.jobs[1].work);
+    assert_eq!(from_csv.jobs[1].collector, Some(1));
+    for (bad, needle) in [
+        ("job,arrival,colour\n", "unknown column"),
+        ("job,arrival,type\na,0,learner\n", "replicas"),
+        (
+            "job,arrival,type,replicas\na,0,learner\n",
+            "3 cells for 4 columns",
+        ),
+        (
+            "job,arrival,type,replicas,duration\na,soon,learner,1,5\n",
+            "not a number",
+        ),
+        (
+            "job,arrival,type,replicas,duration\n\"a\",0,learner,1,5\n",
+            "quoted",
+        ),
+        (
+            "job,arrival,type,replicas,work,throughput\na,0,learner,1,5,2=3\n",
+            "count:rate",
+        ),
+        (
+            "job,arrival,type,replicas,duration,priority\na,0,learner,1,5,urgent\n",
+            "priority",
+        ),
+    ] {
+        let err = Trace::from_csv(bad).expect_err(bad).to_string();
+        assert!(err.contains(needle), "{bad}: {err}");
+    }
+}

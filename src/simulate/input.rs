@@ -459,9 +459,162 @@ fn rate_at(profile: &BTreeMap<u32, f64>, count: u32) -> f64 {
 }
 
 impl Trace {
+    /// A YAML trace, or a CSV one when the file name ends in `.csv`.
     pub fn load(path: &Path) -> Result<Trace, InputError> {
         let text = read(path)?;
-        Trace::from_yaml(&text).map_err(|e| e.at(&path.display().to_string()))
+        let csv = path
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("csv"));
+        let trace = if csv {
+            Trace::from_csv(&text)
+        } else {
+            Trace::from_yaml(&text)
+        };
+        trace.map_err(|e| e.at(&path.display().to_string()))
+    }
+
+    /// A CSV trace: a header row naming [`CSV_COLUMNS`], then one row per task; a job's rows
+    /// are consecutive, and its job-level cells are read from its first row (later rows may
+    /// leave them empty). `throughput` is `count:rate` pairs separated by `;`. Node events
+    /// need the YAML form. Fields are plain (no quoting): no cell of this format needs a comma.
+    pub fn from_csv(text: &str) -> Result<Trace, Located> {
+        let mut lines = text
+            .lines()
+            .enumerate()
+            .filter(|(_, l)| !l.trim().is_empty() && !l.starts_with('#'));
+        let Some((_, header)) = lines.next() else {
+            return Err(Located::invalid(
+                "header".into(),
+                "the CSV trace is empty".into(),
+            ));
+        };
+        let columns: Vec<&str> = header.split(',').map(str::trim).collect();
+        for c in &columns {
+            if !CSV_COLUMNS.contains(c) {
+                return Err(Located::invalid(
+                    "header".into(),
+                    format!(
+                        "unknown column {c:?} (the columns are {})",
+                        CSV_COLUMNS.join(",")
+                    ),
+                ));
+            }
+        }
+        for required in ["job", "arrival", "type", "replicas"] {
+            if !columns.contains(&required) {
+                return Err(Located::invalid(
+                    "header".into(),
+                    format!("no {required:?} column"),
+                ));
+            }
+        }
+        let mut jobs: Vec<JobSpec> = Vec::new();
+        for (n, line) in lines {
+            let what = format!("line {}", n + 1);
+            if line.contains('"') {
+                return Err(Located::invalid(
+                    what,
+                    "quoted fields are not supported".into(),
+                ));
+            }
+            let cells: Vec<&str> = line.split(',').map(str::trim).collect();
+            if cells.len() != columns.len() {
+                return Err(Located::invalid(
+                    what,
+                    format!("{} cells for {} columns", cells.len(), columns.len()),
+                ));
+            }
+            let cell = |name: &str| -> &str {
+                columns
+                    .iter()
+                    .position(|c| *c == name)
+                    .map_or("", |i| cells[i])
+            };
+            let number = |name: &str| -> Result<Option<f64>, Located> {
+                match cell(name) {
+                    "" => Ok(None),
+                    v => v.parse::<f64>().map(Some).map_err(|_| {
+                        Located::invalid(what.clone(), format!("{name}: {v:?} is not a number"))
+                    }),
+                }
+            };
+            let count = |name: &str| -> Result<Option<u32>, Located> {
+                match cell(name) {
+                    "" => Ok(None),
+                    v => v.parse::<u32>().map(Some).map_err(|_| {
+                        Located::invalid(what.clone(), format!("{name}: {v:?} is not a count"))
+                    }),
+                }
+            };
+            let mut requests = Amounts::new();
+            for (column, resource) in [("cpu", "cpu"), ("memory", "memory"), ("gpus", "gpus")] {
+                if !cell(column).is_empty() {
+                    requests.insert(resource.to_string(), Qty::Text(cell(column).to_string()));
+                }
+            }
+            let task = TaskSpec {
+                name: Some(cell("task"))
+                    .filter(|t| !t.is_empty())
+                    .map(String::from),
+                task_type: cell("type").to_string(),
+                replicas: count("replicas")?.unwrap_or(0),
+                min_replicas: count("min_replicas")?,
+                max_replicas: count("max_replicas")?,
+                requests,
+            };
+            let name = cell("job");
+            if let Some(job) = jobs.last_mut().filter(|j| j.name == name) {
+                job.tasks.push(task);
+                continue;
+            }
+            if jobs.len() >= MAX_JOBS {
+                return Err(Located::invalid(what, format!("more than {MAX_JOBS} jobs")));
+            }
+            let mut throughput = BTreeMap::new();
+            for pair in cell("throughput").split(';').filter(|p| !p.is_empty()) {
+                let parsed = pair.split_once(':').and_then(|(c, r)| {
+                    Some((c.trim().parse::<u32>().ok()?, r.trim().parse::<f64>().ok()?))
+                });
+                let Some((c, r)) = parsed else {
+                    return Err(Located::invalid(
+                        what,
+                        format!("throughput: {pair:?} is not count:rate"),
+                    ));
+                };
+                throughput.insert(c, r);
+            }
+            let priority = match cell("priority") {
+                "" | "normal" => Priority::Normal,
+                "high" => Priority::High,
+                other => {
+                    return Err(Located::invalid(
+                        what,
+                        format!("priority {other:?} is not normal or high"),
+                    ));
+                }
+            };
+            let preemptible = match cell("preemptible") {
+                "" | "true" => true,
+                "false" => false,
+                other => {
+                    return Err(Located::invalid(
+                        what,
+                        format!("preemptible {other:?} is not true or false"),
+                    ));
+                }
+            };
+            jobs.push(JobSpec {
+                name: name.to_string(),
+                arrival: number("arrival")?.unwrap_or(f64::NAN),
+                priority,
+                preemptible,
+                tasks: vec![task],
+                duration: number("duration")?,
+                work: number("work")?,
+                throughput,
+            });
+        }
+        Trace::from_specs(jobs, Vec::new())
     }
 
     pub fn from_yaml(text: &str) -> Result<Trace, Located> {
@@ -478,8 +631,11 @@ impl Trace {
                 format!("more than {MAX_NODE_EVENTS}"),
             ));
         }
-        let mut jobs = file
-            .jobs
+        Trace::from_specs(file.jobs, file.node_events)
+    }
+
+    fn from_specs(jobs: Vec<JobSpec>, node_events: Vec<NodeEvent>) -> Result<Trace, Located> {
+        let mut jobs = jobs
             .into_iter()
             .map(trace_job)
             .collect::<Result<Vec<_>, _>>()?;
@@ -496,7 +652,7 @@ impl Trace {
                 ));
             }
         }
-        let mut node_events = file.node_events;
+        let mut node_events = node_events;
         for e in &node_events {
             seconds(e.at).map_err(|m| {
                 Located::invalid(format!("node event for {:?}", e.node), format!("at: {m}"))
@@ -507,6 +663,25 @@ impl Trace {
         Ok(Trace { jobs, node_events })
     }
 }
+
+/// The columns of a CSV trace (see [`Trace::from_csv`]).
+pub const CSV_COLUMNS: [&str; 15] = [
+    "job",
+    "arrival",
+    "priority",
+    "preemptible",
+    "duration",
+    "work",
+    "throughput",
+    "task",
+    "type",
+    "replicas",
+    "min_replicas",
+    "max_replicas",
+    "cpu",
+    "memory",
+    "gpus",
+];
 
 /// `s` as whole milliseconds, if it is a time the simulator can hold.
 pub fn seconds(s: f64) -> Result<u64, String> {
