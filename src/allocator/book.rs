@@ -265,6 +265,11 @@ pub struct Used<'a> {
 }
 
 impl Used<'_> {
+    /// Whether this is the book's usage as it is: no job left out takes anything.
+    pub fn leaves_nothing_out(&self) -> bool {
+        self.less.is_empty()
+    }
+
     /// What `node` counts as used; `None` when nothing.
     pub fn on(&self, node: &str) -> Option<Cow<'_, Resources>> {
         let counted = self.counted.get(node);

@@ -178,6 +178,12 @@ struct NodeModels {
     /// every use, as nodes that never went through an API server have none).
     by_name: HashMap<String, (Option<String>, Arc<view::NodeModel>)>,
     sorted: Vec<Arc<view::NodeModel>>,
+    /// Changes whenever `sorted` does.
+    generation: u64,
+    /// The nodes as modelled for a placement that leaves no job out, for the book version
+    /// and generation they were made at: every waiting job's admission sees the same nodes
+    /// until something changes, and a burst of them reuses one copy.
+    plain: Option<(u64, u64, Arc<[plugin::Node]>)>,
 }
 
 impl NodeModels {
@@ -210,6 +216,7 @@ impl NodeModels {
             // A stable order: the same cluster gives a policy the same input.
             self.sorted = self.by_name.values().map(|(_, m)| m.clone()).collect();
             self.sorted.sort_by(|a, b| a.name().cmp(b.name()));
+            self.generation += 1;
         }
         self.sorted.clone()
     }
@@ -1114,23 +1121,39 @@ impl Allocator {
     /// The cluster's nodes with free capacity as seen by `key`'s placement: allocatable minus
     /// every bound pod, except pods of jobs whose allocation the ledger holds (counted from the
     /// allocation instead, so a reservation counts before its pods exist) and of `key` itself.
-    fn model_nodes(&self, ledger: &Ledger, key: &ObjectKey) -> Vec<plugin::Node> {
+    fn model_nodes(&self, ledger: &Ledger, key: &ObjectKey) -> Arc<[plugin::Node]> {
         self.model_nodes_without(ledger, &HashSet::from([key.clone()]))
     }
 
     /// [`Allocator::model_nodes`] as seen by placing all of `keys` at once.
-    fn model_nodes_without(&self, ledger: &Ledger, keys: &HashSet<ObjectKey>) -> Vec<plugin::Node> {
+    fn model_nodes_without(
+        &self,
+        ledger: &Ledger,
+        keys: &HashSet<ObjectKey>,
+    ) -> Arc<[plugin::Node]> {
         let used = ledger.book.used_without(keys);
-        let models = self
+        let mut cache = self
             .node_models
             .lock()
             // Refreshing replaces entries whole: a panic cannot leave one half-written.
-            .unwrap_or_else(|e| e.into_inner())
-            .refresh(&self.nodes.state());
-        models
+            .unwrap_or_else(|e| e.into_inner());
+        let models = cache.refresh(&self.nodes.state());
+        let at = (ledger.book.version(), cache.generation);
+        if used.leaves_nothing_out() {
+            if let Some((version, generation, nodes)) = &cache.plain
+                && (*version, *generation) == at
+            {
+                return nodes.clone();
+            }
+        }
+        let nodes: Arc<[plugin::Node]> = models
             .iter()
             .map(|m| m.with_used(used.on(m.name()).as_deref()))
-            .collect()
+            .collect();
+        if used.leaves_nothing_out() {
+            cache.plain = Some((at.0, at.1, nodes.clone()));
+        }
+        nodes
     }
 
     /// [`Allocator::model_nodes_without`] for the nodes `names` only (each once; unknown ones

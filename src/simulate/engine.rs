@@ -36,7 +36,7 @@ use diorch_core::api::{DIJob, Phase};
 use diorch_core::build::{self, BuildContext};
 use diorch_core::cached::{CachedCondition, CachedJob, CachedPod, CachedPodStatus, CachedService};
 use diorch_core::model::UsagePod;
-use diorch_core::placement::{Admission, ObjectKey};
+use diorch_core::placement::{Admission, ObjectKey, needs_allocation};
 use diorch_core::planner::{self, Action, Observed};
 use diorch_core::resources::{GPU, Resources};
 
@@ -365,6 +365,10 @@ struct Sim<'a> {
     /// Pods waiting for room on the node they are pinned to, by node, in creation order.
     unbound: BTreeMap<String, Vec<(usize, String)>>,
     bind_waits: u64,
+    /// Waiting jobs asking for more GPUs than are free (see [`Sim::drain_retries`]).
+    parked: BTreeSet<usize>,
+    /// Jobs doing work (rate above 0).
+    running: u64,
     total_gpus: u64,
     // Measurements.
     last_ms: u64,
@@ -487,6 +491,8 @@ pub async fn run_with_progress(
         overcommits: 0,
         unbound: BTreeMap::new(),
         bind_waits: 0,
+        parked: BTreeSet::new(),
+        running: 0,
         total_gpus,
         last_ms: 0,
         first_ms: trace.jobs.first().map_or(0, |j| j.arrival_ms),
@@ -689,11 +695,7 @@ impl Sim<'_> {
                 (*used > 0 && *used < cap).then(|| cap - used)
             })
             .sum();
-        let running = self
-            .jobs
-            .iter()
-            .filter(|j| !j.ended && j.rate > 0.0)
-            .count() as u64;
+        let running = self.running;
         let down_gpus: u64 = self.down.iter().filter_map(|n| self.node_gpus.get(n)).sum();
         Sample {
             at_ms: self.now,
@@ -727,6 +729,14 @@ impl Sim<'_> {
         self.jobs_writer.apply_watcher_event(&Event::Apply(cached));
     }
 
+    /// Reconciles the jobs the allocator sent back (woken waiting jobs, re-planned ones).
+    ///
+    /// One shortcut, to keep large overloaded runs fast: a woken job that needs an allocation
+    /// and asks for more GPUs than are free in the whole cluster is parked instead of asking
+    /// the allocator, which could only answer that it does not fit (free here counts bound
+    /// pods only, so it is never less than what the allocator sees). Parked jobs are looked at
+    /// again after every event, in the same order, so they are admitted when they would have
+    /// been.
     async fn drain_retries(&mut self) -> Result<(), SimError> {
         loop {
             let mut woken = BTreeSet::new();
@@ -735,16 +745,52 @@ impl Sim<'_> {
                     woken.insert(i);
                 }
             }
-            if woken.is_empty() {
+            let mut free = self.free_gpus();
+            let mut reconciled = false;
+            // Arrival order: the order the controller's queue would have them in.
+            for i in woken
+                .union(&self.parked.clone())
+                .copied()
+                .collect::<Vec<_>>()
+            {
+                let Some(job) = self.jobs[i].job.as_ref().filter(|_| !self.jobs[i].ended) else {
+                    self.parked.remove(&i);
+                    continue;
+                };
+                if needs_allocation(job) && u64::from(job_gpus(job)) > free {
+                    self.parked.insert(i);
+                    continue;
+                }
+                self.parked.remove(&i);
+                self.reconcile(i).await?;
+                reconciled = true;
+                free = self.free_gpus();
+            }
+            if !reconciled && woken.is_empty() {
                 return Ok(());
             }
-            // Arrival order: the order the controller's queue would have them in.
-            for i in woken {
-                if self.jobs[i].job.is_some() && !self.jobs[i].ended {
-                    self.reconcile(i).await?;
-                }
+            if !reconciled {
+                // Everything woken was parked: nothing changed that could wake more.
+                return Ok(());
             }
         }
+    }
+
+    /// GPUs not taken by bound, live pods on nodes that are up.
+    fn free_gpus(&self) -> u64 {
+        let used: u64 = self
+            .used_gpus
+            .iter()
+            .filter(|(node, _)| !self.down.contains(*node))
+            .map(|(_, used)| used)
+            .sum();
+        let up: u64 = self
+            .node_gpus
+            .iter()
+            .filter(|(node, _)| !self.down.contains(*node))
+            .map(|(_, gpus)| gpus)
+            .sum();
+        up.saturating_sub(used)
     }
 
     /// One controller reconcile of job `i`, repeated until the planner has nothing more to do.
@@ -852,7 +898,7 @@ impl Sim<'_> {
             let sj = &mut self.jobs[i];
             sj.ended = true;
             self.ended += 1;
-            sj.rate = 0.0;
+            set_rate(&mut self.running, &mut sj.rate, 0.0);
             sj.result.ended_ms = Some(self.now);
             sj.result.phase = p.as_str().to_string();
             self.open -= 1;
@@ -911,7 +957,7 @@ impl Sim<'_> {
         });
         let rate = if running { tj.rate(collectors) } else { 0.0 };
         if rate != sj.rate {
-            sj.rate = rate;
+            set_rate(&mut self.running, &mut sj.rate, rate);
             sj.generation += 1;
             if rate > 0.0 {
                 let left_ms = (sj.work_left.max(0.0) / rate * 1000.0).ceil();
@@ -999,7 +1045,7 @@ impl Sim<'_> {
         let generation = sj.generation;
         sj.work_left -= sj.rate * (self.now - sj.since_ms) as f64 / 1000.0;
         sj.since_ms = self.now;
-        sj.rate = 0.0;
+        set_rate(&mut self.running, &mut sj.rate, 0.0);
         self.push(
             self.now + ms(self.options.pod_start),
             Ev::PodsUp(i, generation),
@@ -1217,9 +1263,19 @@ impl Sim<'_> {
                 self.bind_waiting(&node).await;
             }
         }
-        self.jobs[i].rate = 0.0;
+        set_rate(&mut self.running, &mut self.jobs[i].rate, 0.0);
         self.allocator.capacity_freed().await;
     }
+}
+
+/// Sets a job's work rate, keeping the count of running jobs (rate above 0) in step.
+fn set_rate(running: &mut u64, rate: &mut f64, to: f64) {
+    match (*rate > 0.0, to > 0.0) {
+        (false, true) => *running += 1,
+        (true, false) => *running = running.saturating_sub(1),
+        _ => {}
+    }
+    *rate = to;
 }
 
 fn gpus_of(pod: &UsagePod) -> u64 {
