@@ -617,7 +617,7 @@ impl Allocator {
             .map(|(m, _, _, _)| m.clone())
             .collect::<Vec<_>>()
             .into();
-        let mut nodes: Arc<[plugin::Node]> = nodes.into();
+        let mut nodes = nodes;
 
         let builtin = self.policies.builtin();
         let mut answer = None;
@@ -655,7 +655,7 @@ impl Allocator {
                     }
                 }
                 // A fallback below plans on what is free now.
-                nodes = self.model_nodes_without(&ledger, &keys).into();
+                nodes = self.model_nodes_without(&ledger, &keys);
             }
             match plan {
                 Ok(plan) => answer = Some((by, plan)),
@@ -914,7 +914,6 @@ impl Allocator {
                 let nodes = self.model_nodes(&ledger, &key);
                 let node_index = view::node_index(&nodes);
                 let model = Arc::new(view::model_job(job, &node_index, age));
-                let nodes: Arc<[plugin::Node]> = nodes.into();
                 let version = ledger.book.version();
                 // Waiting already: a job that frees room during the call wakes this one, which
                 // may then fit though the answer below says it does not.
@@ -1139,12 +1138,11 @@ impl Allocator {
             .unwrap_or_else(|e| e.into_inner());
         let models = cache.refresh(&self.nodes.state());
         let at = (ledger.book.version(), cache.generation);
-        if used.leaves_nothing_out() {
-            if let Some((version, generation, nodes)) = &cache.plain
-                && (*version, *generation) == at
-            {
-                return nodes.clone();
-            }
+        if used.leaves_nothing_out()
+            && let Some((version, generation, nodes)) = &cache.plain
+            && (*version, *generation) == at
+        {
+            return nodes.clone();
         }
         let nodes: Arc<[plugin::Node]> = models
             .iter()
