@@ -266,10 +266,6 @@ fn bad_inputs_are_refused_with_the_entry_named() {
             "job \"a\"",
         ),
         (
-            "jobs: [{name: a, arrival: 0, duration: 1, preemptible: false, tasks: [{type: learner, replicas: 1}]}]",
-            "kube-scheduler",
-        ),
-        (
             "jobs: [{name: a, arrival: 0, duration: 1, tasks: [{type: learner, replicas: 1}]}, {name: a, arrival: 1, duration: 1, tasks: [{type: learner, replicas: 1}]}]",
             "named twice",
         ),
@@ -574,15 +570,19 @@ mod no_overcommit {
             1u32..=8,
             10u32..900,
             0u32..=3,
+            // A one-pod job that is not preemptible (kube-scheduler places it).
+            prop::bool::weighted(0.2),
         );
         (prop::collection::vec(job, 1..=12), prop::option::of((0u32..900, 0usize..4, 1u32..900)))
             .prop_map(|(jobs, failure)| {
                 let mut text = String::from("jobs:\n");
-                for (i, (arrival, replicas, gpus, cpu, duration, collectors)) in jobs.iter().enumerate() {
+                for (i, (arrival, replicas, gpus, cpu, duration, collectors, fixed)) in jobs.iter().enumerate() {
+                    let (replicas, collectors) = if *fixed { (1, 0) } else { (*replicas, *collectors) };
                     text.push_str(&format!(
-                        "  - name: j{i}\n    arrival: {arrival}\n    tasks:\n      - {{type: learner, replicas: {replicas}, requests: {{cpu: {cpu}, memory: 1Gi, gpus: {gpus}}}}}\n"
+                        "  - name: j{i}\n    arrival: {arrival}\n    preemptible: {}\n    tasks:\n      - {{type: learner, replicas: {replicas}, requests: {{cpu: {cpu}, memory: 1Gi, gpus: {gpus}}}}}\n",
+                        !fixed
                     ));
-                    if *collectors > 0 {
+                    if collectors > 0 {
                         text.push_str(&format!(
                             "      - {{type: collector, replicas: {collectors}, minReplicas: 1, maxReplicas: 6, requests: {{cpu: 1, memory: 1Gi}}}}\n    throughput: {{1: 10, 2: 18, 4: 30, 6: 34}}\n    work: {}\n",
                             duration * 10
@@ -710,4 +710,38 @@ b,,,,,,,,collector,2,1,4,2,2Gi,
         let err = Trace::from_csv(bad).expect_err(bad).to_string();
         assert!(err.contains(needle), "{bad}: {err}");
     }
+}
+
+/// A job that is not preemptible is placed by kube-scheduler, pod by pod, on the least allocated
+/// node with room; the policy places the others around it:
+/// n (2 pods of 4 GPUs, 500 s) at 0: its first pod goes to gpu-0 (all equal, first by name),
+/// its second to gpu-1 (gpu-0 has less CPU left). p (8 GPUs, 100 s) at 1 gets the only whole
+/// node, gpu-2: 1–101. q (8 GPUs, 100 s) at 2 waits for p to end, and gets gpu-2: 101–201
+/// (gpu-0 and gpu-1 keep 4 GPUs of n each until 500).
+#[test]
+fn jobs_that_are_not_preemptible_are_placed_by_the_scheduler_model() {
+    let trace = format!(
+        "jobs:\n  - {{name: n, arrival: 0, duration: 500, preemptible: false, tasks: [{{type: learner, replicas: 2, requests: {{cpu: 1, memory: 1Gi, gpus: 4}}}}]}}\n{}{}",
+        single("p", 1, 8, 100),
+        single("q", 2, 8, 100)
+    );
+    let run = simulate(THREE_NODES, &trace, "binpack", &plain());
+    let expect = |v: &[(&str, f64, f64)]| -> Vec<(String, f64, f64)> {
+        v.iter().map(|(n, s, e)| (n.to_string(), *s, *e)).collect()
+    };
+    assert_eq!(
+        times(&run),
+        expect(&[("n", 0.0, 500.0), ("p", 1.0, 101.0), ("q", 101.0, 201.0)])
+    );
+    assert_eq!(run.overcommits, 0);
+    // n's pods hold 4 GPUs on gpu-0 and on gpu-1 while q runs: 8 fragmented GPUs from 1 to 500
+    // (gpu-2 is full from 1 to 201, then empty).
+    let at = |t: u64| {
+        run.timeline
+            .iter()
+            .find(|s| s.at_ms == t)
+            .unwrap()
+            .fragmented_gpus
+    };
+    assert_eq!(at(120_000), 8);
 }

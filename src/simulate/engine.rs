@@ -1028,7 +1028,23 @@ impl Sim<'_> {
                         .or_default()
                         .push((i, name.clone()));
                 }
-                None => {}
+                // Not pinned (a job that is not preemptible): kube-scheduler picks the node.
+                None => match self.schedule(&usage) {
+                    Some(node) => {
+                        usage.node = Some(node.clone());
+                        if let Some(spec) = cached.spec.as_mut() {
+                            spec.node_name = Some(node.clone());
+                        }
+                        self.take(&node, &usage);
+                    }
+                    None => {
+                        self.bind_waits += 1;
+                        self.unbound
+                            .entry(String::new())
+                            .or_default()
+                            .push((i, name.clone()));
+                    }
+                },
             }
             self.allocator.pod_event(&Event::Apply(usage.clone())).await;
             self.jobs[i].usage.insert(name.clone(), usage);
@@ -1064,36 +1080,87 @@ impl Sim<'_> {
             .all(|(name, amount)| used.map_or(0, |u| u.get(name)) + amount <= allocatable.get(name))
     }
 
-    /// Binds the pods waiting for room on `node` that fit now, in the order they came.
-    async fn bind_waiting(&mut self, node: &str) {
-        let Some(queue) = self.unbound.remove(node) else {
-            return;
-        };
-        let mut still = Vec::new();
-        for (i, name) in queue {
-            let Some(usage) = self.jobs[i].usage.get(&name).cloned() else {
-                continue; // deleted meanwhile
-            };
-            let mut bound = usage;
-            bound.node = Some(node.to_string());
-            if !self.fits(node, &bound) {
-                still.push((i, name));
+    /// kube-scheduler's choice for a pod no allocation pins: among the nodes that are up,
+    /// untainted and have room, the least allocated (mean of the CPU and memory shares left),
+    /// ties by name.
+    fn schedule(&self, pod: &UsagePod) -> Option<String> {
+        let mut best: Option<(f64, &String)> = None;
+        for (name, node) in &self.nodes {
+            let tainted = node
+                .spec
+                .as_ref()
+                .and_then(|s| s.taints.as_ref())
+                .is_some_and(|t| {
+                    t.iter()
+                        .any(|t| t.effect == "NoSchedule" || t.effect == "NoExecute")
+                });
+            if tainted || self.down.contains(name) {
                 continue;
             }
-            self.take(node, &bound);
-            if let Some(spec) = self.jobs[i]
-                .pods
-                .get_mut(&name)
-                .and_then(|p| p.spec.as_mut())
-            {
-                spec.node_name = Some(node.to_string());
+            let mut bound = pod.clone();
+            bound.node = Some(name.clone());
+            if !self.fits(name, &bound) {
+                continue;
             }
-            self.allocator.pod_event(&Event::Apply(bound.clone())).await;
-            self.jobs[i].usage.insert(name, bound);
-            self.restart_clock(i);
+            let (Some(allocatable), used) = (self.allocatable.get(name), self.node_used.get(name))
+            else {
+                continue;
+            };
+            let left = |r: &str| {
+                let total = allocatable.get(r);
+                if total <= 0 {
+                    return 0.0;
+                }
+                (total - used.map_or(0, |u| u.get(r))) as f64 / total as f64
+            };
+            let score = (left("cpu") + left("memory")) / 2.0;
+            if best.is_none_or(|(s, _)| score > s) {
+                best = Some((score, name));
+            }
         }
-        if !still.is_empty() {
-            self.unbound.insert(node.to_string(), still);
+        best.map(|(_, name)| name.clone())
+    }
+
+    /// Binds the pods waiting for room on `node` that fit now, then the unpinned pods waiting
+    /// for any node, each in the order they came.
+    async fn bind_waiting(&mut self, node: &str) {
+        for queue_node in [node.to_string(), String::new()] {
+            let Some(queue) = self.unbound.remove(&queue_node) else {
+                continue;
+            };
+            let mut still = Vec::new();
+            for (i, name) in queue {
+                let Some(usage) = self.jobs[i].usage.get(&name).cloned() else {
+                    continue; // deleted meanwhile
+                };
+                let target = if queue_node.is_empty() {
+                    self.schedule(&usage)
+                } else {
+                    let mut bound = usage.clone();
+                    bound.node = Some(queue_node.clone());
+                    self.fits(&queue_node, &bound).then(|| queue_node.clone())
+                };
+                let Some(target) = target else {
+                    still.push((i, name));
+                    continue;
+                };
+                let mut bound = usage;
+                bound.node = Some(target.clone());
+                self.take(&target, &bound);
+                if let Some(spec) = self.jobs[i]
+                    .pods
+                    .get_mut(&name)
+                    .and_then(|p| p.spec.as_mut())
+                {
+                    spec.node_name = Some(target);
+                }
+                self.allocator.pod_event(&Event::Apply(bound.clone())).await;
+                self.jobs[i].usage.insert(name, bound);
+                self.restart_clock(i);
+            }
+            if !still.is_empty() {
+                self.unbound.insert(queue_node, still);
+            }
         }
     }
 
@@ -1200,6 +1267,9 @@ impl Sim<'_> {
                     self.delete_pod(i, &pod).await;
                 }
             }
+        }
+        if ready {
+            self.bind_waiting(name).await;
         }
         self.allocator.capacity_freed().await;
         for i in touched {

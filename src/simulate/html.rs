@@ -243,29 +243,9 @@ pub fn page(runs: &[Run], summaries: &[Summary], title: &str) -> String {
         let _ = write!(html, "<th>{}</th>", escape(&s.policy));
     }
     html.push_str("</tr>\n");
-    type Row = (&'static str, fn(&Summary) -> String);
-    let rows: [Row; 14] = [
-        ("jobs finished", |s| format!("{}/{}", s.finished, s.jobs)),
-        ("JCT mean (s)", |s| format!("{:.1}", s.jct.mean)),
-        ("JCT p50 (s)", |s| format!("{:.1}", s.jct.p50)),
-        ("JCT p95 (s)", |s| format!("{:.1}", s.jct.p95)),
-        ("JCT p99 (s)", |s| format!("{:.1}", s.jct.p99)),
-        ("queueing mean (s)", |s| format!("{:.1}", s.queueing.mean)),
-        ("queueing p99 (s)", |s| format!("{:.1}", s.queueing.p99)),
-        ("makespan (s)", |s| format!("{:.1}", s.makespan)),
-        ("GPU utilisation", |s| {
-            format!("{:.1} %", s.gpu_utilisation * 100.0)
-        }),
-        ("fragmented GPUs (mean)", |s| {
-            format!("{:.2}", s.fragmented_gpus)
-        }),
-        ("queue length (mean)", |s| format!("{:.2}", s.queue_length)),
-        ("moves", |s| s.moves.to_string()),
-        ("resizes", |s| s.resizes.to_string()),
-        ("fallbacks", |s| s.fallbacks.to_string()),
-    ];
-    for (name, f) in rows {
-        let _ = write!(html, "<tr><td>{name}</td>");
+    // The terminal's rows but the wall-clock ones: the page is the same on every run.
+    for (name, f) in super::report::VIRTUAL_ROWS {
+        let _ = write!(html, "<tr><td>{}</td>", escape(name));
         for s in summaries {
             let _ = write!(html, "<td>{}</td>", escape(&f(s)));
         }

@@ -371,7 +371,8 @@ pub struct JobSpec {
     pub arrival: f64,
     #[serde(default)]
     pub priority: Priority,
-    /// Whether the allocator places (and may move and resize) it. Defaults to true.
+    /// Whether the allocator places (and may move and resize) it. Defaults to true; a job that
+    /// is not preemptible is placed by the simulator's model of kube-scheduler.
     #[serde(default = "yes")]
     pub preemptible: bool,
     pub tasks: Vec<TaskSpec>,
@@ -814,13 +815,6 @@ fn dijob(spec: &JobSpec) -> Result<DIJob, String> {
     }))
     .map_err(|e| e.to_string())?;
     validate::validate(&job).map_err(|e| e.to_string())?;
-    if !spec.preemptible {
-        // kube-scheduler places those in a cluster, and the simulator has no model of it yet.
-        return Err(
-            "preemptible: false is not simulated (kube-scheduler places such jobs, not the policy)"
-                .into(),
-        );
-    }
     Ok(job)
 }
 
