@@ -745,3 +745,33 @@ fn jobs_that_are_not_preemptible_are_placed_by_the_scheduler_model() {
     };
     assert_eq!(at(120_000), 8);
 }
+
+/// A dozen jobs, bin-packed on three 8-GPU nodes, where a big job is passed by smaller ones:
+/// a0..a5 (4 GPUs, 100 s) arrive at 0..5 and fill the nodes two by two (gpu-0: a0, a1; gpu-1:
+/// a2, a3; gpu-2: a4, a5). b (8 GPUs, 50 s) arrives at 6, c1..c5 (4 GPUs, 100 s) at 7..11.
+/// Each a's end frees half a node: b, first in line, needs a whole one, so the c's take each
+/// half as it frees (c1 at 100 beside a1 on gpu-0, c2 at 101 where a1 was, c3 at 102, c4 at
+/// 103, c5 at 104 beside a5). gpu-0 is whole again when c2 ends at 201: b runs 201–251.
+/// JCTs: six a's 100, b 245, five c's 193: mean 1810 / 12.
+#[test]
+fn a_dozen_jobs_where_smaller_ones_pass_a_big_one() {
+    let mut trace = String::from("jobs:\n");
+    for i in 0..6 {
+        trace.push_str(&single(&format!("a{i}"), i, 4, 100));
+    }
+    trace.push_str(&single("b", 6, 8, 50));
+    for i in 1..=5 {
+        trace.push_str(&single(&format!("c{i}"), 6 + i, 4, 100));
+    }
+    let run = simulate(THREE_NODES, &trace, "binpack", &plain());
+    let mut expected: Vec<(String, f64, f64)> = (0..6)
+        .map(|i| (format!("a{i}"), f64::from(i), f64::from(100 + i)))
+        .collect();
+    expected.push(("b".into(), 201.0, 251.0));
+    expected.extend((1..=5).map(|i| (format!("c{i}"), f64::from(99 + i), f64::from(199 + i))));
+    assert_eq!(times(&run), expected);
+    let s = Summary::of(&run);
+    assert_eq!(s.jct.mean, 1810.0 / 12.0);
+    assert_eq!(s.makespan, 251.0);
+    assert_eq!(s.queueing.p99, 195.0);
+}
