@@ -349,6 +349,32 @@ fn bad_inputs_are_refused_with_the_entry_named() {
         "x",
     ]);
     assert!(!run.status.success());
+    for (flag, value) in [
+        ("--deadline-ms", "600000"),
+        ("--deadline-ms", "0"),
+        ("--memory-mib", "1048576"),
+        ("--pod-start", "99999999999"),
+    ] {
+        let bad = diorch(&[
+            "simulate",
+            "--cluster",
+            "x",
+            "--trace",
+            "x",
+            "--policy",
+            "builtin:binpack",
+            "--out",
+            "x",
+            flag,
+            value,
+        ]);
+        assert!(!bad.status.success(), "{flag} {value}");
+        assert!(
+            text(&bad.stderr).contains(flag),
+            "{flag}: {}",
+            text(&bad.stderr)
+        );
+    }
     assert!(
         text(&run.stderr).contains("builtin:binpack, builtin:spread"),
         "{}",

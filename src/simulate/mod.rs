@@ -94,6 +94,19 @@ impl SimulateArgs {
             self.sample_every > 0,
             "--sample-every must be at least 1 second"
         );
+        // A component gets the bounds its ConfigMap could give it, no more.
+        let max_ms = crate::plugin::spec::MAX_DEADLINE.as_millis();
+        anyhow::ensure!(
+            (1..=max_ms).contains(&u128::from(self.deadline_ms)),
+            "--deadline-ms {}: not in 1..={max_ms}, the limits of a plugin ConfigMap's deadlineMs",
+            self.deadline_ms
+        );
+        let max_mib = crate::plugin::spec::MAX_MEMORY_MIB;
+        anyhow::ensure!(
+            (1..=max_mib).contains(&self.memory_mib),
+            "--memory-mib {}: not in 1..={max_mib}, the limits of a plugin ConfigMap's memoryMiB",
+            self.memory_mib
+        );
         Ok(Options {
             optimize_period: Duration::from_secs(self.optimize_period),
             min_reschedule_interval: Duration::from_secs(self.min_reschedule_interval),
