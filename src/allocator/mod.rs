@@ -670,26 +670,13 @@ impl Allocator {
         // The built-in policy (by choice or as the fallback), under the lock.
         let (by, plan) = match answer {
             Some(answer) => answer,
-            None => {
-                let plan = builtin
-                    .optimize_now(&job_models, &nodes, &previous)
-                    .and_then(|plan| {
-                        plugin::checks::plan_capacity(
-                            &builtin.describe(),
-                            &job_models,
-                            &nodes,
-                            &plan,
-                        )
-                        .map(|()| plan)
-                    });
-                match plan {
-                    Ok(plan) => (builtin.describe(), plan),
-                    Err(e) => {
-                        tracing::warn!(error = %e, "the built-in policy cannot re-plan either; nothing moves");
-                        return Vec::new();
-                    }
+            None => match builtin_plan(builtin, &job_models, &nodes, &previous) {
+                Ok(plan) => (builtin.describe(), plan),
+                Err(e) => {
+                    tracing::warn!(error = %e, "the built-in policy cannot re-plan either; nothing moves");
+                    return Vec::new();
                 }
-            }
+            },
         };
         // A job the plan leaves out keeps its allocation (`optimize::decide`), but the policy
         // was shown the whole group's room as free, its room included: the plan must fit
@@ -718,23 +705,12 @@ impl Allocator {
                     error = %clip(&e.to_string(), MAX_MESSAGE_BYTES),
                     "the plan takes room of jobs it keeps where they are; the built-in policy plans the others around them");
                 planned_models.retain(|m| planned.contains(m.key.as_str()));
-                let kept_out: Vec<plugin::JobPlan> = previous
+                let planned_previous: Vec<plugin::JobPlan> = previous
                     .iter()
                     .filter(|p| planned.contains(p.job.as_str()))
                     .cloned()
                     .collect();
-                let again = builtin
-                    .optimize_now(&planned_models, &around, &kept_out)
-                    .and_then(|p| {
-                        plugin::checks::plan_capacity(
-                            &builtin.describe(),
-                            &planned_models,
-                            &around,
-                            &p,
-                        )
-                        .map(|()| p)
-                    });
-                match again {
+                match builtin_plan(builtin, &planned_models, &around, &planned_previous) {
                     // Planned on `around`: the next round either finds it fits, or that it
                     // leaves out more jobs (kept too). Kept jobs only grow, so this ends.
                     Ok(p) => {
@@ -1172,6 +1148,18 @@ impl Allocator {
             })
             .collect()
     }
+}
+
+/// The built-in policy's re-plan of `jobs` on `nodes`, checked against their capacity.
+fn builtin_plan(
+    builtin: NativePolicy,
+    jobs: &[plugin::Job],
+    nodes: &[plugin::Node],
+    previous: &[plugin::JobPlan],
+) -> Result<Vec<plugin::JobPlan>, PluginError> {
+    let plan = builtin.optimize_now(jobs, nodes, previous)?;
+    plugin::checks::plan_capacity(&builtin.describe(), jobs, nodes, &plan)?;
+    Ok(plan)
 }
 
 fn is_no_fit(e: &PluginError) -> bool {
