@@ -183,6 +183,33 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8(bytes.to_vec()).unwrap()
 }
 
+/// `diorch simulate` through the binary with `policies` (and `extra` options); asserts it
+/// succeeded and returns its standard output (the table).
+fn simulate_command(
+    cluster: &Path,
+    trace: &Path,
+    policies: &[&str],
+    out: &Path,
+    extra: &[&str],
+) -> String {
+    let mut args = vec![
+        "simulate",
+        "--cluster",
+        cluster.to_str().unwrap(),
+        "--trace",
+        trace.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    for p in policies {
+        args.extend(["--policy", p]);
+    }
+    args.extend(extra);
+    let run = diorch(&args);
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    text(&run.stdout)
+}
+
 /// The command compares policies side by side and writes the same files twice over.
 #[test]
 fn the_command_prints_a_comparison_and_its_files_are_identical_from_run_to_run() {
@@ -203,21 +230,13 @@ fn the_command_prints_a_comparison_and_its_files_are_identical_from_run_to_run()
     let mut outputs = Vec::new();
     for round in 0..2 {
         let out = dir.path().join(format!("out{round}"));
-        let run = diorch(&[
-            "simulate",
-            "--cluster",
-            cluster.to_str().unwrap(),
-            "--trace",
-            trace.to_str().unwrap(),
-            "--policy",
-            "builtin:binpack",
-            "--policy",
-            "builtin:spread",
-            "--out",
-            out.to_str().unwrap(),
-        ]);
-        assert!(run.status.success(), "{}", text(&run.stderr));
-        let table = text(&run.stdout);
+        let table = simulate_command(
+            &cluster,
+            &trace,
+            &["builtin:binpack", "builtin:spread"],
+            &out,
+            &[],
+        );
         let header = table.lines().next().unwrap();
         assert!(
             header.contains("builtin:binpack") && header.contains("builtin:spread"),
@@ -411,20 +430,13 @@ fn chromium() -> String {
 fn the_report_renders_every_chart_in_headless_chromium() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
-    let run = diorch(&[
-        "simulate",
-        "--cluster",
-        repo("examples/simulator/cluster.yaml").to_str().unwrap(),
-        "--trace",
-        repo("examples/simulator/burst.yaml").to_str().unwrap(),
-        "--policy",
-        "builtin:binpack",
-        "--policy",
-        "builtin:spread",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
-    assert!(run.status.success(), "{}", text(&run.stderr));
+    simulate_command(
+        &repo("examples/simulator/cluster.yaml"),
+        &repo("examples/simulator/burst.yaml"),
+        &["builtin:binpack", "builtin:spread"],
+        &out,
+        &[],
+    );
     std::fs::write(out.join("check.html"), CHECK_PAGE).unwrap();
     let url = format!("file://{}", out.join("check.html").display());
     let dom = Command::new(chromium())
@@ -489,23 +501,14 @@ fn a_wasm_policy_runs_through_the_plugin_host_and_matches_its_native_build() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
     let wasm = plugin("binpack");
-    let run = diorch(&[
-        "simulate",
-        "--cluster",
-        repo("examples/simulator/cluster.yaml").to_str().unwrap(),
-        "--trace",
-        repo("examples/simulator/steady.yaml").to_str().unwrap(),
-        "--policy",
-        wasm.to_str().unwrap(),
-        "--policy",
-        "builtin:binpack",
+    simulate_command(
+        &repo("examples/simulator/cluster.yaml"),
+        &repo("examples/simulator/steady.yaml"),
+        &[wasm.to_str().unwrap(), "builtin:binpack"],
+        &out,
         // Generous: this test is about placements, not about a loaded machine's call times.
-        "--deadline-ms",
-        "5000",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
-    assert!(run.status.success(), "{}", text(&run.stderr));
+        &["--deadline-ms", "5000"],
+    );
     let jobs = std::fs::read_to_string(out.join("jobs.csv")).unwrap();
     let (mut wasm_rows, mut native_rows) = (Vec::new(), Vec::new());
     for line in jobs.lines().skip(1) {
