@@ -14,6 +14,7 @@ pub mod events;
 pub mod flags;
 pub mod leader;
 pub mod metrics;
+pub mod oci;
 pub mod operator;
 pub mod plugin;
 pub mod rbac;

@@ -217,6 +217,9 @@ pub struct PluginInfoLabels {
     pub sha256: String,
     /// `true` when the last upload loaded, `false` when it was rejected.
     pub healthy: &'static str,
+    /// The OCI reference, pinned by manifest digest, the serving version was pulled from;
+    /// empty for a component inline in its ConfigMap.
+    pub image: String,
 }
 
 type DurationFamily = Family<PluginCallKindLabels, Histogram, fn() -> Histogram>;

@@ -39,7 +39,15 @@ pub enum OperatorError {
         "lost the leader lease; stopped so that no write follows (the pod restarts as a standby)"
     )]
     LostLease,
+    #[error("plugin sources: {0}")]
+    Plugins(String),
 }
+
+/// Where trusted plugin keys are read by default (`deploy/base/rbac.yaml` grants this name).
+pub const DEFAULT_TRUSTED_KEYS: &str = "configmap/diorch-plugin-keys";
+/// Bytes of pulled components and manifests kept on disk (the deploy/ volume is sized for it
+/// and the compiled artifacts' 1 GiB).
+const PULL_CACHE_BUDGET: u64 = 512 << 20;
 
 /// Flags of `diorch run` (DI-orchestrator's spec section 12 names, kube-rs conventions for
 /// the rest).
@@ -129,6 +137,34 @@ pub struct RunArgs {
     /// Plugin calls run at once (others queue); 0: the number of cores.
     #[arg(long, default_value_t = 0)]
     pub plugin_max_calls: usize,
+    /// Folder where pulled components and compiled artifacts are kept across restarts (the
+    /// deploy/ `emptyDir`); unset: memory only, every restart pulls and compiles again.
+    #[arg(long, env = "DIORCH_PLUGIN_CACHE_DIR")]
+    pub plugin_cache_dir: Option<std::path::PathBuf>,
+    /// Largest component pulled from a registry, in MiB (inline ConfigMap data is capped at
+    /// 16 MiB once decompressed).
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    pub plugin_max_pull_mib: u64,
+    /// Longest pull of one component (manifest, signature and layer).
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    pub plugin_pull_timeout: std::time::Duration,
+    /// Every plugin must be signed by a trusted key, unless its ConfigMap says
+    /// `requireSignature: "false"`.
+    #[arg(long)]
+    pub require_plugin_signatures: bool,
+    /// The object (in the operator's namespace) whose data values are the PEM public keys
+    /// plugin signatures are checked against: `configmap/NAME`, `secret/NAME` or `none`.
+    #[arg(long, default_value = DEFAULT_TRUSTED_KEYS)]
+    pub plugin_trusted_keys: crate::plugin::fetch::KeySource,
+    /// Registries (`host[:port]`, comma-separated) plugins may be pulled from; empty: any.
+    #[arg(long, value_delimiter = ',')]
+    pub plugin_allowed_registries: Vec<String>,
+    /// Registries (`host[:port]`, comma-separated) spoken to over plain HTTP.
+    #[arg(long, value_delimiter = ',')]
+    pub plugin_insecure_registries: Vec<String>,
+    /// A PEM file of CA certificates trusted for registries besides the system's.
+    #[arg(long)]
+    pub plugin_registry_ca: Option<std::path::PathBuf>,
     /// How often placed preemptible jobs are re-planned with their policy's `optimize` (also
     /// at once when a job ends or nodes change; `0s` turns re-planning off).
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
@@ -208,6 +244,51 @@ impl RunArgs {
         }
     }
 
+    /// How the plugin watcher fetches components, as these flags say.
+    pub fn plugin_fetcher(
+        &self,
+        client: kube::Client,
+        namespace: &str,
+    ) -> Result<crate::plugin::fetch::Fetcher, OperatorError> {
+        use crate::oci;
+        let extra_roots_pem = match &self.plugin_registry_ca {
+            Some(path) => std::fs::read(path).map_err(|e| {
+                OperatorError::Plugins(format!("--plugin-registry-ca {}: {e}", path.display()))
+            })?,
+            None => vec![],
+        };
+        let registry = oci::RegistryClient::new(oci::Options {
+            insecure_registries: self.plugin_insecure_registries.clone(),
+            extra_roots_pem,
+            ..oci::Options::default()
+        })
+        .map_err(|e| OperatorError::Plugins(e.to_string()))?;
+        let cache = match &self.plugin_cache_dir {
+            Some(dir) => Some(
+                oci::cache::BlobCache::open(dir, PULL_CACHE_BUDGET).map_err(|e| {
+                    OperatorError::Plugins(format!("--plugin-cache-dir {}: {e}", dir.display()))
+                })?,
+            ),
+            None => None,
+        };
+        let limits = oci::PullLimits {
+            blob_cap: usize::try_from(self.plugin_max_pull_mib << 20).unwrap_or(usize::MAX),
+            timeout: self.plugin_pull_timeout,
+            ..oci::PullLimits::default()
+        };
+        Ok(crate::plugin::fetch::Fetcher {
+            puller: oci::Puller::new(registry, limits, cache),
+            secrets: Arc::new(crate::plugin::fetch::KubeSecrets {
+                client,
+                namespace: namespace.to_string(),
+                keys: self.plugin_trusted_keys.clone(),
+                timeout: crate::plugin::watch::ApiLimits::default().call_timeout,
+            }),
+            require_signatures: self.require_plugin_signatures,
+            allowed_registries: self.plugin_allowed_registries.clone(),
+        })
+    }
+
     /// The plugin registry these flags describe (nothing loaded yet).
     pub fn plugin_registry(&self) -> Result<PluginRegistry, OperatorError> {
         let defaults = HostConfig::default();
@@ -221,6 +302,9 @@ impl RunArgs {
                 memory_bytes: self.plugin_memory_mib.saturating_mul(1 << 20),
             },
             max_concurrent_calls: calls,
+            max_component_bytes: usize::try_from(self.plugin_max_pull_mib << 20)
+                .unwrap_or(usize::MAX),
+            cache_dir: self.plugin_cache_dir.clone(),
             memory_budget: match self.plugin_memory_budget_mib {
                 0 => crate::plugin::default_memory_budget(calls),
                 mib => mib.saturating_mul(1 << 20),
@@ -393,11 +477,21 @@ pub async fn run(
             plugins.clone(),
             leadership.clone(),
         );
+        let fetcher = Arc::new(args.plugin_fetcher(client.clone(), &namespace)?);
         info!(namespace = %namespace, "loading plugins from ConfigMaps labelled diorch.io/plugin");
         tokio::spawn(async move {
-            crate::plugin::watch::run(client, &namespace, plugins, leadership, async {
-                let _ = plugins_stopped.await;
-            })
+            let limits = crate::plugin::watch::ApiLimits::default();
+            crate::plugin::watch::run_with(
+                client,
+                &namespace,
+                plugins,
+                fetcher,
+                leadership,
+                limits,
+                async {
+                    let _ = plugins_stopped.await;
+                },
+            )
             .await;
         });
     }

@@ -161,6 +161,28 @@ pub const CERT_JOB_PERMISSIONS: &[NamedPermission] = &[
     },
 ];
 
+/// The named objects `diorch run` reads for plugins from registries (`plugin::fetch`): the
+/// trusted keys (`--plugin-trusted-keys`, `configmap/diorch-plugin-keys` by default) and the
+/// pull Secrets that plugin ConfigMaps name. `deploy/base/rbac.yaml` grants exactly this in the
+/// Role `diorch-plugin-sources`; a plugin ConfigMap naming another pull Secret needs that name
+/// added there (docs/plugins-oci.md).
+pub const PLUGIN_SOURCE_PERMISSIONS: &[NamedPermission] = &[
+    NamedPermission {
+        scope: Scope::Namespace,
+        group: "",
+        resource: "configmaps",
+        names: &["diorch-plugin-keys"],
+        verbs: &["get"],
+    },
+    NamedPermission {
+        scope: Scope::Namespace,
+        group: "",
+        resource: "secrets",
+        names: &["diorch-plugin-keys", "diorch-registry-credentials"],
+        verbs: &["get"],
+    },
+];
+
 /// What a caller's permission applies to.
 #[derive(Clone, Copy, Debug)]
 pub enum Target {
@@ -280,9 +302,8 @@ mod tests {
     /// (scope, group, resource, names, verb) granted to the certificate Job.
     type NamedGrant = (Scope, String, String, String, String);
 
-    #[test]
-    fn the_certificate_job_gets_exactly_what_webhook_cert_uses_by_name() {
-        let code: BTreeSet<NamedGrant> = CERT_JOB_PERMISSIONS
+    fn named_table(table: &[NamedPermission]) -> BTreeSet<NamedGrant> {
+        table
             .iter()
             .flat_map(|p| {
                 p.verbs.iter().map(|v| {
@@ -295,15 +316,16 @@ mod tests {
                     )
                 })
             })
-            .collect();
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/base/webhook-cert-job.yaml");
-        let text = std::fs::read_to_string(&path).expect("webhook-cert-job.yaml");
-        let docs: Vec<Value> = serde_saphyr::from_multiple(&text).expect("YAML");
+            .collect()
+    }
+
+    /// The grants of the ClusterRole and Role named `role` in `docs`.
+    fn named_grants(docs: &[Value], role: &str) -> BTreeSet<NamedGrant> {
         let mut granted = BTreeSet::new();
-        for doc in &docs {
+        for doc in docs {
             let scope = match (doc["kind"].as_str(), doc["metadata"]["name"].as_str()) {
-                (Some("ClusterRole"), Some("diorch-webhook-cert")) => Scope::Cluster,
-                (Some("Role"), Some("diorch-webhook-cert")) => Scope::Namespace,
+                (Some("ClusterRole"), Some(name)) if name == role => Scope::Cluster,
+                (Some("Role"), Some(name)) if name == role => Scope::Namespace,
                 _ => continue,
             };
             for rule in doc["rules"].as_array().into_iter().flatten() {
@@ -331,6 +353,40 @@ mod tests {
                 }
             }
         }
+        granted
+    }
+
+    #[test]
+    fn the_plugin_sources_role_grants_exactly_the_named_reads() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/base/rbac.yaml");
+        let text = std::fs::read_to_string(&path).expect("rbac.yaml");
+        let docs: Vec<Value> = serde_saphyr::from_multiple(&text).expect("YAML");
+        let (code, granted) = (
+            named_table(PLUGIN_SOURCE_PERMISSIONS),
+            named_grants(&docs, "diorch-plugin-sources"),
+        );
+        assert_eq!(code, granted, "rbac.yaml's diorch-plugin-sources differs from the table");
+        for p in PLUGIN_SOURCE_PERMISSIONS {
+            assert!(!p.names.is_empty() && p.verbs == ["get"], "named gets only: {p:?}");
+        }
+        // Bound to the operator's ServiceAccount, in its namespace.
+        let bound = docs.iter().any(|d| {
+            d["kind"] == "RoleBinding"
+                && d["roleRef"]["name"] == "diorch-plugin-sources"
+                && d["subjects"][0]["name"] == "diorch"
+        });
+        assert!(bound, "diorch-plugin-sources is bound to the operator");
+        // The default key object is the one the Role names.
+        assert!(crate::operator::DEFAULT_TRUSTED_KEYS.ends_with("/diorch-plugin-keys"));
+    }
+
+    #[test]
+    fn the_certificate_job_gets_exactly_what_webhook_cert_uses_by_name() {
+        let code = named_table(CERT_JOB_PERMISSIONS);
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/base/webhook-cert-job.yaml");
+        let text = std::fs::read_to_string(&path).expect("webhook-cert-job.yaml");
+        let docs: Vec<Value> = serde_saphyr::from_multiple(&text).expect("YAML");
+        let granted = named_grants(&docs, "diorch-webhook-cert");
         let missing: Vec<_> = code.difference(&granted).collect();
         let extra: Vec<_> = granted.difference(&code).collect();
         assert!(
@@ -546,6 +602,7 @@ mod tests {
             "Node" => &["nodes"],
             "ConfigMap" => &["configmaps"],
             "Lease" => &["leases"],
+            "Secret" => &["secrets"],
             "Event" => &["events"],
             "TokenReview" => &["tokenreviews"],
             "SubjectAccessReview" => &["subjectaccessreviews"],
@@ -562,7 +619,11 @@ mod tests {
             found.len() > 10,
             "the scan found too few API handles: {found:?}"
         );
-        let listed: BTreeSet<&str> = PERMISSIONS.iter().map(|p| p.resource).collect();
+        let listed: BTreeSet<&str> = PERMISSIONS
+            .iter()
+            .map(|p| p.resource)
+            .chain(PLUGIN_SOURCE_PERMISSIONS.iter().map(|p| p.resource))
+            .collect();
         let mut used = BTreeSet::new();
         for (ty, file) in &found {
             let resources = resources_of(ty).unwrap_or_else(|| {

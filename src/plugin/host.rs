@@ -156,8 +156,18 @@ pub struct HostConfig {
     pub max_log_lines: u32,
     /// Wasm calls run at once (async callers queue); default: the number of cores.
     pub max_concurrent_calls: usize,
-    /// Longest wait for one component's compile at load; past it the upload is refused.
+    /// Time budget of one component's compile at load: this, plus [`Self::compile_per_mib`]
+    /// for every MiB of the component (wall time: Cranelift's worker threads are not the
+    /// caller's, so CPU time could not be read for them). Past it the upload is refused.
     pub compile_timeout: Duration,
+    /// Compile time allowed per MiB of component on top of [`Self::compile_timeout`]: an
+    /// interpreted (Python) component of 18 MB took 6.9 s on a quiet core and 68 s on a loaded
+    /// one.
+    pub compile_per_mib: Duration,
+    /// Largest component accepted (the operator's `--plugin-max-pull-mib`).
+    pub max_component_bytes: usize,
+    /// Where compiled components are kept across restarts (`None`: in memory only).
+    pub cache_dir: Option<std::path::PathBuf>,
     /// Memory the plugin calls may take together, in bytes: a plugin whose memory cap (plus
     /// [`HOST_COPY_CAP`]) times `max_concurrent_calls` exceeds it is refused at load. Default:
     /// [`default_memory_budget`].
@@ -173,6 +183,9 @@ impl Default for HostConfig {
             max_log_lines: 64,
             max_concurrent_calls,
             compile_timeout: Duration::from_secs(20),
+            compile_per_mib: Duration::from_secs(4),
+            max_component_bytes: MAX_COMPONENT_BYTES,
+            cache_dir: None,
             memory_budget: default_memory_budget(max_concurrent_calls),
         }
     }
@@ -200,6 +213,10 @@ pub fn default_memory_budget(max_concurrent_calls: usize) -> usize {
     }
 }
 
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// wasmtime's messages can span lines (byte dumps); Events and logs want one line.
 fn one_line(e: &wasmtime::Error) -> String {
     format!("{e:#}")
@@ -217,6 +234,10 @@ const INLINE_TICKS: u64 = 2;
 
 /// Compiled components kept; past this the cache starts over (uploads are rare).
 const CACHE_CAP: usize = 64;
+/// Bytes of compiled artifacts kept on disk (the deploy/ cache volume is sized for it).
+const COMPILED_CACHE_BUDGET: u64 = 1 << 30;
+/// Largest compiled artifact read back (an 18 MB Python component compiles to ~40 MB).
+const COMPILED_ARTIFACT_CAP: usize = 512 << 20;
 const STDERR_CAP: usize = 4096;
 /// Caps of one log line: message bytes, fields, and bytes of a field's key and of its value.
 const LOG_MESSAGE_CAP: usize = 1024;
@@ -226,10 +247,11 @@ const LOG_VALUE_CAP: usize = 256;
 /// Bytes of a plugin's refusal text (e.g. `no-fit`) and of a trap message kept in errors, which
 /// end up in status, Events and logs.
 pub const ERROR_TEXT_CAP: usize = 1024;
-/// Largest component accepted (a ConfigMap holds ~1 MiB; `diorch plugin check FILE` takes any
-/// file): it bounds compile time and memory, since a compile cannot be cancelled.
-pub const MAX_COMPONENT_BYTES: usize = 16 << 20;
-/// Compiles running at once, timed-out ones included (their threads finish on their own).
+/// Default largest component accepted (an interpreted Python component is ~19 MB; a ConfigMap
+/// holds ~1 MiB): it bounds compile time and memory, since a compile cannot be cancelled.
+pub const MAX_COMPONENT_BYTES: usize = 64 << 20;
+/// Compile threads alive at once (one compiling, the others waiting for it), timed-out ones
+/// included (their threads finish on their own).
 const MAX_COMPILES: usize = 2;
 /// Bytes the host copies out of the guest in one transfer: a call's results, or one log
 /// import's arguments (wasmtime's hostcall fuel; 128 MiB by default). Copies are made from
@@ -307,8 +329,11 @@ struct HostInner {
     linker: Linker<HostState>,
     config: HostConfig,
     compiled: Mutex<HashMap<[u8; 32], Component>>,
-    /// Compile threads running (see [`MAX_COMPILES`]).
+    /// Compile threads alive (see [`MAX_COMPILES`]).
     compiling: Arc<AtomicUsize>,
+    /// Held by the one compile that runs: compiles run one at a time, so a large component's
+    /// compile never has company on the cores the operator serves from.
+    compile_gate: Arc<Mutex<()>>,
     /// Calls running at once. Deadlines are wall-clock, so running more calls than cores would
     /// make them time out under load; extra calls wait here, before their clock starts.
     slots: Arc<tokio::sync::Semaphore>,
@@ -699,6 +724,7 @@ impl PluginHost {
                 linker,
                 compiled: Mutex::new(HashMap::new()),
                 compiling: Arc::new(AtomicUsize::new(0)),
+                compile_gate: Arc::new(Mutex::new(())),
                 slots: Arc::new(tokio::sync::Semaphore::new(
                     config.max_concurrent_calls.max(1),
                 )),
@@ -711,13 +737,21 @@ impl PluginHost {
         &self.inner.config
     }
 
-    /// Compiles (or finds in the cache) a component; blocking, call off the async runtime.
+    /// Compiles (or finds in the memory or disk cache) a component; blocking, call off the
+    /// async runtime.
     fn compile(&self, plugin: &str, bytes: &[u8]) -> Result<(Component, [u8; 32]), PluginError> {
         let hash: [u8; 32] = Sha256::digest(bytes).into();
         if let Some(c) = self.lock_cache().get(&hash) {
             return Ok((c.clone(), hash));
         }
-        let component = self.compile_bounded(plugin, bytes)?;
+        let component = match self.from_disk(&hash) {
+            Some(c) => c,
+            None => {
+                let c = self.compile_bounded(plugin, bytes)?;
+                self.to_disk(&hash, &c);
+                c
+            }
+        };
         let mut cache = self.lock_cache();
         if cache.len() >= CACHE_CAP {
             cache.clear();
@@ -726,18 +760,98 @@ impl PluginHost {
         Ok((component, hash))
     }
 
-    /// Compiles `bytes` within the size cap and the compile timeout (blocking). Cranelift runs
-    /// on its own thread, which cannot be cancelled: one that outlives the timeout finishes on
-    /// its own (its work is bounded by [`MAX_COMPONENT_BYTES`]) and its result is dropped; while
-    /// [`MAX_COMPILES`] such threads run, further compiles are refused.
+    /// The time budget of compiling `len` bytes (see [`HostConfig::compile_timeout`]).
+    pub fn compile_budget(&self, len: usize) -> Duration {
+        let config = &self.inner.config;
+        let mib = len.div_ceil(1 << 20) as u32;
+        config
+            .compile_timeout
+            .saturating_add(config.compile_per_mib.saturating_mul(mib))
+    }
+
+    /// Where the compiled artifact of a component is indexed on disk: keyed by this engine's
+    /// configuration (wasmtime's own compatibility hash: version, target, settings), so an
+    /// upgrade or a changed setting never loads an artifact compiled for another engine.
+    fn artifact_index(&self, hash: &[u8; 32]) -> Option<(std::path::PathBuf, crate::oci::cache::BlobCache)> {
+        use std::hash::{Hash as _, Hasher as _};
+        let dir = self.inner.config.cache_dir.as_ref()?;
+        let mut engine = std::collections::hash_map::DefaultHasher::new();
+        self.inner.engine.precompile_compatibility_hash().hash(&mut engine);
+        let root = dir.join("compiled");
+        let index = root
+            .join("index")
+            .join(format!("{:016x}", engine.finish()))
+            .join(hex(hash));
+        let blobs = crate::oci::cache::BlobCache::open(&root, COMPILED_CACHE_BUDGET).ok()?;
+        Some((index, blobs))
+    }
+
+    /// A compiled artifact from the disk cache, verified against the digest its index names.
+    fn from_disk(&self, hash: &[u8; 32]) -> Option<Component> {
+        let (index, blobs) = self.artifact_index(hash)?;
+        let digest: crate::oci::Digest = std::fs::read_to_string(&index).ok()?.trim().parse().ok()?;
+        let artifact = blobs.get_blocking(digest, COMPILED_ARTIFACT_CAP)?;
+        // SAFETY: wasmtime requires that deserialized bytes come from `serialize` of a
+        // compatible engine. They do: the index is keyed by this engine's compatibility hash
+        // and written only by `to_disk` below, and the bytes are read only if their sha256 is
+        // the one recorded when this process or an earlier one serialized them (wasmtime
+        // checks its own header and version too). Writing the cache folder needs the
+        // operator's own identity, which could equally replace its binary.
+        #[allow(unsafe_code)]
+        let component = unsafe { Component::deserialize(&self.inner.engine, &artifact) };
+        match component {
+            Ok(c) => {
+                tracing::info!(sha256 = %hex(hash), "compiled component loaded from the disk cache");
+                Some(c)
+            }
+            Err(e) => {
+                tracing::warn!(error = %one_line(&e), "cached compiled component refused; compiling");
+                let _ = std::fs::remove_file(&index);
+                None
+            }
+        }
+    }
+
+    /// Keeps a compiled artifact on disk (best effort: the cache only saves work).
+    fn to_disk(&self, hash: &[u8; 32], component: &Component) {
+        let Some((index, blobs)) = self.artifact_index(hash) else {
+            return;
+        };
+        let artifact = match component.serialize() {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::warn!(error = %one_line(&e), "cannot serialize a compiled component");
+                return;
+            }
+        };
+        let digest = crate::oci::Digest::of(&artifact);
+        let written = blobs.put_blocking(digest, &artifact).and_then(|()| {
+            let parent = index.parent().unwrap_or(std::path::Path::new("."));
+            std::fs::create_dir_all(parent)?;
+            let tmp = index.with_extension(format!("{}.tmp", std::process::id()));
+            std::fs::write(&tmp, digest.to_string())?;
+            std::fs::rename(&tmp, &index)
+        });
+        if let Err(error) = written {
+            tracing::warn!(%error, "cannot write a compiled component to the disk cache");
+        }
+    }
+
+    /// Compiles `bytes` within the size cap and the compile budget (blocking). Compiles run one
+    /// at a time (the compile gate): a caller waits for the running one, up to the budget of the
+    /// largest component, and its own budget starts when its compile does. Cranelift runs on a
+    /// thread of its own, which cannot be cancelled: one that outlives its budget finishes on
+    /// its own (its work is bounded by the size cap) and its result is dropped; while
+    /// [`MAX_COMPILES`] such threads are alive, further compiles are refused.
     fn compile_bounded(&self, plugin: &str, bytes: &[u8]) -> Result<Component, PluginError> {
         let refuse = |message: String| PluginError::LoadLimit {
             plugin: plugin.to_string(),
             message,
         };
-        if bytes.len() > MAX_COMPONENT_BYTES {
+        let cap = self.inner.config.max_component_bytes;
+        if bytes.len() > cap {
             return Err(refuse(format!(
-                "the component has {} bytes; at most {MAX_COMPONENT_BYTES} are accepted",
+                "the component has {} bytes; at most {cap} are accepted",
                 bytes.len()
             )));
         }
@@ -749,15 +863,24 @@ impl PluginHost {
                  try again later"
             )));
         }
+        let (started_tx, started_rx) = std::sync::mpsc::sync_channel::<()>(1);
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
-        let (engine, owned) = (self.inner.engine.clone(), bytes.to_vec());
+        let (engine, owned, gate) = (
+            self.inner.engine.clone(),
+            bytes.to_vec(),
+            self.inner.compile_gate.clone(),
+        );
         let spawned = std::thread::Builder::new()
             .name("wasm-compile".into())
             .spawn(move || {
-                let result = Component::new(&engine, &owned);
+                let _turn = gate.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                // The caller stopped waiting for its turn: do not compile for nobody.
+                if started_tx.send(()).is_ok() {
+                    let result = Component::new(&engine, &owned);
+                    // The receiver is gone when the wait timed out: nothing to do.
+                    let _ = tx.send(result);
+                }
                 compiling.fetch_sub(1, Ordering::AcqRel);
-                // The receiver is gone when the wait timed out: nothing to do.
-                let _ = tx.send(result);
             });
         if let Err(e) = spawned {
             self.inner.compiling.fetch_sub(1, Ordering::AcqRel);
@@ -766,14 +889,22 @@ impl PluginHost {
                 format!("cannot start a compile thread: {e}"),
             ));
         }
-        let timeout = self.inner.config.compile_timeout;
-        match rx.recv_timeout(timeout) {
+        let budget = self.compile_budget(bytes.len());
+        let queue = budget.saturating_add(self.compile_budget(cap));
+        if started_rx.recv_timeout(queue).is_err() {
+            return Err(refuse(format!(
+                "another compile is still running after {queue:?} (earlier ones past their \
+                 timeout); try again later"
+            )));
+        }
+        match rx.recv_timeout(budget) {
             Ok(result) => result.map_err(|e| PluginError::Compile {
                 plugin: plugin.to_string(),
                 message: capped(one_line(&e), ERROR_TEXT_CAP),
             }),
             Err(_) => Err(refuse(format!(
-                "compiling the component took longer than {timeout:?}"
+                "compiling the component took longer than {budget:?} ({} bytes)",
+                bytes.len()
             ))),
         }
     }
@@ -944,7 +1075,7 @@ impl PluginHost {
             contract,
             host: self.inner.clone(),
             name: name.into(),
-            sha256: hash.iter().map(|b| format!("{b:02x}")).collect(),
+            sha256: hex(&hash),
             limits: limits.unwrap_or(self.inner.config.limits),
             own_slots: Arc::new(tokio::sync::Semaphore::new(
                 self.inner.config.max_concurrent_calls.div_ceil(2).max(1),

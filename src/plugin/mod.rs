@@ -7,6 +7,8 @@
 
 pub mod capabilities;
 pub mod checks;
+pub mod compress;
+pub mod fetch;
 pub mod cli;
 mod host;
 pub mod native;
@@ -127,6 +129,14 @@ pub enum PluginError {
     /// Refused at load by a host bound: component size, compile time, memory budget.
     #[error("plugin {plugin} refused at load: {message}")]
     LoadLimit { plugin: String, message: String },
+    /// Its component could not be had: not decoded, pulled, or verified (see `fetch`).
+    #[error("plugin {plugin}: component refused: {message}")]
+    Source {
+        plugin: String,
+        /// `PullFailed`, `DigestMismatch`, `SignatureRefused`, … (see `crate::oci::OciError`).
+        reason: &'static str,
+        message: String,
+    },
 }
 
 impl PluginError {
@@ -144,6 +154,7 @@ impl PluginError {
             PluginError::Host { .. } => "HostError",
             PluginError::LoadLimit { .. } => "LoadLimit",
             PluginError::NotLoaded { .. } => "NotLoaded",
+            PluginError::Source { reason, .. } => reason,
         }
     }
 }

@@ -114,6 +114,20 @@ pub struct PluginStatus {
     /// one).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub contract: Option<super::Contract>,
+    /// Where the serving version came from: the OCI reference pinned to the manifest digest it
+    /// resolved to (`None`: inline in its ConfigMap).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// The fingerprint of the trusted key whose signature of the serving version was verified.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signed_by: Option<String>,
+}
+
+/// Where an upload came from (see [`PluginStatus::image`] and [`PluginStatus::signed_by`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Origin {
+    pub image: Option<String>,
+    pub signed_by: Option<String>,
 }
 
 impl PluginStatus {
@@ -135,6 +149,8 @@ impl PluginStatus {
             memory_mib: 0,
             allocate_calls: None,
             contract: None,
+            image: None,
+            signed_by: None,
         };
         status.describe(spec, defaults);
         status
@@ -162,6 +178,7 @@ impl PluginStatus {
             },
             sha256: self.sha256.clone().unwrap_or_default(),
             healthy: if self.healthy { "true" } else { "false" },
+            image: self.image.clone().unwrap_or_default(),
         }
     }
 }
@@ -300,14 +317,35 @@ impl PluginRegistry {
     /// Loads `bytes` for `spec` and swaps it in; on error the previous version keeps serving.
     /// Returns the new version's sha256.
     pub async fn apply(&self, spec: PluginSpec, bytes: Arc<[u8]>) -> Result<String, PluginError> {
-        let _writer = self.writer.lock().await;
+        self.apply_from(spec, bytes, Origin::default()).await
+    }
+
+    /// [`Self::apply`] for a component from `origin`. The compile and smoke call run before the
+    /// swap lock is taken, so a slow compile holds up no other plugin's swap or removal.
+    pub async fn apply_from(
+        &self,
+        spec: PluginSpec,
+        bytes: Arc<[u8]>,
+        origin: Origin,
+    ) -> Result<String, PluginError> {
         let limits = Some(spec.limits(self.host.config().limits));
         let spec = Arc::new(spec);
         let outcome = match self.check_budget(&spec) {
             Err(e) => Err(e),
             Ok(()) => self.load(&spec, bytes, limits).await,
         };
-        self.record(spec, outcome)
+        let _writer = self.writer.lock().await;
+        self.record(spec, outcome, origin)
+    }
+
+    /// Records an upload refused before it reached the host (its component could not be
+    /// fetched, decoded or verified): the last good version keeps serving.
+    pub async fn refuse(&self, spec: PluginSpec, error: PluginError) -> PluginError {
+        let _writer = self.writer.lock().await;
+        match self.record(Arc::new(spec), Err(error), Origin::default()) {
+            Err(e) => e,
+            Ok(_) => unreachable_refusal(),
+        }
     }
 
     async fn load(
@@ -339,6 +377,7 @@ impl PluginRegistry {
         &self,
         spec: Arc<PluginSpec>,
         outcome: Result<(String, Either), PluginError>,
+        origin: Origin,
     ) -> Result<String, PluginError> {
         if let Some(m) = &self.metrics {
             m.plugin
@@ -378,6 +417,8 @@ impl PluginRegistry {
                 self.loaded.store(Arc::new(next));
                 entry.describe(&spec, defaults);
                 entry.sha256 = Some(sha.clone());
+                entry.image = origin.image;
+                entry.signed_by = origin.signed_by;
                 entry.healthy = true;
                 entry.last_error = None;
                 entry.loads += 1;
@@ -601,6 +642,15 @@ impl SchedulingPolicy for MeteredPolicy {
 enum Either {
     Policy(WasmPolicy),
     Mutator(WasmMutator),
+}
+
+/// `record` of an `Err` outcome returns it: this is never reached.
+#[cold]
+fn unreachable_refusal() -> PluginError {
+    PluginError::Host {
+        plugin: "-".into(),
+        message: "a refusal was recorded as a load".into(),
+    }
 }
 
 /// The smoke call before a swap: a policy must answer the sample (a refusal to place is an

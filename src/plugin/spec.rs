@@ -13,6 +13,17 @@
 //! (mutators: comma-separated capabilities beyond the default set, from the closed vocabulary
 //! of [`super::capabilities::Grant`]; an unknown name refuses the ConfigMap).
 //!
+//! The component comes from one of two places (both at once refuses the ConfigMap):
+//! - inline: `binaryData["plugin.wasm"]`, raw or compressed as `data["encoding"]` says (`gzip`
+//!   or `zstd`; `identity` by default), at most [`INLINE_MAX_BYTES`] once decompressed; an
+//!   optional `data["signature"]` is a `cosign sign-blob` signature of the raw component;
+//! - by reference: `data["image"]`, an OCI reference (pinned `…@sha256:…`, or a tag the
+//!   operator resolves when it loads the ConfigMap), pulled with the credentials of the
+//!   `kubernetes.io/dockerconfigjson` Secret `data["imagePullSecret"]` names, if any.
+//!
+//! `data["requireSignature"]` (`true`|`false`) asks for a signature by a trusted key (see
+//! `crate::oci::sign`); when absent the operator's `--require-plugin-signatures` decides.
+//!
 //! The operator writes back to the ConfigMap's metadata only (never `data` or `binaryData`),
 //! after every load attempt: labels [`STATE_LABEL`] and [`VERSION_LABEL`], annotation
 //! [`STATUS_ANNOTATION`]. [`from_configmap`] reads none of them (only the presence of
@@ -28,6 +39,8 @@ use kube::api::ObjectMeta;
 
 use super::Limits;
 use super::capabilities::Grants;
+use super::compress::Encoding;
+use crate::oci::Reference;
 use diorch_core::placement::ObjectKey;
 
 pub const PLUGIN_LABEL: &str = "diorch.io/plugin";
@@ -41,6 +54,11 @@ pub const VERSION_LABEL: &str = "diorch.io/plugin-version";
 /// `refused: <cause>; serving 3f2a…`.
 pub const STATUS_ANNOTATION: &str = "diorch.io/plugin-status";
 pub const WASM_KEY: &str = "plugin.wasm";
+/// Largest inline component once decompressed: what a ConfigMap (~1 MiB) can carry compressed
+/// (zstd shrinks an interpreted component about 4×). Larger ones go through a registry.
+pub const INLINE_MAX_BYTES: usize = 16 << 20;
+/// Longest `data["signature"]` (a base64 ECDSA signature is ~100 bytes).
+const SIGNATURE_CAP: usize = 4096;
 /// Caps that a ConfigMap may ask for: a plugin cannot grant itself unbounded resources.
 pub const MAX_DEADLINE: Duration = Duration::from_secs(5);
 pub const MAX_MEMORY_MIB: usize = 1024;
@@ -107,6 +125,37 @@ pub struct PluginSpec {
     pub grants: Grants,
     /// `namespace/name` of the ConfigMap (empty when not from one).
     pub source: String,
+    /// Whether a signature by a trusted key is required (`None`: the operator's default).
+    pub require_signature: Option<bool>,
+}
+
+/// Where a plugin's component comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ComponentSource {
+    /// Carried by the ConfigMap, as its bytes say (decoded on load, bounded).
+    Inline {
+        bytes: Vec<u8>,
+        encoding: Encoding,
+        /// A `cosign sign-blob` signature of the decoded component.
+        signature: Option<String>,
+    },
+    /// Pulled from a registry.
+    Image {
+        reference: Reference,
+        /// The `kubernetes.io/dockerconfigjson` Secret with the registry's credentials.
+        pull_secret: Option<String>,
+    },
+}
+
+impl ComponentSource {
+    /// An uncompressed inline component.
+    pub fn inline(bytes: Vec<u8>) -> ComponentSource {
+        ComponentSource::Inline {
+            bytes,
+            encoding: Encoding::Identity,
+            signature: None,
+        }
+    }
 }
 
 impl PluginSpec {
@@ -122,6 +171,7 @@ impl PluginSpec {
             failure_policy: FailurePolicy::default(),
             grants: Grants::NONE,
             source: String::new(),
+            require_signature: None,
         }
     }
 
@@ -142,8 +192,13 @@ impl PluginSpec {
 pub enum SpecError {
     #[error("ConfigMap is not a plugin: it lacks the {PLUGIN_LABEL} label")]
     NotAPlugin,
-    #[error("ConfigMap has no binaryData[\"{WASM_KEY}\"] with the component")]
+    #[error(
+        "ConfigMap has neither binaryData[\"{WASM_KEY}\"] with the component nor data[\"image\"] \
+         naming it in a registry"
+    )]
     MissingComponent,
+    #[error("ConfigMap has both binaryData[\"{WASM_KEY}\"] and data[\"image\"]: keep one")]
+    TwoComponents,
     #[error("ConfigMap lacks data[\"{0}\"]")]
     Missing(&'static str),
     #[error("data[\"{key}\"]: {message}")]
@@ -157,8 +212,20 @@ fn invalid(key: &'static str, message: impl Into<String>) -> SpecError {
     }
 }
 
-/// Parses a plugin ConfigMap; the component bytes are returned as they are (checked on load).
-pub fn from_configmap(cm: &ConfigMap) -> Result<(PluginSpec, Vec<u8>), SpecError> {
+/// A Kubernetes object name (DNS subdomain), as a Secret's.
+fn valid_object_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 253
+        && name.split('.').all(|l| {
+            !l.is_empty()
+                && l.bytes().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+        })
+}
+
+/// Parses a plugin ConfigMap; the component is returned as it is (decoded and checked on load).
+pub fn from_configmap(cm: &ConfigMap) -> Result<(PluginSpec, ComponentSource), SpecError> {
     let labelled = cm
         .metadata
         .labels
@@ -253,13 +320,74 @@ pub fn from_configmap(cm: &ConfigMap) -> Result<(PluginSpec, Vec<u8>), SpecError
     if kind == PluginKind::Policy && !grants.is_empty() {
         return Err(invalid("grants", "only mutators have grants"));
     }
-    let bytes = cm
+    let inline = cm
         .binary_data
         .as_ref()
         .and_then(|b| b.get(WASM_KEY))
         .map(|b| b.0.clone())
-        .filter(|b| !b.is_empty())
-        .ok_or(SpecError::MissingComponent)?;
+        .filter(|b| !b.is_empty());
+    let encoding = match get("encoding") {
+        Some(v) => v
+            .parse::<Encoding>()
+            .map_err(|e| invalid("encoding", e.to_string()))?,
+        None => Encoding::Identity,
+    };
+    let signature = get("signature").map(str::to_string);
+    if signature.as_ref().is_some_and(|s| s.len() > SIGNATURE_CAP) {
+        return Err(invalid("signature", format!("longer than {SIGNATURE_CAP} bytes")));
+    }
+    let require_signature = match get("requireSignature") {
+        None => None,
+        Some("true") => Some(true),
+        Some("false") => Some(false),
+        Some(other) => {
+            return Err(invalid(
+                "requireSignature",
+                format!("{other:.64?} is neither \"true\" nor \"false\""),
+            ));
+        }
+    };
+    let pull_secret = get("imagePullSecret").map(str::to_string);
+    if let Some(secret) = &pull_secret
+        && !valid_object_name(secret)
+    {
+        return Err(invalid(
+            "imagePullSecret",
+            format!("{secret:.64?} is not a Secret name"),
+        ));
+    }
+    let component = match (inline, get("image")) {
+        (Some(_), Some(_)) => return Err(SpecError::TwoComponents),
+        (None, None) => return Err(SpecError::MissingComponent),
+        (Some(bytes), None) => {
+            if pull_secret.is_some() {
+                return Err(invalid("imagePullSecret", "only a component named by data[\"image\"] is pulled"));
+            }
+            ComponentSource::Inline {
+                bytes,
+                encoding,
+                signature,
+            }
+        }
+        (None, Some(image)) => {
+            if encoding != Encoding::Identity {
+                return Err(invalid("encoding", "only inline components are decoded"));
+            }
+            if signature.is_some() {
+                return Err(invalid(
+                    "signature",
+                    "a component in a registry is signed there (diorch plugin push --sign)",
+                ));
+            }
+            let reference: Reference = image
+                .parse()
+                .map_err(|e: crate::oci::ReferenceError| invalid("image", e.to_string()))?;
+            ComponentSource::Image {
+                reference,
+                pull_secret,
+            }
+        }
+    };
     // Shown in the plugin status as kubectl writes it.
     let source = ObjectKey::of(&cm.metadata).to_string();
     Ok((
@@ -275,13 +403,24 @@ pub fn from_configmap(cm: &ConfigMap) -> Result<(PluginSpec, Vec<u8>), SpecError
             failure_policy,
             grants,
             source,
+            require_signature,
         },
-        bytes,
+        component,
     ))
 }
 
-/// The ConfigMap for `spec` and `bytes` (ConfigMap name = plugin name prefixed `plugin-`).
+/// The ConfigMap for `spec` and raw component `bytes` (ConfigMap name = plugin name prefixed
+/// `plugin-`).
 pub fn to_configmap(spec: &PluginSpec, bytes: Vec<u8>, namespace: Option<&str>) -> ConfigMap {
+    to_configmap_from(spec, ComponentSource::inline(bytes), namespace)
+}
+
+/// The ConfigMap for `spec` and `component` (see [`to_configmap`]).
+pub fn to_configmap_from(
+    spec: &PluginSpec,
+    component: ComponentSource,
+    namespace: Option<&str>,
+) -> ConfigMap {
     let mut data = BTreeMap::new();
     data.insert("kind".to_string(), spec.kind.to_string());
     data.insert("name".to_string(), spec.name.clone());
@@ -304,6 +443,34 @@ pub fn to_configmap(spec: &PluginSpec, bytes: Vec<u8>, namespace: Option<&str>) 
     if !spec.grants.is_empty() {
         data.insert("grants".to_string(), spec.grants.to_string());
     }
+    if let Some(required) = spec.require_signature {
+        data.insert("requireSignature".to_string(), required.to_string());
+    }
+    let binary_data = match component {
+        ComponentSource::Inline {
+            bytes,
+            encoding,
+            signature,
+        } => {
+            if encoding != Encoding::Identity {
+                data.insert("encoding".to_string(), encoding.to_string());
+            }
+            if let Some(signature) = signature {
+                data.insert("signature".to_string(), signature);
+            }
+            Some(BTreeMap::from([(WASM_KEY.to_string(), ByteString(bytes))]))
+        }
+        ComponentSource::Image {
+            reference,
+            pull_secret,
+        } => {
+            data.insert("image".to_string(), reference.to_string());
+            if let Some(secret) = pull_secret {
+                data.insert("imagePullSecret".to_string(), secret);
+            }
+            None
+        }
+    };
     ConfigMap {
         metadata: ObjectMeta {
             name: Some(format!("plugin-{}", spec.name)),
@@ -315,7 +482,7 @@ pub fn to_configmap(spec: &PluginSpec, bytes: Vec<u8>, namespace: Option<&str>) 
             ..Default::default()
         },
         data: Some(data),
-        binary_data: Some(BTreeMap::from([(WASM_KEY.to_string(), ByteString(bytes))])),
+        binary_data,
         ..Default::default()
     }
 }
@@ -354,10 +521,10 @@ mod tests {
                 .map(String::as_str),
             Some("privileged,hostPath")
         );
-        let (back, bytes) = from_configmap(&cm).unwrap();
+        let (back, component) = from_configmap(&cm).unwrap();
         spec.source = "diorch/plugin-node-placement".into();
         assert_eq!(back, spec);
-        assert_eq!(bytes, vec![1, 2, 3]);
+        assert_eq!(component, ComponentSource::inline(vec![1, 2, 3]));
         assert!(back.applies_to("learner") && !back.applies_to("evaluator"));
     }
 
@@ -384,6 +551,85 @@ mod tests {
         assert!(spec.applies_to("anything"));
         let d = Limits::default();
         assert_eq!(spec.limits(d), d);
+    }
+
+    #[test]
+    fn components_by_reference_compressed_or_signed_round_trip() {
+        let digest = format!("sha256:{}", "ab".repeat(32));
+        let mut spec = PluginSpec::new("fair", PluginKind::Policy);
+        spec.require_signature = Some(true);
+        let image = ComponentSource::Image {
+            reference: format!("registry.example:5000/policies/fair@{digest}")
+                .parse()
+                .unwrap(),
+            pull_secret: Some("regcred".into()),
+        };
+        let cm = to_configmap_from(&spec, image.clone(), Some("diorch"));
+        assert_eq!(cm.binary_data, None);
+        let (back, component) = from_configmap(&cm).unwrap();
+        assert_eq!(back.require_signature, Some(true));
+        assert_eq!(component, image);
+
+        let packed = ComponentSource::Inline {
+            bytes: vec![1, 2],
+            encoding: Encoding::Zstd,
+            signature: Some("MEUCIQ==".into()),
+        };
+        let cm = to_configmap_from(&spec, packed.clone(), Some("diorch"));
+        assert_eq!(from_configmap(&cm).unwrap().1, packed);
+    }
+
+    #[test]
+    fn component_keys_are_checked() {
+        let image = "registry.example/p:v1";
+        let cases: &[(&[(&str, &str)], &str)] = &[
+            (
+                &[("kind", "policy"), ("image", image)],
+                "both binaryData[\"plugin.wasm\"] and data[\"image\"]",
+            ),
+            (&[("kind", "policy"), ("encoding", "br")], "data[\"encoding\"]"),
+            (
+                &[("kind", "policy"), ("requireSignature", "yes")],
+                "data[\"requireSignature\"]",
+            ),
+            (
+                &[("kind", "policy"), ("imagePullSecret", "regcred")],
+                "data[\"imagePullSecret\"]: only a component named",
+            ),
+            (
+                &[("kind", "policy"), ("signature", &"A".repeat(5000))],
+                "data[\"signature\"]",
+            ),
+        ];
+        for (data, needle) in cases {
+            let err = from_configmap(&cm(data)).unwrap_err();
+            assert!(err.to_string().contains(needle), "{data:?}: {err}");
+        }
+        let by_reference = |data: &[(&str, &str)]| {
+            let mut cm = cm(data);
+            cm.binary_data = None;
+            from_configmap(&cm)
+        };
+        for (data, needle) in [
+            (vec![("kind", "policy"), ("image", "Registry/P")], "data[\"image\"]: invalid OCI reference"),
+            (
+                vec![("kind", "policy"), ("image", image), ("imagePullSecret", "Bad_Name")],
+                "data[\"imagePullSecret\"]",
+            ),
+            (
+                vec![("kind", "policy"), ("image", image), ("encoding", "gzip")],
+                "data[\"encoding\"]: only inline",
+            ),
+            (
+                vec![("kind", "policy"), ("image", image), ("signature", "MEUCIQ==")],
+                "data[\"signature\"]",
+            ),
+        ] {
+            let err = by_reference(&data).unwrap_err();
+            assert!(err.to_string().contains(needle), "{data:?}: {err}");
+        }
+        let (_, component) = by_reference(&[("kind", "policy"), ("image", image)]).unwrap();
+        assert!(matches!(component, ComponentSource::Image { pull_secret: None, .. }));
     }
 
     #[test]

@@ -54,8 +54,11 @@ use kube::{Api, Client, Resource as _, ResourceExt as _};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
+use super::fetch::Fetcher;
 use super::registry::PluginRegistry;
-use super::spec::{self, PLUGIN_LABEL, PluginSpec, STATE_LABEL, STATUS_ANNOTATION, VERSION_LABEL};
+use super::spec::{
+    self, ComponentSource, PLUGIN_LABEL, PluginSpec, STATE_LABEL, STATUS_ANNOTATION, VERSION_LABEL,
+};
 
 /// Notes longer than this are cut (the Events API caps notes at 1 KiB).
 const NOTE_CAP: usize = 1000;
@@ -96,13 +99,58 @@ impl Default for ApiLimits {
     }
 }
 
-/// A valid spec and bytes last handed to the registry from one ConfigMap, loaded or not, so
-/// relists and no-op updates (the watcher's own status writes included) do not reload.
-#[derive(PartialEq)]
+/// A valid spec and component source last handed to the registry from one ConfigMap, loaded
+/// or not, so relists and no-op updates (the watcher's own status writes included) do not
+/// reload. A tag is resolved again only when the ConfigMap changes.
+#[derive(PartialEq, Clone)]
 struct Applied {
     plugin: String,
     spec: PluginSpec,
-    sha256: [u8; 32],
+    source: [u8; 32],
+}
+
+/// A digest of a component source: the inline bytes with their encoding and signature, or the
+/// reference with its pull Secret.
+fn source_digest(source: &ComponentSource) -> [u8; 32] {
+    let mut h = Sha256::new();
+    match source {
+        ComponentSource::Inline {
+            bytes,
+            encoding,
+            signature,
+        } => {
+            h.update([0]);
+            h.update(encoding.to_string());
+            h.update([0]);
+            h.update(signature.as_deref().unwrap_or(""));
+            h.update([0]);
+            h.update(bytes);
+        }
+        ComponentSource::Image {
+            reference,
+            pull_secret,
+        } => {
+            h.update([1]);
+            h.update(reference.to_string());
+            h.update([0]);
+            h.update(pull_secret.as_deref().unwrap_or(""));
+        }
+    }
+    h.finalize().into()
+}
+
+/// A load running on a task of its own (fetch, compile, smoke call, swap).
+struct Loading {
+    generation: u64,
+    applied: Applied,
+    handle: tokio::task::JoinHandle<()>,
+}
+
+/// A load's end, sent back to the watch loop.
+struct LoadDone {
+    configmap: String,
+    generation: u64,
+    result: Result<String, (&'static str, String)>,
 }
 
 /// How a load attempt ended.
@@ -126,6 +174,8 @@ struct Tracked {
     seen: ConfigMap,
     /// The mutator name this ConfigMap blocks while it is invalid (see the module doc).
     blocked: Option<String>,
+    /// The load in flight, if any (a newer spec cancels it).
+    loading: Option<Loading>,
 }
 
 impl Tracked {
@@ -227,7 +277,8 @@ fn input_digest(cm: &ConfigMap) -> [u8; 32] {
     h.finalize().into()
 }
 
-/// Watches plugin ConfigMaps in `namespace` until `shutdown` resolves.
+/// Watches plugin ConfigMaps in `namespace` until `shutdown` resolves (components by reference
+/// pulled with the default bounds, no disk cache, no trusted keys).
 pub async fn run(
     client: Client,
     namespace: &str,
@@ -235,22 +286,23 @@ pub async fn run(
     leader: crate::leader::Leadership,
     shutdown: impl Future<Output = ()>,
 ) {
-    run_with(
-        client,
-        namespace,
-        registry,
-        leader,
-        ApiLimits::default(),
-        shutdown,
-    )
-    .await;
+    let limits = ApiLimits::default();
+    let fetcher = match Fetcher::for_namespace(client.clone(), namespace, limits.call_timeout) {
+        Ok(f) => Arc::new(f),
+        Err(error) => {
+            tracing::error!(%error, "cannot build the plugin fetcher; plugins are not watched");
+            return;
+        }
+    };
+    run_with(client, namespace, registry, fetcher, leader, limits, shutdown).await;
 }
 
-/// [`run`] with the given bounds on API calls.
+/// [`run`] with the given component fetcher and bounds on API calls.
 pub async fn run_with(
     client: Client,
     namespace: &str,
     registry: Arc<PluginRegistry>,
+    fetcher: Arc<Fetcher>,
     leader: crate::leader::Leadership,
     limits: ApiLimits,
     shutdown: impl Future<Output = ()>,
@@ -277,19 +329,40 @@ pub async fn run_with(
             running: tokio::task::JoinSet::new(),
         },
     };
-    let ctx = Ctx {
+    let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut ctx = Ctx {
         registry: &registry,
+        fetcher: &fetcher,
         leader: &leader,
+        done: done_tx,
+        generation: 0,
     };
     let mut stream = std::pin::pin!(stream);
     let mut shutdown = std::pin::pin!(shutdown);
     let mut tracked: BTreeMap<String, Tracked> = BTreeMap::new();
     let mut relisted: BTreeSet<String> = BTreeSet::new();
     let mut published_as_leader = false;
+    // The first list was seen; the registry is told once its loads have ended too.
+    let mut first_listed = false;
     loop {
+        if first_listed && tracked.values().all(|t| t.loading.is_none()) {
+            first_listed = false;
+            registry.first_load_done();
+        }
         let retry_at = out.status.next_retry();
         let event = tokio::select! {
-            () = &mut shutdown => return,
+            () = &mut shutdown => {
+                for entry in tracked.values_mut() {
+                    if let Some(loading) = entry.loading.take() {
+                        loading.handle.abort();
+                    }
+                }
+                return;
+            }
+            Some(done) = done_rx.recv() => {
+                finished(&ctx, &mut out, &mut tracked, done);
+                continue;
+            }
             () = leader.acquired(), if !published_as_leader => {
                 // Statuses reached while standing by were not written: write them now.
                 published_as_leader = true;
@@ -316,7 +389,7 @@ pub async fn run_with(
             Some(Ok(WatchEvent::Init)) => relisted.clear(),
             Some(Ok(WatchEvent::InitApply(cm))) => {
                 relisted.insert(cm.name_any());
-                apply(&ctx, &mut out, &mut tracked, &cm).await;
+                apply(&mut ctx, &mut out, &mut tracked, &cm).await;
             }
             Some(Ok(WatchEvent::InitDone)) => {
                 // ConfigMaps deleted while the watch was down.
@@ -328,9 +401,9 @@ pub async fn run_with(
                 for name in gone {
                     forget(&registry, &mut out, &mut tracked, &name).await;
                 }
-                registry.first_load_done();
+                first_listed = true;
             }
-            Some(Ok(WatchEvent::Apply(cm))) => apply(&ctx, &mut out, &mut tracked, &cm).await,
+            Some(Ok(WatchEvent::Apply(cm))) => apply(&mut ctx, &mut out, &mut tracked, &cm).await,
             Some(Ok(WatchEvent::Delete(cm))) => {
                 forget(&registry, &mut out, &mut tracked, &cm.name_any()).await;
             }
@@ -347,9 +420,14 @@ async fn sleep_until(at: Option<tokio::time::Instant>) {
 
 /// What `apply` needs besides the state it updates.
 struct Ctx<'a> {
-    registry: &'a PluginRegistry,
+    registry: &'a Arc<PluginRegistry>,
+    fetcher: &'a Arc<Fetcher>,
     /// Every replica loads plugins; only the leader writes their status and Events.
     leader: &'a crate::leader::Leadership,
+    /// Where load tasks report.
+    done: tokio::sync::mpsc::UnboundedSender<LoadDone>,
+    /// The last load's generation (a load's report counts only while it is the latest).
+    generation: u64,
 }
 
 /// The watcher's writes, each on a task of its own so none holds up the watch loop.
@@ -597,16 +675,79 @@ async fn forget(
     name: &str,
 ) {
     out.status.drop_pending(name);
-    let Some(entry) = tracked.remove(name) else {
+    let Some(mut entry) = tracked.remove(name) else {
         return;
     };
-    if let Some(blocked) = entry.blocked {
+    if let Some(blocked) = entry.blocked.take() {
         registry.unblock(&blocked).await;
     }
-    if let Some(plugin) = entry.applied.map(|(a, _)| a.plugin) {
-        registry.remove(&plugin).await;
-        tracing::info!(%plugin, configmap = %name, "plugin unloaded");
+    // A load that swapped its plugin in before it was cancelled is removed too.
+    let cancelled = cancel(&mut entry).await;
+    let applied = entry.applied.map(|(a, _)| a.plugin);
+    for plugin in applied.into_iter().chain(cancelled) {
+        if registry.remove(&plugin).await {
+            tracing::info!(%plugin, configmap = %name, "plugin unloaded");
+        }
     }
+}
+
+/// Cancels the entry's load in flight and waits for it to end; the plugin name it was loading.
+async fn cancel(entry: &mut Tracked) -> Option<String> {
+    let loading = entry.loading.take()?;
+    loading.handle.abort();
+    // Its fetch or compile is dropped at its next await; a swap it began has ended.
+    let _ = loading.handle.await;
+    Some(loading.applied.plugin)
+}
+
+/// A load task ended: record its outcome if it is still the ConfigMap's latest.
+fn finished(ctx: &Ctx<'_>, out: &mut Outbox, tracked: &mut BTreeMap<String, Tracked>, done: LoadDone) {
+    let Some(entry) = tracked.get_mut(&done.configmap) else {
+        return;
+    };
+    match &entry.loading {
+        Some(l) if l.generation == done.generation => {}
+        _ => return,
+    }
+    let Some(loading) = entry.loading.take() else {
+        return;
+    };
+    let outcome = match &done.result {
+        Ok(_) => Outcome::Loaded,
+        Err((_, message)) => Outcome::Rejected(message.clone()),
+    };
+    entry.applied = Some((loading.applied, outcome));
+    if !ctx.leader.is_leader() {
+        return;
+    }
+    publish_status(ctx, &mut out.status, entry, &done.configmap);
+    let attempt = done.result.map(|sha| format!("loaded version {sha}"));
+    publish_event(out, &entry.seen, attempt);
+}
+
+/// The Event of a load attempt on its ConfigMap.
+fn publish_event(
+    out: &mut Outbox,
+    seen: &ConfigMap,
+    attempt: Result<String, (&'static str, String)>,
+) {
+    let (type_, reason, note) = match attempt {
+        Ok(note) => (EventType::Normal, "PluginLoaded", note),
+        Err((reason, message)) => (
+            EventType::Warning,
+            reason,
+            format!("{message}; the last good version (if any) keeps serving"),
+        ),
+    };
+    let note = one_line_capped(&note, NOTE_CAP);
+    let event = Event {
+        type_,
+        reason: reason.into(),
+        action: crate::events::action("LoadPlugin", &note),
+        note: Some(note),
+        secondary: None,
+    };
+    out.events.publish(event, seen.object_ref(&()));
 }
 
 /// For an invalid ConfigMap: the mutator name and task types it asks for, if its `data` says
@@ -653,17 +794,22 @@ fn publish_status(ctx: &Ctx<'_>, writes: &mut StatusWrites, entry: &Tracked, cm_
 }
 
 async fn apply(
-    ctx: &Ctx<'_>,
+    ctx: &mut Ctx<'_>,
     out: &mut Outbox,
     tracked: &mut BTreeMap<String, Tracked>,
     cm: &ConfigMap,
 ) {
     let cm_name = cm.name_any();
     let entry = tracked.entry(cm_name.clone()).or_default();
+    // What the Event refers to: the ConfigMap as last seen (its uid and resourceVersion too).
     entry.seen = ConfigMap {
         metadata: ObjectMeta {
             labels: cm.metadata.labels.clone(),
             annotations: cm.metadata.annotations.clone(),
+            name: cm.metadata.name.clone(),
+            namespace: cm.metadata.namespace.clone(),
+            uid: cm.metadata.uid.clone(),
+            resource_version: cm.metadata.resource_version.clone(),
             ..ObjectMeta::default()
         },
         ..ConfigMap::default()
@@ -674,6 +820,12 @@ async fn apply(
             if entry.invalid.as_ref().map(|(d, _)| d) == Some(&digest) {
                 None
             } else {
+                // The newest content is invalid: a load of older content no longer counts.
+                if let Some(plugin) = cancel(entry).await
+                    && entry.plugin() != Some(plugin.as_str())
+                {
+                    ctx.registry.remove(&plugin).await;
+                }
                 entry.invalid = Some((digest, e.to_string()));
                 let blocks = failing_closed(cm);
                 if let Some(previous) = entry.blocked.take()
@@ -689,7 +841,7 @@ async fn apply(
                 Some(Err(("InvalidPluginConfigMap", e.to_string())))
             }
         }
-        Ok((spec, bytes)) => {
+        Ok((spec, source)) => {
             // A valid spec replaces any invalid one: its outcome is the ConfigMap's again.
             entry.invalid = None;
             if let Some(blocked) = entry.blocked.take() {
@@ -698,30 +850,29 @@ async fn apply(
             let next = Applied {
                 plugin: spec.name.clone(),
                 spec: spec.clone(),
-                sha256: Sha256::digest(&bytes).into(),
+                source: source_digest(&source),
             };
-            if entry.applied.as_ref().map(|(a, _)| a) == Some(&next) {
-                None
-            } else {
-                // A ConfigMap renaming its plugin unloads the old name.
-                if let Some(previous) = entry.plugin()
-                    && previous != next.plugin
+            let same_as_applied = entry.applied.as_ref().map(|(a, _)| a) == Some(&next);
+            let same_as_loading = entry.loading.as_ref().map(|l| &l.applied) == Some(&next);
+            if !same_as_loading {
+                if let Some(plugin) = cancel(entry).await
+                    && plugin != next.plugin
+                    && entry.plugin() != Some(plugin.as_str())
                 {
-                    ctx.registry.remove(previous).await;
+                    ctx.registry.remove(&plugin).await;
                 }
-                let result = ctx.registry.apply(spec, bytes.into()).await;
-                let outcome = match &result {
-                    Ok(_) => Outcome::Loaded,
-                    Err(e) => Outcome::Rejected(e.to_string()),
-                };
-                // Remember the attempt either way: the same bad bytes are not retried on relist.
-                entry.applied = Some((next, outcome));
-                Some(
-                    result
-                        .map(|sha| format!("loaded version {sha}"))
-                        .map_err(|e| (e.reason(), e.to_string())),
-                )
+                if !same_as_applied {
+                    // A ConfigMap renaming its plugin unloads the old name.
+                    if let Some(previous) = entry.plugin()
+                        && previous != next.plugin
+                    {
+                        ctx.registry.remove(previous).await;
+                    }
+                    start_load(ctx, entry, &cm_name, next, spec, source);
+                }
             }
+            // The outcome is published when the load ends (see `finished`).
+            None
         }
     };
     if !ctx.leader.is_leader() {
@@ -729,26 +880,47 @@ async fn apply(
     }
     // Status first: it is what `kubectl get` shows, the Event only explains it.
     publish_status(ctx, &mut out.status, entry, &cm_name);
-    let Some(outcome) = attempt else {
-        return;
-    };
-    let (type_, reason, note) = match outcome {
-        Ok(note) => (EventType::Normal, "PluginLoaded", note),
-        Err((reason, message)) => (
-            EventType::Warning,
-            reason,
-            format!("{message}; the last good version (if any) keeps serving"),
-        ),
-    };
-    let note = one_line_capped(&note, NOTE_CAP);
-    let event = Event {
-        type_,
-        reason: reason.into(),
-        action: crate::events::action("LoadPlugin", &note),
-        note: Some(note),
-        secondary: None,
-    };
-    out.events.publish(event, cm.object_ref(&()));
+    if let Some(attempt) = attempt {
+        publish_event(out, &entry.seen, attempt);
+    }
+}
+
+/// Starts loading `source` for `spec` on a task of its own: pulls and compiles never hold up
+/// the watch loop, other plugins' loads, or reconciles.
+fn start_load(
+    ctx: &mut Ctx<'_>,
+    entry: &mut Tracked,
+    cm_name: &str,
+    applied: Applied,
+    spec: PluginSpec,
+    source: ComponentSource,
+) {
+    ctx.generation += 1;
+    let generation = ctx.generation;
+    let (registry, fetcher, done) = (ctx.registry.clone(), ctx.fetcher.clone(), ctx.done.clone());
+    let configmap = cm_name.to_string();
+    let handle = tokio::spawn(async move {
+        let result = match fetcher.fetch(&spec, &source).await {
+            Ok(fetched) => {
+                registry
+                    .apply_from(spec, fetched.bytes, fetched.origin)
+                    .await
+            }
+            Err(e) => Err(registry.refuse(spec, e).await),
+        };
+        let result = result.map_err(|e| (e.reason(), e.to_string()));
+        // The loop is gone when the watcher stopped: nothing to tell.
+        let _ = done.send(LoadDone {
+            configmap,
+            generation,
+            result,
+        });
+    });
+    entry.loading = Some(Loading {
+        generation,
+        applied,
+        handle,
+    });
 }
 
 #[cfg(test)]
