@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 
 use super::capabilities::{self, Capability, Grants};
+use super::publish::RegistryArgs;
 use super::snapshot::{self, Snapshot};
 use super::spec::{self, FailurePolicy, PluginKind, PluginSpec};
 use super::{
@@ -54,8 +55,12 @@ pub enum PluginCommand {
     /// Validate a component against the plugin worlds, print its imports, exports and size,
     /// run it on sample inputs and show results and timings. Exits non-zero if it is unusable.
     Check {
-        /// The component (`.wasm`, built for wasm32-wasip2).
-        file: PathBuf,
+        /// The component: a `.wasm` file (built for wasm32-wasip2) or an OCI reference
+        /// (`registry.example/policies/fair:v1`, `oci://…`), pulled and verified as the operator
+        /// would.
+        component: String,
+        #[command(flatten)]
+        registry: RegistryArgs,
         /// Config string handed to a mutator.
         #[arg(long, default_value = "")]
         config: String,
@@ -73,9 +78,29 @@ pub enum PluginCommand {
         #[arg(long, default_value = "", value_parser = parse_grants)]
         grants: Grants,
     },
-    /// Print a plugin ConfigMap (YAML) for `kubectl apply -f -`.
+    /// Print a plugin ConfigMap (YAML) for `kubectl apply -f -`: the component inline (a file,
+    /// optionally compressed and signed) or by reference (`--image`).
     Configmap {
-        file: PathBuf,
+        /// The component file to carry inline (omit with `--image`).
+        #[arg(required_unless_present = "image", conflicts_with = "image")]
+        file: Option<PathBuf>,
+        /// Name the component by OCI reference instead (pinned `…@sha256:…` is best: a tag is
+        /// resolved when the operator loads the ConfigMap).
+        #[arg(long)]
+        image: Option<String>,
+        /// With `--image`: the `kubernetes.io/dockerconfigjson` Secret with the registry's
+        /// credentials.
+        #[arg(long, requires = "image")]
+        pull_secret: Option<String>,
+        /// Compress the inline component (`gzip` or `zstd`), so up to ~3 MB fits a ConfigMap.
+        #[arg(long, conflicts_with = "image")]
+        compress: Option<super::compress::Encoding>,
+        /// Sign the inline component with this private key (`diorch plugin keygen`).
+        #[arg(long, conflicts_with = "image")]
+        sign: Option<PathBuf>,
+        /// Ask the operator to refuse the plugin unless a trusted key signed it.
+        #[arg(long)]
+        require_signature: bool,
         /// Plugin name (a DNS label); the ConfigMap is `plugin-<name>`.
         #[arg(long)]
         name: String,
@@ -107,6 +132,35 @@ pub enum PluginCommand {
         /// serviceAccountName, containers, image, command, scheduler, volumeTypes, other).
         #[arg(long, default_value = "", value_parser = parse_grants)]
         grants: Grants,
+    },
+    /// Push a component to an OCI registry in the CNCF Wasm artifact layout (config
+    /// `application/vnd.wasm.config.v0+json`, layer `application/wasm`) and print the reference
+    /// pinned by digest; `--sign` also signs it (cosign-compatible, keyed).
+    Push {
+        /// The component (`.wasm`).
+        file: PathBuf,
+        /// Where to push: `registry.example[:port]/repository:tag`.
+        reference: String,
+        /// Sign what was pushed with this private key (PEM: `diorch plugin keygen`, or an
+        /// unencrypted PKCS#8 / SEC1 P-256 key).
+        #[arg(long)]
+        sign: Option<PathBuf>,
+        #[command(flatten)]
+        registry: RegistryArgs,
+    },
+    /// Sign a component already in a registry (by tag or digest) with a private key.
+    Sign {
+        reference: String,
+        #[arg(long)]
+        key: PathBuf,
+        #[command(flatten)]
+        registry: RegistryArgs,
+    },
+    /// Write a new signing key pair: `<OUT>.key` (private, mode 0600) and `<OUT>.pub` (the
+    /// public key the operator trusts: put it in its trusted-keys ConfigMap).
+    Keygen {
+        #[arg(long, default_value = "diorch-plugin")]
+        out: PathBuf,
     },
     /// Record the cluster's nodes and preemptible DIJobs as a snapshot file for `plugin run`
     /// (reads only: one list of nodes, pods and DIJobs).
@@ -155,15 +209,15 @@ fn parse_grants(text: &str) -> Result<Grants, capabilities::UnknownGrant> {
 pub async fn run(command: PluginCommand) -> anyhow::Result<()> {
     match command {
         PluginCommand::Check {
-            file,
+            component,
+            registry,
             config,
             task_type,
             deadline_ms,
             memory_mib,
             grants,
         } => {
-            let bytes =
-                std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?;
+            let (bytes, _) = super::publish::read_component(&component, &registry).await?;
             let limits = Limits {
                 deadline: Duration::from_millis(deadline_ms),
                 memory_bytes: memory_mib << 20,
@@ -182,6 +236,11 @@ pub async fn run(command: PluginCommand) -> anyhow::Result<()> {
         }
         PluginCommand::Configmap {
             file,
+            image,
+            pull_secret,
+            compress,
+            sign,
+            require_signature,
             name,
             kind,
             namespace,
@@ -194,8 +253,6 @@ pub async fn run(command: PluginCommand) -> anyhow::Result<()> {
             failure_policy,
             grants,
         } => {
-            let bytes =
-                std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?;
             let config = match config_file {
                 Some(path) => std::fs::read_to_string(&path)
                     .with_context(|| format!("reading {}", path.display()))?,
@@ -219,11 +276,38 @@ pub async fn run(command: PluginCommand) -> anyhow::Result<()> {
                 FailurePolicy::Fail
             };
             spec.grants = grants;
-            let cm = spec::to_configmap(&spec, bytes, namespace.as_deref());
+            spec.require_signature = require_signature.then_some(true);
+            let component = match (file, image) {
+                (_, Some(image)) => spec::ComponentSource::Image {
+                    reference: image.parse()?,
+                    pull_secret,
+                },
+                (Some(file), None) => inline_component(&file, compress, sign.as_deref())?,
+                (None, None) => anyhow::bail!("give the component file or --image"),
+            };
+            let cm = spec::to_configmap_from(&spec, component, namespace.as_deref());
             // Round-trip through the parser so a manifest we print is one the operator accepts.
             spec::from_configmap(&cm)?;
             emit(&serde_saphyr::to_string(&cm)?)
         }
+        PluginCommand::Push {
+            file,
+            reference,
+            sign,
+            registry,
+        } => {
+            let pinned = super::publish::push(&file, &reference, sign.as_deref(), &registry).await?;
+            emit(&format!("{pinned}\n"))
+        }
+        PluginCommand::Sign {
+            reference,
+            key,
+            registry,
+        } => {
+            let pinned = super::publish::sign(&reference, &key, &registry).await?;
+            emit(&format!("{pinned}\n"))
+        }
+        PluginCommand::Keygen { out } => super::publish::keygen(&out).map(|_| ()),
         PluginCommand::Snapshot {
             kubeconfig,
             context,
@@ -307,6 +391,59 @@ pub async fn run(command: PluginCommand) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// Most component bytes a ConfigMap carries inline: the API server refuses objects over
+/// ~1 MiB (etcd's 1.5 MiB request limit, less the base64 in JSON and the other fields).
+pub const CONFIGMAP_INLINE_CAP: usize = 768 << 10;
+
+/// The inline component of `plugin configmap`: compressed and signed as asked, or a clear
+/// refusal when it cannot fit a ConfigMap, saying what to do instead.
+fn inline_component(
+    file: &std::path::Path,
+    compress: Option<super::compress::Encoding>,
+    sign: Option<&std::path::Path>,
+) -> anyhow::Result<spec::ComponentSource> {
+    let raw = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
+    if raw.len() > spec::INLINE_MAX_BYTES {
+        anyhow::bail!(
+            "{} is {} bytes: over the {} bytes an inline component may have once decompressed; \
+             push it to a registry (diorch plugin push) and use --image",
+            file.display(),
+            raw.len(),
+            spec::INLINE_MAX_BYTES
+        );
+    }
+    let encoding = compress.unwrap_or(super::compress::Encoding::Identity);
+    let bytes = super::compress::encode(encoding, &raw)?;
+    if bytes.len() > CONFIGMAP_INLINE_CAP {
+        let hint = match compress {
+            None => "compress it (--compress zstd) or push it to a registry (diorch plugin push) \
+                     and use --image",
+            Some(_) => "push it to a registry (diorch plugin push) and use --image",
+        };
+        anyhow::bail!(
+            "{} is {} bytes{}: too big for a ConfigMap (at most {CONFIGMAP_INLINE_CAP} here; \
+             the API server refuses objects over ~1 MiB); {hint}",
+            file.display(),
+            bytes.len(),
+            compress.map(|c| format!(" with {c}")).unwrap_or_default()
+        );
+    }
+    let signature = match sign {
+        Some(key) => {
+            let text = std::fs::read(key).with_context(|| format!("reading {}", key.display()))?;
+            let key = crate::oci::sign::SigningKey::from_pem(&text)
+                .with_context(|| format!("{}", key.display()))?;
+            Some(key.sign(&raw)?)
+        }
+        None => None,
+    };
+    Ok(spec::ComponentSource::Inline {
+        bytes,
+        encoding,
+        signature,
+    })
 }
 
 /// Writes to stdout; a closed pipe (`| head`) is not an error.

@@ -12,6 +12,7 @@ pub mod fetch;
 pub mod cli;
 mod host;
 pub mod native;
+pub mod publish;
 pub mod record;
 pub mod registry;
 pub mod sample;

@@ -39,13 +39,16 @@ pub struct SimulateArgs {
     /// The workload: a YAML file of jobs (see docs/simulator.md).
     #[arg(long, required = true)]
     pub trace: Option<PathBuf>,
-    /// A policy to run: `builtin:binpack`, `builtin:spread`, `builtin:goodput`, or a policy
-    /// component (`.wasm`). Repeat to compare.
+    /// A policy to run: `builtin:binpack`, `builtin:spread`, `builtin:goodput`, a policy
+    /// component (`.wasm`), or one in a registry (`registry.example/policies/fair:v1`,
+    /// `oci://…`). Repeat to compare.
     #[arg(long = "policy", required = true)]
     pub policies: Vec<String>,
     /// Where the CSV files go (created if missing).
     #[arg(long, required = true)]
     pub out: Option<PathBuf>,
+    #[command(flatten)]
+    pub registry: crate::plugin::publish::RegistryArgs,
     /// Seconds between re-plans (`optimize`), as the operator's --optimize-period; 0 = never.
     #[arg(long, default_value_t = 60)]
     pub optimize_period: u64,
@@ -131,7 +134,15 @@ async fn policies(args: &SimulateArgs) -> anyhow::Result<Vec<PolicyChoice>> {
             continue;
         }
         let path = Path::new(spec);
-        let bytes = read_component(path)?;
+        let bytes = match crate::plugin::publish::ComponentArg::parse(spec)? {
+            crate::plugin::publish::ComponentArg::File(_) => read_component(path)?,
+            crate::plugin::publish::ComponentArg::Image(_) => {
+                crate::plugin::publish::read_component(spec, &args.registry)
+                    .await
+                    .with_context(|| format!("--policy {spec}"))?
+                    .0
+            }
+        };
         let host = match &host {
             Some(h) => h.clone(),
             None => {
@@ -144,10 +155,14 @@ async fn policies(args: &SimulateArgs) -> anyhow::Result<Vec<PolicyChoice>> {
             deadline: Duration::from_millis(args.deadline_ms),
             memory_bytes: args.memory_mib.saturating_mul(1 << 20),
         };
+        // A reference's last path component, without tag or digest, names it as a file's stem.
+        let stem = spec.rsplit('/').next().unwrap_or(spec);
+        let stem = stem.split(['@', ':']).next().unwrap_or(stem);
         let name = path
             .file_stem()
             .and_then(|s| s.to_str())
-            .unwrap_or("policy")
+            .filter(|_| path.exists())
+            .unwrap_or(stem)
             .to_string();
         let policy = host
             .load_policy(&name, bytes.into(), Some(limits))
