@@ -28,6 +28,23 @@ else
     echo "note: python3 is missing: tests/deploy.rs will skip the offline schema validation of deploy/"
 fi
 
+# tests/oci_registry.rs pulls plugins from a real OCI registry: Debian's docker-registry (the
+# CNCF distribution registry), started by the tests on 127.0.0.1. Installed here when missing and
+# apt-get can (as root); elsewhere those tests say they were skipped.
+if ! command -v docker-registry >/dev/null 2>&1; then
+    if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+        echo "installing docker-registry for the OCI registry tests (apt-get)"
+        if ! { DEBIAN_FRONTEND=noninteractive apt-get install -y -q docker-registry >/dev/null ||
+            { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q docker-registry >/dev/null; }; }; then
+            echo "error: could not install docker-registry with apt-get" >&2
+            exit 1
+        fi
+    else
+        echo "note: docker-registry is missing and cannot be installed here: the OCI registry tests are SKIPPED"
+        export DIORCH_SKIP_REGISTRY_TESTS=1
+    fi
+fi
+
 # The Wasm plugin tests need the example and hostile components: build them (this also installs
 # the wasm32-wasip2 target), and run the plugin workspace's own native unit tests.
 bash scripts/build-plugins.sh
