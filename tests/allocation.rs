@@ -30,6 +30,19 @@ fn policy_plugins_place_jobs_hot_swap_and_survive_garbage() {
 }
 
 #[test]
+fn a_signed_policy_from_a_registry_places_jobs_swaps_hot_and_refuses_the_untrusted() {
+    if !common::oci::registry_available("a_signed_policy_from_a_registry") {
+        return;
+    }
+    let registry = common::oci::Registry::start();
+    let sandbox = scenario::gpu_sandbox();
+    let flags = common::oci::operator_flags(&registry);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let _operator = OperatorProcess::start_with(&sandbox.kubeconfig, &flags);
+    common::oci::signed_policy_from_a_registry(&sandbox.kubectl(), "default", "default", &registry);
+}
+
+#[test]
 fn mutators_change_the_pods_they_apply_to() {
     let (sandbox, _operator) = cluster();
     scenario::mutator_changes_pods(&sandbox.kubectl(), "default", "default");

@@ -450,6 +450,20 @@ fn e2e_gpu_placement() {
         drop(guard);
         drop(operator);
     }
+    // Policies from an OCI registry (a real one, on this machine's loopback), signed.
+    if common::oci::registry_available("e2e_gpu_placement (registry)") {
+        let registry = common::oci::Registry::start();
+        let mut flags = common::oci::operator_flags(&registry);
+        flags.extend(["--plugin-namespace".to_string(), plugins.clone()]);
+        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+        let operator = OperatorProcess::start_with(&kubeconfig, &flags);
+        let ns = format!("{base}-registry");
+        foundation::create_namespace(&k, &ns);
+        let guard = NamespaceGuard(&k, &ns);
+        common::oci::signed_policy_from_a_registry(&k, &ns, &plugins, &registry);
+        drop(guard);
+        drop(operator);
+    }
     // Re-planning: goodput by default, every second, each job moved at most once.
     let replanner = OperatorProcess::start_with(
         &kubeconfig,

@@ -12,6 +12,7 @@ pub mod job_controls;
 pub mod kubectl;
 pub mod kubelet;
 pub mod migration;
+pub mod oci;
 pub mod webhook;
 
 use std::path::{Path, PathBuf};

@@ -1,0 +1,267 @@
+//! Plugins from an OCI registry, end to end: a real registry (Debian's `docker-registry`, the
+//! CNCF distribution registry) started on 127.0.0.1, components pushed and signed with the
+//! `diorch plugin` CLI, and policy ConfigMaps that name them by reference. Written against a
+//! `Kubectl` so the sandbox tests and the real-cluster e2e suite share the scenario.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::Kubectl;
+use super::allocation::{self as placement, gpu_job, plugin_file, wait_allocated, wait_event};
+use super::controller as scenario;
+
+/// A `docker-registry serve` on a free loopback port with its storage in a temp folder;
+/// killed on drop.
+pub struct Registry {
+    child: Child,
+    pub dir: tempfile::TempDir,
+    /// `127.0.0.1:<port>`.
+    pub host: String,
+}
+
+/// Whether the registry binary is here; when it is not, `DIORCH_SKIP_REGISTRY_TESTS=1` (set by
+/// scripts/test.sh where it cannot be installed) makes the tests report a skip, else they fail.
+pub fn registry_available(test: &str) -> bool {
+    let found = Command::new("docker-registry")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if found {
+        return true;
+    }
+    assert!(
+        std::env::var_os("DIORCH_SKIP_REGISTRY_TESTS").is_some(),
+        "{test} needs Debian's docker-registry (scripts/test.sh installs it; set \
+         DIORCH_SKIP_REGISTRY_TESTS=1 to skip)"
+    );
+    println!("SKIPPED: {test}: docker-registry is not installed");
+    false
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+impl Registry {
+    pub fn start() -> Registry {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let port = free_port();
+        let host = format!("127.0.0.1:{port}");
+        let config = dir.path().join("config.yml");
+        let storage = dir.path().join("storage");
+        std::fs::write(
+            &config,
+            format!(
+                "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n  addr: {host}\n",
+                storage.display()
+            ),
+        )
+        .expect("registry config");
+        let child = Command::new("docker-registry")
+            .arg("serve")
+            .arg(&config)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start docker-registry");
+        let registry = Registry { child, dir, host };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let up = std::net::TcpStream::connect(&registry.host).is_ok_and(|mut s| {
+                use std::io::{Read as _, Write as _};
+                let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+                let request = format!("GET /v2/ HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n", registry.host);
+                let mut answer = String::new();
+                s.write_all(request.as_bytes()).is_ok()
+                    && s.read_to_string(&mut answer).is_ok()
+                    && answer.starts_with("HTTP/1.1 200")
+            });
+            if up {
+                return registry;
+            }
+            assert!(Instant::now() < deadline, "docker-registry did not serve within 20 s");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The file holding blob `digest` (`sha256:<hex>`) in the registry's storage.
+    pub fn blob_file(&self, digest: &str) -> PathBuf {
+        let hex = digest.strip_prefix("sha256:").expect("a sha256 digest");
+        self.dir
+            .path()
+            .join("storage/docker/registry/v2/blobs/sha256")
+            .join(&hex[..2])
+            .join(hex)
+            .join("data")
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs `diorch plugin <args>`; its stdout, or a panic with its stderr.
+pub fn diorch_plugin(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_diorch"))
+        .arg("plugin")
+        .args(args)
+        .output()
+        .expect("diorch plugin");
+    assert!(
+        out.status.success(),
+        "diorch plugin {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// Pushes a built example plugin to `<registry>/<repository>:<tag>`, signed with `key` if
+/// given; the reference pinned by digest.
+pub fn push(registry: &Registry, plugin: &str, repository: &str, key: Option<&Path>) -> String {
+    let reference = format!("{}/{repository}:v1", registry.host);
+    let file = plugin_file(plugin);
+    let mut args = vec!["push", &file, &reference, "--insecure-registry", &registry.host];
+    let key = key.map(|k| k.display().to_string());
+    if let Some(key) = &key {
+        args.extend(["--sign", key]);
+    }
+    diorch_plugin(&args)
+}
+
+/// The layer digest of the component a pinned reference names (read back through the CLI's
+/// own pull, as `plugin check` would).
+fn layer_digest(file: &str) -> String {
+    use sha2::Digest as _;
+    let bytes = std::fs::read(file).expect("plugin file");
+    let hex: String = sha2::Sha256::digest(&bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    format!("sha256:{hex}")
+}
+
+/// A key pair in `dir`: (private, public).
+pub fn keygen(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
+    let prefix = dir.join(name);
+    diorch_plugin(&["keygen", "--out", &prefix.display().to_string()]);
+    (prefix.with_extension("key"), prefix.with_extension("pub"))
+}
+
+/// The operator flags this scenario needs: plain HTTP to the test registry, and every plugin
+/// signed by a key in the (default) trusted-keys ConfigMap.
+pub fn operator_flags(registry: &Registry) -> Vec<String> {
+    vec![
+        "--plugin-insecure-registries".into(),
+        registry.host.clone(),
+        "--require-plugin-signatures".into(),
+        // Short pulls: a refusal shows within the scenario's waits.
+        "--plugin-pull-timeout".into(),
+        "30s".into(),
+    ]
+}
+
+/// A policy ConfigMap naming `image`, applied with kubectl.
+fn point(p: &Kubectl, image: &str) {
+    let cm = diorch_plugin(&["configmap", "--image", image, "--name", "registry", "--kind", "policy"]);
+    p.ok_stdin(&["apply", "-f", "-"], &cm);
+}
+
+/// The plugin `registry` from the registry: a signed spread policy loads and places a job;
+/// re-pointed at a signed bin-pack digest it swaps hot; an unsigned component, one signed by
+/// another key and a tampered blob are each refused with their reason while bin-pack keeps
+/// placing jobs. The operator runs with [`operator_flags`]; plugins live in `plugin_ns`.
+/// Needs 4 ready nodes with at least 4 free GPUs each.
+pub fn signed_policy_from_a_registry(k: &Kubectl, ns: &str, plugin_ns: &str, registry: &Registry) {
+    let k = k.in_namespace(ns);
+    let p = k.in_namespace(plugin_ns);
+    let keys = tempfile::tempdir().expect("tempdir");
+    let (team_key, team_pub) = keygen(keys.path(), "team");
+    let (other_key, _) = keygen(keys.path(), "other");
+    let public = std::fs::read_to_string(&team_pub).expect("public key");
+    p.ok(&[
+        "create",
+        "configmap",
+        "diorch-plugin-keys",
+        &format!("--from-literal=team.pub={public}"),
+    ]);
+    let spread = push(registry, "spread", "policies/spread", Some(&team_key));
+    let binpack = push(registry, "binpack", "policies/binpack", Some(&team_key));
+    let unsigned = push(registry, "goodput", "policies/unsigned", None);
+    let foreign = push(registry, "goodput", "policies/foreign", Some(&other_key));
+    // `plugin check` pulls and verifies as the operator will.
+    let checked = Command::new(env!("CARGO_BIN_EXE_diorch"))
+        .args(["plugin", "check", &spread, "--insecure-registry", &registry.host])
+        .args(["--trusted-key", &team_pub.display().to_string()])
+        .output()
+        .expect("plugin check");
+    assert!(checked.status.success(), "{checked:?}");
+
+    // Signed spread, by digest: loaded, and it places a job one replica per node.
+    point(&p, &spread);
+    let note = wait_event(&p, "ConfigMap", "plugin-registry", "PluginLoaded", 1);
+    assert!(note.contains(&layer_digest(&plugin_file("spread"))[7..]), "{note}");
+    let status = p.ok(&["get", "configmap", "plugin-registry", "-o", "json"]);
+    assert!(status.contains("\"diorch.io/plugin-state\": \"Loaded\""), "{status}");
+    scenario::apply(&k, &gpu_job("from-registry", "registry", 4, 1));
+    let (_, _, message) = wait_allocated(&k, "from-registry", "True");
+    assert!(message.starts_with("placed by registry@"), "{message}");
+    scenario::wait_phase(&k, "from-registry", "Running");
+    let spread_placement = placement::placement(&k, "from-registry");
+    assert_eq!(spread_placement.values().collect::<std::collections::BTreeSet<_>>().len(), 4);
+
+    // Re-pointed at bin-pack's digest: the next job is packed by the new version.
+    point(&p, &binpack);
+    wait_event(&p, "ConfigMap", "plugin-registry", "PluginLoaded", 2);
+    scenario::apply(&k, &gpu_job("repointed", "registry", 4, 1));
+    let (_, _, packed_by) = wait_allocated(&k, "repointed", "True");
+    assert_ne!(
+        packed_by.split_whitespace().nth(2),
+        message.split_whitespace().nth(2),
+        "the job after re-pointing was placed by the old version: {packed_by}"
+    );
+    scenario::wait_phase(&k, "repointed", "Running");
+    let packed = placement::placement(&k, "repointed");
+    assert_eq!(packed.values().collect::<std::collections::BTreeSet<_>>().len(), 1);
+
+    // Unsigned, then signed by a key the cluster does not trust: refused, bin-pack serves.
+    point(&p, &unsigned);
+    let note = wait_event(&p, "ConfigMap", "plugin-registry", "SignatureRefused", 1);
+    assert!(note.contains("no signature"), "{note}");
+    assert!(note.contains("last good version"), "{note}");
+    point(&p, &foreign);
+    let note = wait_event(&p, "ConfigMap", "plugin-registry", "SignatureRefused", 2);
+    assert!(note.contains("trusted key"), "{note}");
+
+    // Tampered: a signed component whose blob changed in the registry's storage.
+    let tampered = push(registry, "goodput", "policies/tampered", Some(&team_key));
+    let blob = registry.blob_file(&layer_digest(&plugin_file("goodput")));
+    let mut bytes = std::fs::read(&blob).expect("blob");
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0xff;
+    std::fs::write(&blob, bytes).expect("tamper");
+    point(&p, &tampered);
+    let note = wait_event(&p, "ConfigMap", "plugin-registry", "DigestMismatch", 1);
+    assert!(note.contains("tampered"), "{note}");
+    let status = p.ok(&["get", "configmap", "plugin-registry", "-o", "json"]);
+    assert!(status.contains("\"diorch.io/plugin-state\": \"Rejected\""), "{status}");
+
+    // Through all of it, the last good version (bin-pack) keeps placing jobs.
+    scenario::apply(&k, &gpu_job("after-refusals", "registry", 2, 1));
+    let (_, _, still) = wait_allocated(&k, "after-refusals", "True");
+    assert_eq!(
+        still.split_whitespace().nth(2),
+        packed_by.split_whitespace().nth(2),
+        "{still} / {packed_by}"
+    );
+    scenario::wait_phase(&k, "after-refusals", "Running");
+    p.ok(&["delete", "configmap", "plugin-registry", "diorch-plugin-keys"]);
+}
