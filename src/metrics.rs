@@ -736,6 +736,7 @@ mod tests {
             kind: "policy",
             sha256: sha.into(),
             healthy,
+            image: format!("registry.example/p@{sha}"),
         };
         m.plugin.replace_info(None, Some(&info("aaa", "true")));
         m.plugin
@@ -745,7 +746,7 @@ mod tests {
             "diorch_plugin_calls_total{plugin=\"packer\",call=\"allocate\",result=\"ok\"} 1",
             "diorch_plugin_calls_total{plugin=\"packer\",call=\"allocate\",result=\"Timeout\"} 1",
             "diorch_plugin_loads_total{plugin=\"packer\",result=\"CompileError\"} 1",
-            "diorch_plugin_info{plugin=\"packer\",kind=\"policy\",sha256=\"bbb\",healthy=\"false\"} 1",
+            "diorch_plugin_info{plugin=\"packer\",kind=\"policy\",sha256=\"bbb\",healthy=\"false\",image=\"registry.example/p@bbb\"} 1",
             // 42 µs lands in the 80 µs bucket, not the 40 µs one.
             "diorch_plugin_call_duration_seconds_bucket{le=\"0.00004\",call=\"allocate\"} 0",
             "diorch_plugin_call_duration_seconds_bucket{le=\"0.00008\",call=\"allocate\"} 1",

@@ -264,11 +264,9 @@ impl RunArgs {
         })
         .map_err(|e| OperatorError::Plugins(e.to_string()))?;
         let cache = match &self.plugin_cache_dir {
-            Some(dir) => Some(
-                oci::cache::BlobCache::open(dir, PULL_CACHE_BUDGET).map_err(|e| {
-                    OperatorError::Plugins(format!("--plugin-cache-dir {}: {e}", dir.display()))
-                })?,
-            ),
+            Some(dir) => Some(oci::cache::BlobCache::open(dir, PULL_CACHE_BUDGET).map_err(
+                |e| OperatorError::Plugins(format!("--plugin-cache-dir {}: {e}", dir.display())),
+            )?),
             None => None,
         };
         let limits = oci::PullLimits {

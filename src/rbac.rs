@@ -365,9 +365,15 @@ mod tests {
             named_table(PLUGIN_SOURCE_PERMISSIONS),
             named_grants(&docs, "diorch-plugin-sources"),
         );
-        assert_eq!(code, granted, "rbac.yaml's diorch-plugin-sources differs from the table");
+        assert_eq!(
+            code, granted,
+            "rbac.yaml's diorch-plugin-sources differs from the table"
+        );
         for p in PLUGIN_SOURCE_PERMISSIONS {
-            assert!(!p.names.is_empty() && p.verbs == ["get"], "named gets only: {p:?}");
+            assert!(
+                !p.names.is_empty() && p.verbs == ["get"],
+                "named gets only: {p:?}"
+            );
         }
         // Bound to the operator's ServiceAccount, in its namespace.
         let bound = docs.iter().any(|d| {

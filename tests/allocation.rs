@@ -43,6 +43,20 @@ fn a_signed_policy_from_a_registry_places_jobs_swaps_hot_and_refuses_the_untrust
 }
 
 #[test]
+fn a_policy_whose_registry_is_down_loads_once_it_is_up() {
+    if !common::oci::registry_available("a_policy_whose_registry_is_down") {
+        return;
+    }
+    let mut registry = common::oci::Registry::start();
+    let sandbox = SandboxProcess::start(&[]);
+    foundation::install_crd(&sandbox.kubectl());
+    let flags = common::oci::operator_flags(&registry);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let _operator = OperatorProcess::start_with(&sandbox.kubeconfig, &flags);
+    common::oci::a_pull_that_failed_is_tried_again(&sandbox.kubectl(), "default", &mut registry);
+}
+
+#[test]
 fn mutators_change_the_pods_they_apply_to() {
     let (sandbox, _operator) = cluster();
     scenario::mutator_changes_pods(&sandbox.kubectl(), "default", "default");

@@ -363,15 +363,21 @@ fn rbac_binds_only_the_operators_and_the_certificate_jobs_roles_and_nothing_broa
             let kind = doc["kind"].as_str().unwrap_or_default();
             let name = doc["metadata"]["name"].as_str().unwrap_or_default();
             if kind.ends_with("Binding") {
-                // Each install ServiceAccount gets its own role; the callers' roles stay unbound.
+                // Each install ServiceAccount gets its own role (the operator's named reads of
+                // plugin sources a second one); the callers' roles stay unbound.
                 assert!(
-                    ["diorch", "diorch-webhook-cert"].contains(&name),
+                    ["diorch", "diorch-webhook-cert", "diorch-plugin-sources"].contains(&name),
                     "{variant}: unexpected {kind} {name}"
                 );
                 assert_eq!(doc["roleRef"]["name"], name, "{variant}: {kind} {name}");
+                let account = if name == "diorch-plugin-sources" {
+                    "diorch"
+                } else {
+                    name
+                };
                 assert_eq!(
                     doc["subjects"],
-                    serde_json::json!([{"kind": "ServiceAccount", "name": name, "namespace": "diorch-system"}]),
+                    serde_json::json!([{"kind": "ServiceAccount", "name": account, "namespace": "diorch-system"}]),
                     "{variant}: {kind} {name}"
                 );
             }
@@ -391,14 +397,24 @@ fn rbac_binds_only_the_operators_and_the_certificate_jobs_roles_and_nothing_broa
                     );
                 }
                 // Only the certificate Job touches Secrets, and only its own by name (create
-                // cannot be limited by name).
+                // cannot be limited by name); the operator only reads the plugin sources' named
+                // Secrets (trusted keys, registry credentials).
                 if rule["resources"].to_string().contains("secrets") {
-                    assert_eq!(name, "diorch-webhook-cert", "{variant}: {kind} {name}");
-                    assert!(
-                        rule["resourceNames"] == serde_json::json!(["diorch-webhook-cert"])
-                            || rule["verbs"] == serde_json::json!(["create"]),
-                        "{variant}: {text}"
-                    );
+                    match name {
+                        "diorch-webhook-cert" => assert!(
+                            rule["resourceNames"] == serde_json::json!(["diorch-webhook-cert"])
+                                || rule["verbs"] == serde_json::json!(["create"]),
+                            "{variant}: {text}"
+                        ),
+                        "diorch-plugin-sources" => assert!(
+                            rule["verbs"] == serde_json::json!(["get"])
+                                && rule["resourceNames"]
+                                    .as_array()
+                                    .is_some_and(|n| !n.is_empty()),
+                            "{variant}: {text}"
+                        ),
+                        other => panic!("{variant}: {kind} {other} touches Secrets: {text}"),
+                    }
                 }
             }
         }

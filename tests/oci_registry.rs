@@ -11,6 +11,7 @@
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::fs::File;
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -98,7 +99,10 @@ fn trusting(keys: &[&SigningKey]) -> PullRequest {
 }
 
 /// A plain GET with hyper, independent of the crate's client: what the registry really stores.
-async fn http_get(url: &str, accept: Option<&str>) -> Result<(StatusCode, HeaderMap, Bytes), String> {
+async fn http_get(
+    url: &str,
+    accept: Option<&str>,
+) -> Result<(StatusCode, HeaderMap, Bytes), String> {
     use hyper_util::client::legacy::Client;
     use hyper_util::rt::TokioExecutor;
     let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
@@ -123,10 +127,19 @@ async fn http_get(url: &str, accept: Option<&str>) -> Result<(StatusCode, Header
 
 /// GETs a manifest from a registry as JSON, checking its bytes hash to the digest it is served
 /// as; returns that digest too.
-async fn raw_manifest(host: &str, repository: &str, reference: &str) -> (String, serde_json::Value) {
+async fn raw_manifest(
+    host: &str,
+    repository: &str,
+    reference: &str,
+) -> (String, serde_json::Value) {
     let url = format!("http://{host}/v2/{repository}/manifests/{reference}");
     let (status, headers, body) = http_get(&url, Some(OCI_MANIFEST)).await.unwrap();
-    assert_eq!(status, StatusCode::OK, "{url}: {}", String::from_utf8_lossy(&body));
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "{url}: {}",
+        String::from_utf8_lossy(&body)
+    );
     let served_as = headers
         .get("docker-content-digest")
         .and_then(|v| v.to_str().ok());
@@ -168,7 +181,11 @@ impl Registry {
     async fn start_or_skip(test: &str) -> Option<Registry> {
         let Some(binary) = registry_binary() else {
             if std::env::var(SKIP_ENV).as_deref() == Ok("1") {
-                eprintln!("SKIPPED: {test}: no docker-registry binary and {SKIP_ENV}=1");
+                // Straight to stderr: libtest hides what a passing test prints with eprintln!.
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "SKIPPED: {test}: no docker-registry binary and {SKIP_ENV}=1"
+                );
                 return None;
             }
             panic!(
@@ -184,7 +201,10 @@ impl Registry {
                 Err(exited) => failures.push(exited),
             }
         }
-        panic!("docker-registry exited before serving, 3 times:\n{}", failures.join("\n"));
+        panic!(
+            "docker-registry exited before serving, 3 times:\n{}",
+            failures.join("\n")
+        );
     }
 
     /// Starts one registry and waits until `GET /v2/` answers 200. `Err` when the process
@@ -267,21 +287,38 @@ impl Drop for Registry {
 /// Pushes `component` to `path` (`repository:tag`) of `registry`; returns the manifest digest.
 async fn push(registry: &Registry, path: &str, component: &[u8]) -> Digest {
     let client = client_for(&registry.host, Duration::from_secs(10));
-    oci::push(&client, &registry.reference(path), None, component, PUSH_TIMEOUT)
-        .await
-        .unwrap_or_else(|e| panic!("push {path}: {e}\nregistry output:\n{}", registry.log()))
+    oci::push(
+        &client,
+        &registry.reference(path),
+        None,
+        component,
+        PUSH_TIMEOUT,
+    )
+    .await
+    .unwrap_or_else(|e| panic!("push {path}: {e}\nregistry output:\n{}", registry.log()))
 }
 
 async fn sign(registry: &Registry, path: &str, digest: Digest, key: &SigningKey) {
     let client = client_for(&registry.host, Duration::from_secs(10));
-    oci::push_signature(&client, &registry.reference(path), None, digest, key, PUSH_TIMEOUT)
-        .await
-        .unwrap_or_else(|e| panic!("sign {path}@{digest}: {e}"));
+    oci::push_signature(
+        &client,
+        &registry.reference(path),
+        None,
+        digest,
+        key,
+        PUSH_TIMEOUT,
+    )
+    .await
+    .unwrap_or_else(|e| panic!("sign {path}@{digest}: {e}"));
 }
 
 #[tokio::test]
 async fn a_pushed_component_pulls_back_by_tag_and_by_digest_in_the_cncf_layout() {
-    let Some(registry) = Registry::start_or_skip("push_pull").await else {
+    let Some(registry) = Registry::start_or_skip(
+        "a_pushed_component_pulls_back_by_tag_and_by_digest_in_the_cncf_layout",
+    )
+    .await
+    else {
         return;
     };
     let component = wasm("binpack");
@@ -289,7 +326,10 @@ async fn a_pushed_component_pulls_back_by_tag_and_by_digest_in_the_cncf_layout()
     let puller = puller(&registry.host, None);
 
     let by_tag = puller
-        .pull(&registry.reference("policies/binpack:v1"), &PullRequest::default())
+        .pull(
+            &registry.reference("policies/binpack:v1"),
+            &PullRequest::default(),
+        )
         .await
         .unwrap();
     assert_eq!(&by_tag.bytes[..], &component[..], "the bytes pulled by tag");
@@ -300,18 +340,29 @@ async fn a_pushed_component_pulls_back_by_tag_and_by_digest_in_the_cncf_layout()
         "a tag pull is pinned to the digest it resolved to"
     );
     assert_eq!(by_tag.layer_digest.to_string(), sha256(&component));
-    assert_eq!((by_tag.signed_by.as_deref(), by_tag.layer_cached), (None, false));
+    assert_eq!(
+        (by_tag.signed_by.as_deref(), by_tag.layer_cached),
+        (None, false)
+    );
 
     let pinned = registry.reference(&format!("policies/binpack@{digest}"));
     let by_digest = puller.pull(&pinned, &PullRequest::default()).await.unwrap();
-    assert_eq!(&by_digest.bytes[..], &component[..], "the bytes pulled by digest");
+    assert_eq!(
+        &by_digest.bytes[..],
+        &component[..],
+        "the bytes pulled by digest"
+    );
     assert_eq!(by_digest.reference, pinned);
     assert_eq!(by_digest.layer_digest.to_string(), sha256(&component));
 
     // What the registry holds, read without the crate: the CNCF Wasm artifact layout, so
     // wkg and oras read what `diorch plugin push` writes.
     let (stored, manifest) = raw_manifest(&registry.host, "policies/binpack", "v1").await;
-    assert_eq!(stored, digest.to_string(), "push returned another digest than it stored");
+    assert_eq!(
+        stored,
+        digest.to_string(),
+        "push returned another digest than it stored"
+    );
     assert_eq!(manifest["schemaVersion"], 2);
     assert_eq!(manifest["mediaType"], OCI_MANIFEST);
     assert_eq!(manifest["config"]["mediaType"], WASM_CONFIG, "{manifest:#}");
@@ -327,17 +378,25 @@ async fn a_pushed_component_pulls_back_by_tag_and_by_digest_in_the_cncf_layout()
     );
     let (status, _, config) = http_get(&config_url, None).await.unwrap();
     assert_eq!(status, StatusCode::OK);
-    assert_eq!(Some(sha256(&config).as_str()), manifest["config"]["digest"].as_str());
+    assert_eq!(
+        Some(sha256(&config).as_str()),
+        manifest["config"]["digest"].as_str()
+    );
     let config: serde_json::Value = serde_json::from_slice(&config).unwrap();
     assert_eq!(config["layerDigests"][0], sha256(&component), "{config:#}");
 }
 
 #[tokio::test]
 async fn signatures_are_verified_against_the_trusted_keys() {
-    let Some(registry) = Registry::start_or_skip("signatures").await else {
+    let Some(registry) =
+        Registry::start_or_skip("signatures_are_verified_against_the_trusted_keys").await
+    else {
         return;
     };
-    let (a, b) = (SigningKey::generate().unwrap(), SigningKey::generate().unwrap());
+    let (a, b) = (
+        SigningKey::generate().unwrap(),
+        SigningKey::generate().unwrap(),
+    );
     let component = wasm("binpack");
     let digest = push(&registry, "policies/binpack:v1", &component).await;
     sign(&registry, "policies/binpack:v1", digest, &a).await;
@@ -383,7 +442,9 @@ async fn signatures_are_verified_against_the_trusted_keys() {
         let (status, _, payload) = http_get(&url, None).await.unwrap();
         assert_eq!(status, StatusCode::OK);
         sign::check_payload(&payload, &digest.to_string()).unwrap();
-        let signature = layer["annotations"][sign::SIGNATURE_ANNOTATION].as_str().unwrap();
+        let signature = layer["annotations"][sign::SIGNATURE_ANNOTATION]
+            .as_str()
+            .unwrap();
         key.public_key().verify(&payload, signature).unwrap();
     }
     for key in [&a, &b] {
@@ -394,14 +455,21 @@ async fn signatures_are_verified_against_the_trusted_keys() {
 
 #[tokio::test]
 async fn a_blob_tampered_with_in_the_registry_is_refused_and_never_cached() {
-    let Some(registry) = Registry::start_or_skip("tampering").await else {
+    let Some(registry) =
+        Registry::start_or_skip("a_blob_tampered_with_in_the_registry_is_refused_and_never_cached")
+            .await
+    else {
         return;
     };
     let component = wasm("binpack");
     let digest = push(&registry, "policies/binpack:v1", &component).await;
     let layer = Digest::of(&component);
     let data = registry.blob_data(layer);
-    assert_eq!(std::fs::read(&data).unwrap(), component, "the registry's layout moved");
+    assert_eq!(
+        std::fs::read(&data).unwrap(),
+        component,
+        "the registry's layout moved"
+    );
     // Same length, so only the digest check can notice.
     let tampered: Vec<u8> = component.iter().map(|b| b ^ 0x5a).collect();
     std::fs::write(&data, &tampered).unwrap();
@@ -411,14 +479,29 @@ async fn a_blob_tampered_with_in_the_registry_is_refused_and_never_cached() {
     let puller = puller(&registry.host, Some(cache.clone()));
     let pinned = registry.reference(&format!("policies/binpack@{digest}"));
     for attempt in ["first", "second"] {
-        let err = puller.pull(&pinned, &PullRequest::default()).await.unwrap_err();
-        assert!(matches!(err, OciError::DigestMismatch(_)), "{attempt} pull: {err:?}");
+        let err = puller
+            .pull(&pinned, &PullRequest::default())
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, OciError::DigestMismatch(_)),
+            "{attempt} pull: {err:?}"
+        );
         assert_eq!(err.reason(), "DigestMismatch");
     }
-    assert_eq!(cache.get(layer, 64 << 20).await, None, "the layer was cached");
+    assert_eq!(
+        cache.get(layer, 64 << 20).await,
+        None,
+        "the layer was cached"
+    );
     for entry in walk(cache_dir.path()) {
         let bytes = std::fs::read(&entry).unwrap();
-        assert_ne!(bytes, tampered, "{} holds the tampered bytes", entry.display());
+        assert_ne!(
+            bytes,
+            tampered,
+            "{} holds the tampered bytes",
+            entry.display()
+        );
     }
 }
 
@@ -438,7 +521,11 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
 
 #[tokio::test]
 async fn a_pinned_component_loads_from_the_disk_cache_with_the_registry_gone() {
-    let Some(mut registry) = Registry::start_or_skip("disk_cache").await else {
+    let Some(mut registry) = Registry::start_or_skip(
+        "a_pinned_component_loads_from_the_disk_cache_with_the_registry_gone",
+    )
+    .await
+    else {
         return;
     };
     let component = wasm("binpack");
@@ -471,7 +558,10 @@ async fn a_pinned_component_loads_from_the_disk_cache_with_the_registry_gone() {
     assert_eq!((again.manifest_digest, again.reference), (digest, pinned));
     // A tag needs the registry to say what it points to now.
     let err = puller(&registry.host, Some(open()))
-        .pull(&registry.reference("policies/binpack:v1"), &PullRequest::default())
+        .pull(
+            &registry.reference("policies/binpack:v1"),
+            &PullRequest::default(),
+        )
         .await
         .unwrap_err();
     assert!(matches!(err, OciError::Network(_)), "{err:?}");
@@ -479,10 +569,16 @@ async fn a_pinned_component_loads_from_the_disk_cache_with_the_registry_gone() {
 
 #[tokio::test]
 async fn the_fetcher_requires_a_trusted_signature_on_registry_components() {
-    let Some(registry) = Registry::start_or_skip("fetcher").await else {
+    let Some(registry) =
+        Registry::start_or_skip("the_fetcher_requires_a_trusted_signature_on_registry_components")
+            .await
+    else {
         return;
     };
-    let (a, b) = (SigningKey::generate().unwrap(), SigningKey::generate().unwrap());
+    let (a, b) = (
+        SigningKey::generate().unwrap(),
+        SigningKey::generate().unwrap(),
+    );
     let component = wasm("binpack");
     let digest = push(&registry, "policies/binpack:v1", &component).await;
     sign(&registry, "policies/binpack:v1", digest, &a).await;
@@ -515,7 +611,11 @@ async fn the_fetcher_requires_a_trusted_signature_on_registry_components() {
 
     for (what, keys, path) in [
         ("unsigned", vec![&a], "policies/spread:v1"),
-        ("signed by an untrusted key", vec![&b], "policies/binpack:v1"),
+        (
+            "signed by an untrusted key",
+            vec![&b],
+            "policies/binpack:v1",
+        ),
     ] {
         let err = fetcher(keys).fetch(&spec, &image(path)).await.unwrap_err();
         assert_eq!(err.reason(), "SignatureRefused", "{what}: {err}");
@@ -588,7 +688,13 @@ impl Hostile {
     }
 
     fn blob_calls(&self, repo: &str) -> usize {
-        self.state.blob_calls.lock().unwrap().get(repo).copied().unwrap_or(0)
+        self.state
+            .blob_calls
+            .lock()
+            .unwrap()
+            .get(repo)
+            .copied()
+            .unwrap_or(0)
     }
 
     async fn pull(&self, path: &str, request: &PullRequest) -> Result<Pulled, OciError> {
@@ -602,7 +708,10 @@ impl Hostile {
         let took = started.elapsed();
         assert!(took < FAILURE_BOUND, "{path}: the pull took {took:?}");
         match result {
-            Ok(pulled) => panic!("{path}: pulled {} bytes; expected a refusal", pulled.bytes.len()),
+            Ok(pulled) => panic!(
+                "{path}: pulled {} bytes; expected a refusal",
+                pulled.bytes.len()
+            ),
             Err(e) => e,
         }
     }
@@ -633,7 +742,10 @@ fn manifest_answer(body: Vec<u8>, media_type: &'static str) -> Response {
 }
 
 fn authorized(headers: &HeaderMap, expected: &str) -> bool {
-    headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()) == Some(expected)
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        == Some(expected)
 }
 
 fn basic_authorization() -> String {
@@ -651,7 +763,11 @@ fn challenge(state: &HostileState, repo: &str) -> Response {
         ),
         _ => r#"Basic realm="x""#.to_string(),
     };
-    (StatusCode::UNAUTHORIZED, [(header::WWW_AUTHENTICATE, value)]).into_response()
+    (
+        StatusCode::UNAUTHORIZED,
+        [(header::WWW_AUTHENTICATE, value)],
+    )
+        .into_response()
 }
 
 /// Whether a request to `repo` carries what its auth scheme requires (true if it has none).
@@ -675,22 +791,28 @@ async fn hostile_manifest(
     match repo.as_str() {
         "slow" => std::future::pending().await,
         "trickle" => {
-            let endless = futures::stream::repeat_with(|| Ok::<_, Infallible>(Bytes::from_static(&KIB)));
+            let endless =
+                futures::stream::repeat_with(|| Ok::<_, Infallible>(Bytes::from_static(&KIB)));
             Response::new(Body::from_stream(endless))
         }
         "huge-length" => {
             // Announces 10 GiB and sends nothing: only the header can be judged.
             let silent = futures::stream::pending::<Result<Bytes, Infallible>>();
             let mut response = Response::new(Body::from_stream(silent));
-            response
-                .headers_mut()
-                .insert(header::CONTENT_LENGTH, HeaderValue::from_static("10737418240"));
+            response.headers_mut().insert(
+                header::CONTENT_LENGTH,
+                HeaderValue::from_static("10737418240"),
+            );
             response
         }
-        "liar" | "liar-chunked" => {
-            manifest_answer(wasm_manifest(WASM_LAYER, &sha256(&pattern(100)), 100), OCI_MANIFEST)
-        }
-        "short" => manifest_answer(wasm_manifest(WASM_LAYER, &sha256(&pattern(200)), 200), OCI_MANIFEST),
+        "liar" | "liar-chunked" => manifest_answer(
+            wasm_manifest(WASM_LAYER, &sha256(&pattern(100)), 100),
+            OCI_MANIFEST,
+        ),
+        "short" => manifest_answer(
+            wasm_manifest(WASM_LAYER, &sha256(&pattern(200)), 200),
+            OCI_MANIFEST,
+        ),
         "wrong-type" => manifest_answer(
             wasm_manifest(
                 "application/vnd.oci.image.layer.v1.tar+gzip",
@@ -718,11 +840,15 @@ async fn hostile_manifest(
         }
         // Asked by digest: a valid manifest, but not the one asked for. Asked by tag: one
         // whose announced digest is not its own.
-        "bad-digest" if reference.starts_with("sha256:") => manifest_answer(valid_manifest(), OCI_MANIFEST),
+        "bad-digest" if reference.starts_with("sha256:") => {
+            manifest_answer(valid_manifest(), OCI_MANIFEST)
+        }
         "bad-digest" => {
             let mut response = manifest_answer(valid_manifest(), OCI_MANIFEST);
             let other = HeaderValue::from_str(&sha256(b"another manifest")).unwrap();
-            response.headers_mut().insert("docker-content-digest", other);
+            response
+                .headers_mut()
+                .insert("docker-content-digest", other);
             response
         }
         "redirect-loop" | "auth" | "basic" => manifest_answer(valid_manifest(), OCI_MANIFEST),
@@ -735,7 +861,12 @@ async fn hostile_blob(
     UrlPath((repo, digest)): UrlPath<(String, String)>,
     headers: HeaderMap,
 ) -> Response {
-    *state.blob_calls.lock().unwrap().entry(repo.clone()).or_default() += 1;
+    *state
+        .blob_calls
+        .lock()
+        .unwrap()
+        .entry(repo.clone())
+        .or_default() += 1;
     if !passes_auth(&repo, &headers) {
         return challenge(&state, &repo);
     }
@@ -749,7 +880,10 @@ async fn hostile_blob(
         // bytes as they arrive catches it).
         "liar" => pattern(200).into_response(),
         "liar-chunked" => {
-            let chunks = pattern(200).chunks(50).map(|c| Ok::<_, Infallible>(Bytes::copy_from_slice(c))).collect::<Vec<_>>();
+            let chunks = pattern(200)
+                .chunks(50)
+                .map(|c| Ok::<_, Infallible>(Bytes::copy_from_slice(c)))
+                .collect::<Vec<_>>();
             Response::new(Body::from_stream(futures::stream::iter(chunks)))
         }
         "short" => pattern(100).into_response(),
@@ -812,7 +946,10 @@ async fn a_layer_larger_or_smaller_than_its_manifest_says_is_refused() {
     for repo in ["liar", "liar-chunked"] {
         let err = hostile.refused(&format!("{repo}:v1")).await;
         assert!(matches!(err, OciError::TooLarge(_)), "{repo}: {err:?}");
-        assert!(err.to_string().contains("its manifest says"), "{repo}: {err}");
+        assert!(
+            err.to_string().contains("its manifest says"),
+            "{repo}: {err}"
+        );
         assert_eq!(err.reason(), "PullLimit");
     }
     let err = hostile.refused("short:v1").await;
@@ -861,13 +998,19 @@ async fn a_manifest_other_than_the_digest_names_is_refused() {
 #[tokio::test]
 async fn a_bearer_token_is_fetched_from_the_realm_and_reused() {
     let hostile = Hostile::start().await;
-    let pulled = hostile.pull("auth:v1", &PullRequest::default()).await.unwrap();
+    let pulled = hostile
+        .pull("auth:v1", &PullRequest::default())
+        .await
+        .unwrap();
     assert_eq!(&pulled.bytes[..], COMPONENT);
     assert_eq!(pulled.layer_digest.to_string(), sha256(COMPONENT));
     // One token, asked for pull access to this repository only, then sent on the blob
     // request too (the blob handler refuses requests without it).
     let requests = hostile.state.token_requests.lock().unwrap().clone();
-    assert_eq!(requests, [("repository:auth:pull".to_string(), "x".to_string())]);
+    assert_eq!(
+        requests,
+        [("repository:auth:pull".to_string(), "x".to_string())]
+    );
     assert_eq!(hostile.blob_calls("auth"), 1);
 }
 
@@ -891,14 +1034,20 @@ async fn basic_auth_uses_the_credentials_of_a_docker_config() {
     assert_eq!(&pulled.bytes[..], COMPONENT);
 
     let err = hostile.refused("basic:v1").await;
-    assert!(matches!(err, OciError::Unauthorized(_)), "no credentials: {err:?}");
+    assert!(
+        matches!(err, OciError::Unauthorized(_)),
+        "no credentials: {err:?}"
+    );
     let wrong = oci::credentials_for(&docker_config(user, "guess"), &hostile.host).unwrap();
     let request = PullRequest {
         credentials: wrong,
         trusted_keys: None,
     };
     let err = hostile.pull("basic:v1", &request).await.unwrap_err();
-    assert!(matches!(err, OciError::Unauthorized(_)), "wrong password: {err:?}");
+    assert!(
+        matches!(err, OciError::Unauthorized(_)),
+        "wrong password: {err:?}"
+    );
     assert!(err.to_string().contains("refused"), "{err}");
 
     // Through the fetcher: a ConfigMap's imagePullSecret read as a Docker config.

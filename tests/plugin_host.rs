@@ -486,13 +486,14 @@ fn oversized_components_and_slow_compiles_are_refused_at_load() {
     let big = vec![0u8; diorch::plugin::MAX_COMPONENT_BYTES + 1];
     let err = host.load_policy_blocking("big", &big, None).err().unwrap();
     assert_eq!(err.reason(), "LoadLimit", "{err}");
-    assert!(err.to_string().contains("16777217 bytes"), "{err}");
+    assert!(err.to_string().contains("67108865 bytes"), "{err}");
     let err = host.inspect(&big).unwrap_err();
     assert_eq!(err.reason(), "LoadLimit", "{err}");
 
     // Compile time: a timeout no compile can meet refuses the load without waiting for it.
     let slow = PluginHost::new(HostConfig {
         compile_timeout: Duration::from_micros(1),
+        compile_per_mib: Duration::ZERO,
         ..HostConfig::default()
     })
     .unwrap();
@@ -503,16 +504,34 @@ fn oversized_components_and_slow_compiles_are_refused_at_load() {
         .unwrap();
     assert_eq!(err.reason(), "LoadLimit", "{err}");
     assert!(err.to_string().contains("took longer than 1µs"), "{err}");
-    // Its compile goes on (it cannot be cancelled); with two such compiles running, the next
-    // upload is refused at once instead of starting a third.
-    let _ = slow.load_policy_blocking("slow", &bytes, None);
-    let err = slow
-        .load_policy_blocking("slow", &bytes, None)
-        .err()
-        .unwrap();
+    // Its compile goes on (it cannot be cancelled) and holds the one compile slot: uploads
+    // queue behind it, each with its own budget once its turn comes. Past 16 compile threads
+    // alive (running or queued), the next upload is refused at once instead of queueing.
+    let results: Vec<String> = std::thread::scope(|scope| {
+        let calls: Vec<_> = (0..24)
+            .map(|_| {
+                let (slow, bytes) = (&slow, &bytes);
+                scope.spawn(move || {
+                    slow.load_policy_blocking("slow", bytes, None)
+                        .err()
+                        .map(|e| e.to_string())
+                        .unwrap_or_default()
+                })
+            })
+            .collect();
+        calls.into_iter().map(|c| c.join().unwrap()).collect()
+    });
     assert!(
-        err.to_string().contains("compiles are still running"),
-        "{err}"
+        results
+            .iter()
+            .any(|e| e.contains("compiles are still running")),
+        "{results:#?}"
+    );
+    assert!(
+        results
+            .iter()
+            .all(|e| e.contains("compiles are still running") || e.contains("took longer than")),
+        "{results:#?}"
     );
     // Once they end, compiles run again (and still time out).
     let started = Instant::now();
@@ -1098,7 +1117,7 @@ async fn registry_metrics_and_status_follow_calls_loads_and_versions() {
     let text = metrics.encode();
     let info = |sha: &str, healthy: &str| {
         format!(
-            "diorch_plugin_info{{plugin=\"packer\",kind=\"policy\",sha256=\"{sha}\",healthy=\"{healthy}\"}} 1"
+            "diorch_plugin_info{{plugin=\"packer\",kind=\"policy\",sha256=\"{sha}\",healthy=\"{healthy}\",image=\"\"}} 1"
         )
     };
     for line in [

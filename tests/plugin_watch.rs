@@ -664,6 +664,7 @@ async fn behind_a_stall() -> (
         stall.client(),
         "default",
         registry.clone(),
+        fetcher(&stall.client()),
         diorch::leader::Leadership::always(),
         short_limits(),
         async move {
@@ -671,6 +672,18 @@ async fn behind_a_stall() -> (
         },
     ));
     (sandbox, stall, registry, stop)
+}
+
+/// The default component fetcher of a watcher of "default".
+fn fetcher(client: &kube::Client) -> Arc<diorch::plugin::fetch::Fetcher> {
+    Arc::new(
+        diorch::plugin::fetch::Fetcher::for_namespace(
+            client.clone(),
+            "default",
+            Duration::from_secs(10),
+        )
+        .unwrap(),
+    )
 }
 
 async fn upload(cms: &Api<ConfigMap>, name: &str, component: &str) {
@@ -733,6 +746,7 @@ async fn a_list_that_stalls_is_given_up_and_the_watcher_lists_again() {
         stall.client(),
         "default",
         registry.clone(),
+        fetcher(&stall.client()),
         diorch::leader::Leadership::always(),
         short_limits(),
         async move {

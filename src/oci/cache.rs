@@ -71,9 +71,12 @@ impl BlobCache {
         if bytes.len() as u64 > self.budget {
             return Ok(());
         }
+        // Unique per write: two pulls of one digest at once must not share a temporary file.
+        static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let tmp = self
             .dir
-            .join(format!(".{}.{}.tmp", digest.hex(), std::process::id()));
+            .join(format!(".{}.{}.{n}.tmp", digest.hex(), std::process::id()));
         std::fs::write(&tmp, bytes)?;
         std::fs::rename(&tmp, &path)?;
         self.evict(&path);
@@ -89,8 +92,13 @@ impl BlobCache {
             .filter_map(Result::ok)
             .filter_map(|e| {
                 let m = e.metadata().ok()?;
-                m.is_file()
-                    .then(|| (m.modified().unwrap_or(std::time::UNIX_EPOCH), m.len(), e.path()))
+                m.is_file().then(|| {
+                    (
+                        m.modified().unwrap_or(std::time::UNIX_EPOCH),
+                        m.len(),
+                        e.path(),
+                    )
+                })
             })
             .collect();
         let mut total: u64 = files.iter().map(|(_, len, _)| len).sum();

@@ -119,8 +119,8 @@ impl RegistryClient {
             let mut added = 0;
             for cert in rustls::pki_types::CertificateDer::pem_slice_iter(&options.extra_roots_pem)
             {
-                let cert = cert
-                    .map_err(|e| OciError::Config(format!("registry CA certificates: {e}")))?;
+                let cert =
+                    cert.map_err(|e| OciError::Config(format!("registry CA certificates: {e}")))?;
                 roots
                     .add(cert)
                     .map_err(|e| OciError::Config(format!("registry CA certificate: {e}")))?;
@@ -158,7 +158,12 @@ impl RegistryClient {
     }
 
     fn scheme_for(&self, registry: &str) -> &'static str {
-        if self.options.insecure_registries.iter().any(|r| r == registry) {
+        if self
+            .options
+            .insecure_registries
+            .iter()
+            .any(|r| r == registry)
+        {
             "http"
         } else {
             "https"
@@ -207,8 +212,12 @@ impl RegistryClient {
         let until = deadline.min(tokio::time::Instant::now() + timeout);
         let response = tokio::time::timeout_at(until, self.http.request(request))
             .await
-            .map_err(|_| OciError::Timeout(format!("{method} {} did not answer in time", redact(uri))))?
-            .map_err(|e| OciError::Network(format!("{method} {}: {}", redact(uri), error_chain(&e))))?;
+            .map_err(|_| {
+                OciError::Timeout(format!("{method} {} did not answer in time", redact(uri)))
+            })?
+            .map_err(|e| {
+                OciError::Network(format!("{method} {}: {}", redact(uri), error_chain(&e)))
+            })?;
         let (parts, body) = response.into_parts();
         Ok(Response {
             status: parts.status,
@@ -487,9 +496,10 @@ impl Session<'_> {
         let uri: Uri = url
             .parse()
             .map_err(|e| OciError::Protocol(format!("bad token realm {realm:.200?}: {e}")))?;
-        let registry_uri: Uri = self.base.parse().map_err(|e| {
-            OciError::Protocol(format!("bad registry URL {}: {e}", self.base))
-        })?;
+        let registry_uri: Uri = self
+            .base
+            .parse()
+            .map_err(|e| OciError::Protocol(format!("bad registry URL {}: {e}", self.base)))?;
         // The realm is where the credentials go: HTTPS unless the registry itself is plain.
         match uri.scheme_str() {
             Some("https") => {}
@@ -577,12 +587,15 @@ impl Response {
         loop {
             let frame = tokio::time::timeout_at(deadline, body.frame())
                 .await
-                .map_err(|_| OciError::Timeout("the registry's answer did not end in time".into()))?;
+                .map_err(|_| {
+                    OciError::Timeout("the registry's answer did not end in time".into())
+                })?;
             let Some(frame) = frame else {
                 return Ok(read);
             };
-            let frame =
-                frame.map_err(|e| OciError::Network(format!("reading the answer: {}", error_chain(&e))))?;
+            let frame = frame.map_err(|e| {
+                OciError::Network(format!("reading the answer: {}", error_chain(&e)))
+            })?;
             if let Ok(data) = frame.into_data() {
                 read = read.saturating_add(data.len());
                 if read > cap {
@@ -672,7 +685,10 @@ mod tests {
         assert_eq!(c.param("service"), Some("registry.example"));
         assert_eq!(c.param("scope"), Some("repository:a/b:pull,push"));
         let c = parse_challenge(r#"Basic realm=Registry"#).unwrap();
-        assert_eq!((c.scheme.as_str(), c.param("realm")), ("Basic", Some("Registry")));
+        assert_eq!(
+            (c.scheme.as_str(), c.param("realm")),
+            ("Basic", Some("Registry"))
+        );
         let c = parse_challenge(r#"Bearer realm="a\"b""#).unwrap();
         assert_eq!(c.param("realm"), Some("a\"b"));
         assert!(parse_challenge(&"x".repeat(CHALLENGE_CAP + 1)).is_none());
@@ -682,7 +698,10 @@ mod tests {
 
     #[test]
     fn query_encoding() {
-        assert_eq!(encode_query("repository:a/b:pull,push"), "repository%3Aa%2Fb%3Apull%2Cpush");
+        assert_eq!(
+            encode_query("repository:a/b:pull,push"),
+            "repository%3Aa%2Fb%3Apull%2Cpush"
+        );
     }
 
     #[test]

@@ -210,15 +210,11 @@ pub struct Puller {
 }
 
 /// The manifest types asked for (an index is refused after reading, with a clear reason).
-const MANIFEST_ACCEPT: &str =
-    "application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.v2+json";
+const MANIFEST_ACCEPT: &str = "application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.v2+json";
 
 fn manifest_accept() -> HeaderMap {
     let mut headers = HeaderMap::new();
-    headers.insert(
-        header::ACCEPT,
-        HeaderValue::from_static(MANIFEST_ACCEPT),
-    );
+    headers.insert(header::ACCEPT, HeaderValue::from_static(MANIFEST_ACCEPT));
     headers
 }
 
@@ -253,7 +249,11 @@ async fn fetch_manifest(
     let response = session
         .send(Method::GET, uri, manifest_accept(), Bytes::new())
         .await?;
-    let what = format!("manifest {}/{}:{reference}", session.registry(), session.repository());
+    let what = format!(
+        "manifest {}/{}:{reference}",
+        session.registry(),
+        session.repository()
+    );
     let response = expect_success(response, &what, deadline).await?;
     let content_type = response
         .headers
@@ -265,10 +265,13 @@ async fn fetch_manifest(
         .get("docker-content-digest")
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
-    let body = response.read_capped(cap, deadline).await.map_err(|e| match e {
-        OciError::TooLarge(m) => OciError::TooLarge(format!("{what}: {m}")),
-        e => e,
-    })?;
+    let body = response
+        .read_capped(cap, deadline)
+        .await
+        .map_err(|e| match e {
+            OciError::TooLarge(m) => OciError::TooLarge(format!("{what}: {m}")),
+            e => e,
+        })?;
     let digest = Digest::of(&body);
     if let Some(pinned) = pinned
         && digest != pinned
@@ -289,7 +292,11 @@ async fn fetch_manifest(
     Ok((body, digest, manifest))
 }
 
-fn parse_manifest(body: &[u8], content_type: Option<&str>, what: &str) -> Result<Manifest, OciError> {
+fn parse_manifest(
+    body: &[u8],
+    content_type: Option<&str>,
+    what: &str,
+) -> Result<Manifest, OciError> {
     #[derive(Deserialize)]
     #[serde(rename_all = "camelCase")]
     struct Kind {
@@ -300,7 +307,10 @@ fn parse_manifest(body: &[u8], content_type: Option<&str>, what: &str) -> Result
         .map_err(|e| OciError::Protocol(format!("{what} is not JSON: {e}")))?;
     let media_type = kind.media_type.as_deref().or(content_type);
     if kind.manifests.is_some()
-        || matches!(media_type, Some(OCI_INDEX_MEDIA_TYPE | DOCKER_LIST_MEDIA_TYPE))
+        || matches!(
+            media_type,
+            Some(OCI_INDEX_MEDIA_TYPE | DOCKER_LIST_MEDIA_TYPE)
+        )
     {
         return Err(OciError::NotWasm(format!(
             "{what} is an image index (several platforms); a component is pushed as one \
@@ -370,7 +380,11 @@ impl Puller {
     }
 
     /// Pulls the component `reference` names, within [`PullLimits::timeout`].
-    pub async fn pull(&self, reference: &Reference, request: &PullRequest) -> Result<Pulled, OciError> {
+    pub async fn pull(
+        &self,
+        reference: &Reference,
+        request: &PullRequest,
+    ) -> Result<Pulled, OciError> {
         let deadline = tokio::time::Instant::now() + self.limits.timeout;
         match tokio::time::timeout_at(deadline, self.pull_by(reference, request, deadline)).await {
             Ok(result) => result,
@@ -387,9 +401,12 @@ impl Puller {
         request: &PullRequest,
         deadline: tokio::time::Instant,
     ) -> Result<Pulled, OciError> {
-        let mut session =
-            self.client
-                .session(reference, request.credentials.clone(), Access::Pull, deadline);
+        let mut session = self.client.session(
+            reference,
+            request.credentials.clone(),
+            Access::Pull,
+            deadline,
+        );
         let what = reference.to_string();
         // A pinned manifest already verified once is read from the cache (verified again).
         let cached_manifest = match (&self.cache, reference.digest) {
@@ -435,9 +452,10 @@ impl Puller {
             Some(cache) => cache.get(layer_digest, self.limits.blob_cap).await,
             None => None,
         };
+        let cached = cached.filter(|b| b.len() as u64 == size);
         let layer_cached = cached.is_some();
         let bytes = match cached {
-            Some(bytes) if bytes.len() as u64 == size => bytes,
+            Some(bytes) => bytes,
             _ => {
                 let uri = session.url(&format!("blobs/{layer_digest}"))?;
                 let response = session
@@ -522,9 +540,12 @@ async fn verify_signature(
         let response = session
             .send(Method::GET, uri, HeaderMap::new(), Bytes::new())
             .await?;
-        let response =
-            expect_success(response, &format!("signature payload {payload_digest}"), deadline)
-                .await?;
+        let response = expect_success(
+            response,
+            &format!("signature payload {payload_digest}"),
+            deadline,
+        )
+        .await?;
         let payload = client::read_verified(response, payload_digest, layer.size, deadline).await?;
         if let Err(e) = sign::check_payload(&payload, &digest_text) {
             reasons.push(e.to_string());
@@ -553,8 +574,9 @@ async fn verify_signature(
     )))
 }
 
-/// Pushes `bytes` as a Wasm component artifact to `reference` (its tag, or its digest when the
-/// reference has no tag); returns the manifest's digest.
+/// Pushes `bytes` as a Wasm component artifact to `reference`'s tag (`latest` when it has
+/// none; a digest in it is ignored: the manifest's digest is the answer); returns the
+/// manifest's digest.
 pub async fn push(
     client: &RegistryClient,
     reference: &Reference,
@@ -641,7 +663,9 @@ pub async fn push_signature(
         layers,
         annotations: None,
     };
-    put_manifest(&mut session, &tag, &manifest).await.map(|_| ())
+    put_manifest(&mut session, &tag, &manifest)
+        .await
+        .map(|_| ())
 }
 
 async fn upload_blob(session: &mut client::Session<'_>, bytes: &[u8]) -> Result<(), OciError> {
@@ -731,7 +755,9 @@ pub fn credentials_for(config: &[u8], registry: &str) -> Result<Option<Credentia
         password: Option<String>,
     }
     if config.len() > 1 << 20 {
-        return Err(OciError::Credentials("the Docker config is over 1 MiB".into()));
+        return Err(OciError::Credentials(
+            "the Docker config is over 1 MiB".into(),
+        ));
     }
     let parsed: Config = serde_json::from_slice(config)
         .map_err(|e| OciError::Credentials(format!("not a Docker config JSON: {e}")))?;
@@ -761,9 +787,10 @@ pub fn credentials_for(config: &[u8], registry: &str) -> Result<Option<Credentia
             password: p.clone(),
         }));
     }
-    let auth = entry.auth.as_deref().ok_or_else(|| {
-        OciError::Credentials(format!("the entry for {registry} has no auth"))
-    })?;
+    let auth = entry
+        .auth
+        .as_deref()
+        .ok_or_else(|| OciError::Credentials(format!("the entry for {registry} has no auth")))?;
     let decoded = base64::engine::general_purpose::STANDARD
         .decode(auth.trim())
         .map_err(|_| OciError::Credentials(format!("the auth of {registry} is not base64")))?;
@@ -797,21 +824,33 @@ mod tests {
     fn wasm_layouts() {
         for (config, layer) in [
             (WASM_CONFIG_MEDIA_TYPE, WASM_LAYER_MEDIA_TYPE),
-            ("application/vnd.wasm.config.v1+json", "application/vnd.wasm.content.layer.v1+wasm"),
+            (
+                "application/vnd.wasm.config.v1+json",
+                "application/vnd.wasm.content.layer.v1+wasm",
+            ),
             (OCI_EMPTY_MEDIA_TYPE, WASM_LAYER_MEDIA_TYPE),
         ] {
             let (d, size) = wasm_layer(&manifest(config, &[layer]), "m").unwrap();
             assert_eq!((d, size), (Digest::of(b"\0asm"), 4));
         }
-        let e = wasm_layer(&manifest(OCI_IMAGE_CONFIG_MEDIA_TYPE, &[WASM_LAYER_MEDIA_TYPE]), "m");
+        let e = wasm_layer(
+            &manifest(OCI_IMAGE_CONFIG_MEDIA_TYPE, &[WASM_LAYER_MEDIA_TYPE]),
+            "m",
+        );
         assert!(matches!(e, Err(OciError::NotWasm(m)) if m.contains("config media type")));
         let e = wasm_layer(
-            &manifest(WASM_CONFIG_MEDIA_TYPE, &["application/vnd.oci.image.layer.v1.tar+gzip"]),
+            &manifest(
+                WASM_CONFIG_MEDIA_TYPE,
+                &["application/vnd.oci.image.layer.v1.tar+gzip"],
+            ),
             "m",
         );
         assert!(matches!(e, Err(OciError::NotWasm(m)) if m.contains("layer has media type")));
         let e = wasm_layer(
-            &manifest(WASM_CONFIG_MEDIA_TYPE, &[WASM_LAYER_MEDIA_TYPE, WASM_LAYER_MEDIA_TYPE]),
+            &manifest(
+                WASM_CONFIG_MEDIA_TYPE,
+                &[WASM_LAYER_MEDIA_TYPE, WASM_LAYER_MEDIA_TYPE],
+            ),
             "m",
         );
         assert!(matches!(e, Err(OciError::NotWasm(m)) if m.contains("2 layers")));
@@ -820,13 +859,26 @@ mod tests {
     #[test]
     fn manifests_parse_bounded() {
         let index = br#"{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[]}"#;
-        assert!(matches!(parse_manifest(index, None, "m"), Err(OciError::NotWasm(_))));
+        assert!(matches!(
+            parse_manifest(index, None, "m"),
+            Err(OciError::NotWasm(_))
+        ));
         let many = manifest(WASM_CONFIG_MEDIA_TYPE, &[WASM_LAYER_MEDIA_TYPE; 65]);
         let body = serde_json::to_vec(&many).unwrap();
-        assert!(matches!(parse_manifest(&body, None, "m"), Err(OciError::TooLarge(_))));
-        let v1 = br#"{"schemaVersion":1,"config":{"mediaType":"a","digest":"b","size":1},"layers":[]}"#;
-        assert!(matches!(parse_manifest(v1, None, "m"), Err(OciError::Protocol(_))));
-        assert!(matches!(parse_manifest(b"[", None, "m"), Err(OciError::Protocol(_))));
+        assert!(matches!(
+            parse_manifest(&body, None, "m"),
+            Err(OciError::TooLarge(_))
+        ));
+        let v1 =
+            br#"{"schemaVersion":1,"config":{"mediaType":"a","digest":"b","size":1},"layers":[]}"#;
+        assert!(matches!(
+            parse_manifest(v1, None, "m"),
+            Err(OciError::Protocol(_))
+        ));
+        assert!(matches!(
+            parse_manifest(b"[", None, "m"),
+            Err(OciError::Protocol(_))
+        ));
     }
 
     #[test]
@@ -837,13 +889,26 @@ mod tests {
             r#"{{"auths":{{"registry.example:5000":{{"auth":"{auth}"}},
                "https://index.docker.io/v1/":{{"username":"bob","password":"pw"}}}}}}"#
         );
-        let c = credentials_for(config.as_bytes(), "registry.example:5000").unwrap().unwrap();
-        assert_eq!((c.username.as_str(), c.password.as_str()), ("alice", "s3:cret"));
-        let c = credentials_for(config.as_bytes(), "docker.io").unwrap().unwrap();
+        let c = credentials_for(config.as_bytes(), "registry.example:5000")
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (c.username.as_str(), c.password.as_str()),
+            ("alice", "s3:cret")
+        );
+        let c = credentials_for(config.as_bytes(), "docker.io")
+            .unwrap()
+            .unwrap();
         assert_eq!(c.username, "bob");
-        assert_eq!(credentials_for(config.as_bytes(), "other.example").unwrap(), None);
+        assert_eq!(
+            credentials_for(config.as_bytes(), "other.example").unwrap(),
+            None
+        );
         assert!(credentials_for(b"not json", "x").is_err());
         let bad = r#"{"auths":{"x":{"auth":"!!"}}}"#;
-        assert!(matches!(credentials_for(bad.as_bytes(), "x"), Err(OciError::Credentials(_))));
+        assert!(matches!(
+            credentials_for(bad.as_bytes(), "x"),
+            Err(OciError::Credentials(_))
+        ));
     }
 }

@@ -43,7 +43,10 @@ impl FromStr for Digest {
     fn from_str(s: &str) -> Result<Digest, ReferenceError> {
         let bad = || ReferenceError(format!("digest {s:.80?} is not sha256:<64 lowercase hex>"));
         let hex = s.strip_prefix("sha256:").ok_or_else(bad)?;
-        if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        if hex.len() != 64
+            || !hex
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
         {
             return Err(bad());
         }
@@ -216,7 +219,9 @@ impl FromStr for Reference {
             Some(i) => {
                 let tag = &rest[last_slash + i + 1..];
                 if !valid_tag(tag) {
-                    return Err(err(format!("tag {tag:.80?} is not [A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}}")));
+                    return Err(err(format!(
+                        "tag {tag:.80?} is not [A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}}"
+                    )));
                 }
                 (&rest[..last_slash + i], Some(tag.to_string()))
             }
@@ -236,8 +241,7 @@ impl FromStr for Reference {
         if !valid_registry(&registry) {
             return Err(err(format!("registry {registry:.80?} is not host[:port]")));
         }
-        if repository.len() > MAX_REPOSITORY_LEN || !repository.split('/').all(valid_component)
-        {
+        if repository.len() > MAX_REPOSITORY_LEN || !repository.split('/').all(valid_component) {
             return Err(err(format!(
                 "repository {repository:.80?} is not lowercase path components \
                  ([a-z0-9] joined by '.', '_', '__' or '-')"
@@ -260,16 +264,24 @@ mod tests {
 
     #[test]
     fn parses_what_tools_write() {
-        let r: Reference = format!("registry.example:5000/policies/fair:v1@{D}").parse().unwrap();
+        let r: Reference = format!("registry.example:5000/policies/fair:v1@{D}")
+            .parse()
+            .unwrap();
         assert_eq!(r.registry, "registry.example:5000");
         assert_eq!(r.repository, "policies/fair");
         assert_eq!(r.tag.as_deref(), Some("v1"));
         assert_eq!(r.digest.unwrap().to_string(), D);
         assert_eq!(r.manifest_reference(), D);
-        assert_eq!(r.to_string(), format!("registry.example:5000/policies/fair:v1@{D}"));
+        assert_eq!(
+            r.to_string(),
+            format!("registry.example:5000/policies/fair:v1@{D}")
+        );
 
         let r: Reference = "127.0.0.1:5000/binpack".parse().unwrap();
-        assert_eq!((r.registry.as_str(), r.repository.as_str()), ("127.0.0.1:5000", "binpack"));
+        assert_eq!(
+            (r.registry.as_str(), r.repository.as_str()),
+            ("127.0.0.1:5000", "binpack")
+        );
         assert_eq!(r.manifest_reference(), "latest");
 
         let r: Reference = "localhost/a/b-c__d.e:1.0-rc_1".parse().unwrap();
@@ -281,7 +293,10 @@ mod tests {
         assert_eq!(r.repository, "library/binpack");
         assert_eq!(r.api_host(), "registry-1.docker.io");
         let r: Reference = "team/binpack".parse().unwrap();
-        assert_eq!((r.registry.as_str(), r.repository.as_str()), (DOCKER_HUB, "team/binpack"));
+        assert_eq!(
+            (r.registry.as_str(), r.repository.as_str()),
+            (DOCKER_HUB, "team/binpack")
+        );
 
         let r: Reference = "[::1]:5000/p".parse().unwrap();
         assert_eq!(r.registry, "[::1]:5000");
@@ -299,7 +314,10 @@ mod tests {
             "r.example/p:-x",
             "r.example/p@sha256:abc",
             "r.example/p@sha512:0123",
-            &format!("r.example/p@{}", D.to_uppercase().replace("SHA256", "sha256")),
+            &format!(
+                "r.example/p@{}",
+                D.to_uppercase().replace("SHA256", "sha256")
+            ),
             "r.example/p//q",
             "r.example/p-",
             "r.example/p..q",

@@ -296,7 +296,8 @@ pub async fn run(command: PluginCommand) -> anyhow::Result<()> {
             sign,
             registry,
         } => {
-            let pinned = super::publish::push(&file, &reference, sign.as_deref(), &registry).await?;
+            let pinned =
+                super::publish::push(&file, &reference, sign.as_deref(), &registry).await?;
             emit(&format!("{pinned}\n"))
         }
         PluginCommand::Sign {
@@ -418,8 +419,10 @@ fn inline_component(
     let bytes = super::compress::encode(encoding, &raw)?;
     if bytes.len() > CONFIGMAP_INLINE_CAP {
         let hint = match compress {
-            None => "compress it (--compress zstd) or push it to a registry (diorch plugin push) \
-                     and use --image",
+            None => {
+                "compress it (--compress zstd) or push it to a registry (diorch plugin push) \
+                     and use --image"
+            }
             Some(_) => "push it to a registry (diorch plugin push) and use --image",
         };
         anyhow::bail!(

@@ -2,7 +2,8 @@
 //! decoded within [`spec::INLINE_MAX_BYTES`], or a component pulled from an OCI registry
 //! (with the credentials of the pull Secret the ConfigMap names); either way checked for a
 //! signature by a trusted key when one is required (by the ConfigMap, or by the operator's
-//! `--require-plugin-signatures`) or offered.
+//! `--require-plugin-signatures`). An inline `data["signature"]` is checked whenever present (a
+//! wrong one refuses the plugin); a registry's signatures are fetched only when required.
 //!
 //! Owns: the signature policy and where credentials and trusted keys come from (the
 //! [`Secrets`] port; [`KubeSecrets`] reads them from the API server, named objects only).
@@ -17,10 +18,10 @@ use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::{Api, Client};
 
+use super::PluginError;
 use super::compress;
 use super::registry::Origin;
 use super::spec::{self, ComponentSource, PluginSpec};
-use super::PluginError;
 use crate::oci::{self, PublicKey, PullRequest, Puller};
 
 /// The Secret type whose `.dockerconfigjson` holds registry credentials.
@@ -52,9 +53,7 @@ impl std::str::FromStr for KeySource {
     fn from_str(s: &str) -> Result<KeySource, String> {
         match s.split_once('/') {
             Some(("secret", name)) if !name.is_empty() => Ok(KeySource::Secret(name.into())),
-            Some(("configmap", name)) if !name.is_empty() => {
-                Ok(KeySource::ConfigMap(name.into()))
-            }
+            Some(("configmap", name)) if !name.is_empty() => Ok(KeySource::ConfigMap(name.into())),
             _ if s.is_empty() || s == "none" => Ok(KeySource::None),
             _ => Err(format!(
                 "{s:?} is not secret/NAME, configmap/NAME or none (the object holding the \
@@ -77,8 +76,7 @@ pub struct KubeSecrets {
 fn pem_values(values: impl Iterator<Item = Vec<u8>>, from: &str) -> Result<Vec<PublicKey>, String> {
     let mut keys = Vec::new();
     for value in values {
-        let parsed = oci::sign::keys_from_pem_bundle(&value)
-            .map_err(|e| format!("{from}: {e}"))?;
+        let parsed = oci::sign::keys_from_pem_bundle(&value).map_err(|e| format!("{from}: {e}"))?;
         keys.extend(parsed);
         if keys.len() > MAX_TRUSTED_KEYS {
             return Err(format!("{from} holds more than {MAX_TRUSTED_KEYS} keys"));
@@ -139,7 +137,11 @@ impl Secrets for KubeSecrets {
                         .map_err(|e| {
                             format!("cannot read the trusted keys ConfigMap {name}: {e}")
                         })?;
-                    let values = cm.data.unwrap_or_default().into_values().map(String::into_bytes);
+                    let values = cm
+                        .data
+                        .unwrap_or_default()
+                        .into_values()
+                        .map(String::into_bytes);
                     pem_values(values, &format!("ConfigMap {name}"))
                 }
             }
@@ -231,8 +233,8 @@ impl Fetcher {
                 encoding,
                 signature,
             } => {
-                let decoded = compress::decode(*encoding, bytes, spec::INLINE_MAX_BYTES)
-                    .map_err(|e| {
+                let decoded =
+                    compress::decode(*encoding, bytes, spec::INLINE_MAX_BYTES).map_err(|e| {
                         refused(
                             spec,
                             "InvalidPluginConfigMap",
@@ -249,7 +251,9 @@ impl Fetcher {
                              data[\"signature\"] (cosign sign-blob of the component)",
                         ));
                     }
-                    (Some(signature), _) => Some(self.verify_inline(spec, &decoded, signature).await?),
+                    (Some(signature), _) => {
+                        Some(self.verify_inline(spec, &decoded, signature).await?)
+                    }
                 };
                 Ok(Fetched {
                     bytes: decoded.into(),
@@ -376,7 +380,11 @@ mod tests {
         }
     }
 
-    fn inline(bytes: &[u8], encoding: compress::Encoding, signature: Option<String>) -> ComponentSource {
+    fn inline(
+        bytes: &[u8],
+        encoding: compress::Encoding,
+        signature: Option<String>,
+    ) -> ComponentSource {
         ComponentSource::Inline {
             bytes: compress::encode(encoding, bytes).unwrap(),
             encoding,
@@ -399,17 +407,32 @@ mod tests {
         assert_eq!(&plain.bytes[..], &component[..]);
         assert_eq!(plain.origin, Origin::default());
 
-        let signed = inline(&component, compress::Encoding::Gzip, key.sign(&component).ok());
+        let signed = inline(
+            &component,
+            compress::Encoding::Gzip,
+            key.sign(&component).ok(),
+        );
         let got = trusting.fetch(&spec, &signed).await.unwrap();
         assert_eq!(got.origin.signed_by, Some(key.public_key().fingerprint()));
 
         // Offered but by another key: refused even when not required.
-        let forged = inline(&component, compress::Encoding::Identity, other.sign(&component).ok());
+        let forged = inline(
+            &component,
+            compress::Encoding::Identity,
+            other.sign(&component).ok(),
+        );
         let err = trusting.fetch(&spec, &forged).await.unwrap_err();
         assert_eq!(err.reason(), "SignatureRefused", "{err}");
         // A signature of other bytes.
-        let swapped = inline(b"\0asm other", compress::Encoding::Identity, key.sign(&component).ok());
-        assert_eq!(trusting.fetch(&spec, &swapped).await.unwrap_err().reason(), "SignatureRefused");
+        let swapped = inline(
+            b"\0asm other",
+            compress::Encoding::Identity,
+            key.sign(&component).ok(),
+        );
+        assert_eq!(
+            trusting.fetch(&spec, &swapped).await.unwrap_err().reason(),
+            "SignatureRefused"
+        );
 
         // Required: unsigned refused; the ConfigMap may opt out; no keys refuses all.
         let strict = fetcher(vec![key.public_key()], true);
@@ -440,7 +463,10 @@ mod tests {
             reference: "elsewhere.example/p:v1".parse().unwrap(),
             pull_secret: None,
         };
-        let err = fetcher(vec![], false).fetch(&spec, &source).await.unwrap_err();
+        let err = fetcher(vec![], false)
+            .fetch(&spec, &source)
+            .await
+            .unwrap_err();
         assert_eq!(err.reason(), "InvalidPluginReference");
         assert!(err.to_string().contains("elsewhere.example"), "{err}");
     }

@@ -250,9 +250,11 @@ pub const ERROR_TEXT_CAP: usize = 1024;
 /// Default largest component accepted (an interpreted Python component is ~19 MB; a ConfigMap
 /// holds ~1 MiB): it bounds compile time and memory, since a compile cannot be cancelled.
 pub const MAX_COMPONENT_BYTES: usize = 64 << 20;
-/// Compile threads alive at once (one compiling, the others waiting for it), timed-out ones
-/// included (their threads finish on their own).
-const MAX_COMPILES: usize = 2;
+/// Compile threads alive at once (one compiling, the others waiting their turn), timed-out ones
+/// included (their threads finish on their own): more uploads at once are refused.
+const MAX_COMPILES: usize = 16;
+/// Added to a queued compile's wait for its turn: a thread's start on a loaded machine.
+const COMPILE_QUEUE_SLACK: Duration = Duration::from_secs(5);
 /// Bytes the host copies out of the guest in one transfer: a call's results, or one log
 /// import's arguments (wasmtime's hostcall fuel; 128 MiB by default). Copies are made from
 /// guest memory, but one string can be referenced by any number of list entries, so without
@@ -744,11 +746,11 @@ impl PluginHost {
         if let Some(c) = self.lock_cache().get(&hash) {
             return Ok((c.clone(), hash));
         }
-        let component = match self.from_disk(&hash) {
+        let component = match self.load_from_disk(&hash) {
             Some(c) => c,
             None => {
                 let c = self.compile_bounded(plugin, bytes)?;
-                self.to_disk(&hash, &c);
+                self.save_to_disk(&hash, &c);
                 c
             }
         };
@@ -772,11 +774,17 @@ impl PluginHost {
     /// Where the compiled artifact of a component is indexed on disk: keyed by this engine's
     /// configuration (wasmtime's own compatibility hash: version, target, settings), so an
     /// upgrade or a changed setting never loads an artifact compiled for another engine.
-    fn artifact_index(&self, hash: &[u8; 32]) -> Option<(std::path::PathBuf, crate::oci::cache::BlobCache)> {
+    fn artifact_index(
+        &self,
+        hash: &[u8; 32],
+    ) -> Option<(std::path::PathBuf, crate::oci::cache::BlobCache)> {
         use std::hash::{Hash as _, Hasher as _};
         let dir = self.inner.config.cache_dir.as_ref()?;
         let mut engine = std::collections::hash_map::DefaultHasher::new();
-        self.inner.engine.precompile_compatibility_hash().hash(&mut engine);
+        self.inner
+            .engine
+            .precompile_compatibility_hash()
+            .hash(&mut engine);
         let root = dir.join("compiled");
         let index = root
             .join("index")
@@ -787,13 +795,14 @@ impl PluginHost {
     }
 
     /// A compiled artifact from the disk cache, verified against the digest its index names.
-    fn from_disk(&self, hash: &[u8; 32]) -> Option<Component> {
+    fn load_from_disk(&self, hash: &[u8; 32]) -> Option<Component> {
         let (index, blobs) = self.artifact_index(hash)?;
-        let digest: crate::oci::Digest = std::fs::read_to_string(&index).ok()?.trim().parse().ok()?;
+        let digest: crate::oci::Digest =
+            std::fs::read_to_string(&index).ok()?.trim().parse().ok()?;
         let artifact = blobs.get_blocking(digest, COMPILED_ARTIFACT_CAP)?;
         // SAFETY: wasmtime requires that deserialized bytes come from `serialize` of a
         // compatible engine. They do: the index is keyed by this engine's compatibility hash
-        // and written only by `to_disk` below, and the bytes are read only if their sha256 is
+        // and written only by `save_to_disk` below, and the bytes are read only if their sha256 is
         // the one recorded when this process or an earlier one serialized them (wasmtime
         // checks its own header and version too). Writing the cache folder needs the
         // operator's own identity, which could equally replace its binary.
@@ -813,7 +822,7 @@ impl PluginHost {
     }
 
     /// Keeps a compiled artifact on disk (best effort: the cache only saves work).
-    fn to_disk(&self, hash: &[u8; 32], component: &Component) {
+    fn save_to_disk(&self, hash: &[u8; 32], component: &Component) {
         let Some((index, blobs)) = self.artifact_index(hash) else {
             return;
         };
@@ -873,7 +882,9 @@ impl PluginHost {
         let spawned = std::thread::Builder::new()
             .name("wasm-compile".into())
             .spawn(move || {
-                let _turn = gate.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                let _turn = gate
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
                 // The caller stopped waiting for its turn: do not compile for nobody.
                 if started_tx.send(()).is_ok() {
                     let result = Component::new(&engine, &owned);
@@ -890,11 +901,13 @@ impl PluginHost {
             ));
         }
         let budget = self.compile_budget(bytes.len());
-        let queue = budget.saturating_add(self.compile_budget(cap));
+        let queue = budget
+            .saturating_add(self.compile_budget(cap))
+            .saturating_add(COMPILE_QUEUE_SLACK);
         if started_rx.recv_timeout(queue).is_err() {
             return Err(refuse(format!(
-                "another compile is still running after {queue:?} (earlier ones past their \
-                 timeout); try again later"
+                "compiles are still running after {queue:?} of waiting for this one's turn \
+                 (earlier ones past their timeout); try again later"
             )));
         }
         match rx.recv_timeout(budget) {

@@ -7,9 +7,9 @@
 
 pub mod capabilities;
 pub mod checks;
+pub mod cli;
 pub mod compress;
 pub mod fetch;
-pub mod cli;
 mod host;
 pub mod native;
 pub mod publish;

@@ -78,7 +78,8 @@ impl RegistryArgs {
     pub fn keys(&self) -> anyhow::Result<Vec<PublicKey>> {
         let mut keys = Vec::new();
         for path in &self.trusted_keys {
-            let text = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+            let text =
+                std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
             keys.extend(
                 oci::sign::keys_from_pem_bundle(&text)
                     .with_context(|| format!("{}", path.display()))?,
@@ -109,7 +110,9 @@ impl ComponentArg {
             Ok(r) if r.registry != oci::reference::DOCKER_HUB || arg.starts_with("docker.io/") => {
                 Ok(ComponentArg::Image(r))
             }
-            _ => anyhow::bail!("{arg}: no such file, and not an OCI reference (registry/repository:tag or @sha256:…)"),
+            _ => anyhow::bail!(
+                "{arg}: no such file, and not an OCI reference (registry/repository:tag or @sha256:…)"
+            ),
         }
     }
 }
@@ -194,13 +197,24 @@ pub async fn push(
         Digest::of(&bytes)
     );
     if let Some(key) = key {
-        sign_pushed(&client, &pinned, credentials, &key, registry.registry_timeout).await?;
+        sign_pushed(
+            &client,
+            &pinned,
+            credentials,
+            &key,
+            registry.registry_timeout,
+        )
+        .await?;
     }
     Ok(pinned)
 }
 
 /// Signs the component `reference` names (resolving a tag first).
-pub async fn sign(reference: &str, key: &Path, registry: &RegistryArgs) -> anyhow::Result<Reference> {
+pub async fn sign(
+    reference: &str,
+    key: &Path,
+    registry: &RegistryArgs,
+) -> anyhow::Result<Reference> {
     let reference: Reference = reference.parse()?;
     let key = read_signing_key(key)?;
     let client = registry.client()?;
@@ -224,7 +238,14 @@ pub async fn sign(reference: &str, key: &Path, registry: &RegistryArgs) -> anyho
         )
         .await
         .with_context(|| format!("resolving {reference}"))?;
-    sign_pushed(&client, &pulled.reference, credentials, &key, registry.registry_timeout).await?;
+    sign_pushed(
+        &client,
+        &pulled.reference,
+        credentials,
+        &key,
+        registry.registry_timeout,
+    )
+    .await?;
     Ok(pulled.reference)
 }
 
@@ -235,9 +256,7 @@ async fn sign_pushed(
     key: &oci::sign::SigningKey,
     timeout: Duration,
 ) -> anyhow::Result<()> {
-    let digest = pinned
-        .digest
-        .context("a pinned reference has a digest")?;
+    let digest = pinned.digest.context("a pinned reference has a digest")?;
     oci::push_signature(client, pinned, credentials, digest, key, timeout)
         .await
         .with_context(|| format!("signing {pinned}"))?;

@@ -218,7 +218,8 @@ fn valid_object_name(name: &str) -> bool {
         && name.len() <= 253
         && name.split('.').all(|l| {
             !l.is_empty()
-                && l.bytes().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
+                && l.bytes()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
                 && !l.starts_with('-')
                 && !l.ends_with('-')
         })
@@ -334,7 +335,10 @@ pub fn from_configmap(cm: &ConfigMap) -> Result<(PluginSpec, ComponentSource), S
     };
     let signature = get("signature").map(str::to_string);
     if signature.as_ref().is_some_and(|s| s.len() > SIGNATURE_CAP) {
-        return Err(invalid("signature", format!("longer than {SIGNATURE_CAP} bytes")));
+        return Err(invalid(
+            "signature",
+            format!("longer than {SIGNATURE_CAP} bytes"),
+        ));
     }
     let require_signature = match get("requireSignature") {
         None => None,
@@ -361,7 +365,10 @@ pub fn from_configmap(cm: &ConfigMap) -> Result<(PluginSpec, ComponentSource), S
         (None, None) => return Err(SpecError::MissingComponent),
         (Some(bytes), None) => {
             if pull_secret.is_some() {
-                return Err(invalid("imagePullSecret", "only a component named by data[\"image\"] is pulled"));
+                return Err(invalid(
+                    "imagePullSecret",
+                    "only a component named by data[\"image\"] is pulled",
+                ));
             }
             ComponentSource::Inline {
                 bytes,
@@ -587,7 +594,10 @@ mod tests {
                 &[("kind", "policy"), ("image", image)],
                 "both binaryData[\"plugin.wasm\"] and data[\"image\"]",
             ),
-            (&[("kind", "policy"), ("encoding", "br")], "data[\"encoding\"]"),
+            (
+                &[("kind", "policy"), ("encoding", "br")],
+                "data[\"encoding\"]",
+            ),
             (
                 &[("kind", "policy"), ("requireSignature", "yes")],
                 "data[\"requireSignature\"]",
@@ -611,9 +621,16 @@ mod tests {
             from_configmap(&cm)
         };
         for (data, needle) in [
-            (vec![("kind", "policy"), ("image", "Registry/P")], "data[\"image\"]: invalid OCI reference"),
             (
-                vec![("kind", "policy"), ("image", image), ("imagePullSecret", "Bad_Name")],
+                vec![("kind", "policy"), ("image", "Registry/P")],
+                "data[\"image\"]: invalid OCI reference",
+            ),
+            (
+                vec![
+                    ("kind", "policy"),
+                    ("image", image),
+                    ("imagePullSecret", "Bad_Name"),
+                ],
                 "data[\"imagePullSecret\"]",
             ),
             (
@@ -621,7 +638,11 @@ mod tests {
                 "data[\"encoding\"]: only inline",
             ),
             (
-                vec![("kind", "policy"), ("image", image), ("signature", "MEUCIQ==")],
+                vec![
+                    ("kind", "policy"),
+                    ("image", image),
+                    ("signature", "MEUCIQ=="),
+                ],
                 "data[\"signature\"]",
             ),
         ] {
@@ -629,7 +650,13 @@ mod tests {
             assert!(err.to_string().contains(needle), "{data:?}: {err}");
         }
         let (_, component) = by_reference(&[("kind", "policy"), ("image", image)]).unwrap();
-        assert!(matches!(component, ComponentSource::Image { pull_secret: None, .. }));
+        assert!(matches!(
+            component,
+            ComponentSource::Image {
+                pull_secret: None,
+                ..
+            }
+        ));
     }
 
     #[test]

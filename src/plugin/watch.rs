@@ -144,6 +144,24 @@ struct Loading {
     generation: u64,
     applied: Applied,
     handle: tokio::task::JoinHandle<()>,
+    /// For a component by reference: what to load again if the pull fails for a reason that
+    /// may pass (the registry down, slow or refusing for now).
+    retry: Option<(PluginSpec, ComponentSource)>,
+    /// The wait before that next try.
+    retry_backoff: Duration,
+}
+
+/// First wait before a failed pull is tried again; doubles up to [`PULL_RETRY_MAX`].
+const PULL_RETRY: Duration = Duration::from_secs(10);
+const PULL_RETRY_MAX: Duration = Duration::from_secs(300);
+
+/// A pull that failed for a reason that may pass, to be tried again.
+struct PullRetry {
+    at: tokio::time::Instant,
+    backoff: Duration,
+    applied: Applied,
+    spec: PluginSpec,
+    source: ComponentSource,
 }
 
 /// A load's end, sent back to the watch loop.
@@ -176,6 +194,8 @@ struct Tracked {
     blocked: Option<String>,
     /// The load in flight, if any (a newer spec cancels it).
     loading: Option<Loading>,
+    /// A failed pull waiting to be tried again (a newer spec replaces it).
+    retry: Option<PullRetry>,
 }
 
 impl Tracked {
@@ -294,7 +314,10 @@ pub async fn run(
             return;
         }
     };
-    run_with(client, namespace, registry, fetcher, leader, limits, shutdown).await;
+    run_with(
+        client, namespace, registry, fetcher, leader, limits, shutdown,
+    )
+    .await;
 }
 
 /// [`run`] with the given component fetcher and bounds on API calls.
@@ -350,6 +373,10 @@ pub async fn run_with(
             registry.first_load_done();
         }
         let retry_at = out.status.next_retry();
+        let pull_at = tracked
+            .values()
+            .filter_map(|t| t.retry.as_ref().map(|r| r.at))
+            .min();
         let event = tokio::select! {
             () = &mut shutdown => {
                 for entry in tracked.values_mut() {
@@ -377,6 +404,10 @@ pub async fn run_with(
             }
             () = sleep_until(retry_at), if retry_at.is_some() => {
                 out.status.retry_due(&leader);
+                continue;
+            }
+            () = sleep_until(pull_at), if pull_at.is_some() => {
+                retry_pulls(&mut ctx, &mut tracked);
                 continue;
             }
             event = stream.next() => event,
@@ -700,8 +731,31 @@ async fn cancel(entry: &mut Tracked) -> Option<String> {
     Some(loading.applied.plugin)
 }
 
+/// Loads again the components whose pull failed for a passing reason and whose wait is over.
+fn retry_pulls(ctx: &mut Ctx<'_>, tracked: &mut BTreeMap<String, Tracked>) {
+    let now = tokio::time::Instant::now();
+    for (name, entry) in tracked.iter_mut() {
+        if entry.loading.is_some() || entry.retry.as_ref().is_none_or(|r| r.at > now) {
+            continue;
+        }
+        let Some(retry) = entry.retry.take() else {
+            continue;
+        };
+        tracing::info!(configmap = %name, plugin = %retry.spec.name, "trying a failed plugin pull again");
+        start_load(ctx, entry, name, retry.applied, retry.spec, retry.source);
+        if let Some(loading) = entry.loading.as_mut() {
+            loading.retry_backoff = retry.backoff;
+        }
+    }
+}
+
 /// A load task ended: record its outcome if it is still the ConfigMap's latest.
-fn finished(ctx: &Ctx<'_>, out: &mut Outbox, tracked: &mut BTreeMap<String, Tracked>, done: LoadDone) {
+fn finished(
+    ctx: &Ctx<'_>,
+    out: &mut Outbox,
+    tracked: &mut BTreeMap<String, Tracked>,
+    done: LoadDone,
+) {
     let Some(entry) = tracked.get_mut(&done.configmap) else {
         return;
     };
@@ -715,6 +769,21 @@ fn finished(ctx: &Ctx<'_>, out: &mut Outbox, tracked: &mut BTreeMap<String, Trac
     let outcome = match &done.result {
         Ok(_) => Outcome::Loaded,
         Err((_, message)) => Outcome::Rejected(message.clone()),
+    };
+    // A registry that was down, slow or refusing may answer later: try again with backoff.
+    entry.retry = match (&done.result, loading.retry) {
+        (Err(("PullFailed", _)), Some((spec, source))) => {
+            let wait = loading.retry_backoff;
+            tracing::info!(configmap = %done.configmap, retry_in = ?wait, "plugin pull failed; trying again later");
+            Some(PullRetry {
+                at: tokio::time::Instant::now() + wait,
+                backoff: (wait * 2).min(PULL_RETRY_MAX),
+                applied: loading.applied.clone(),
+                spec,
+                source,
+            })
+        }
+        _ => None,
     };
     entry.applied = Some((loading.applied, outcome));
     if !ctx.leader.is_leader() {
@@ -821,6 +890,7 @@ async fn apply(
                 None
             } else {
                 // The newest content is invalid: a load of older content no longer counts.
+                entry.retry = None;
                 if let Some(plugin) = cancel(entry).await
                     && entry.plugin() != Some(plugin.as_str())
                 {
@@ -899,6 +969,9 @@ fn start_load(
     let generation = ctx.generation;
     let (registry, fetcher, done) = (ctx.registry.clone(), ctx.fetcher.clone(), ctx.done.clone());
     let configmap = cm_name.to_string();
+    let retry =
+        matches!(source, ComponentSource::Image { .. }).then(|| (spec.clone(), source.clone()));
+    entry.retry = None;
     let handle = tokio::spawn(async move {
         let result = match fetcher.fetch(&spec, &source).await {
             Ok(fetched) => {
@@ -920,6 +993,8 @@ fn start_load(
         generation,
         applied,
         handle,
+        retry,
+        retry_backoff: PULL_RETRY,
     });
 }
 

@@ -41,6 +41,16 @@ pub fn registry_available(test: &str) -> bool {
     false
 }
 
+fn serve(config: &Path) -> Child {
+    Command::new("docker-registry")
+        .arg("serve")
+        .arg(config)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start docker-registry")
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -63,29 +73,47 @@ impl Registry {
             ),
         )
         .expect("registry config");
-        let child = Command::new("docker-registry")
-            .arg("serve")
-            .arg(&config)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start docker-registry");
-        let registry = Registry { child, dir, host };
+        let child = serve(&config);
+        let mut registry = Registry { child, dir, host };
+        registry.wait_ready();
+        registry
+    }
+
+    /// Stops serving (the storage stays).
+    pub fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Serves again on the same address from the same storage.
+    pub fn resume(&mut self) {
+        self.child = serve(&self.dir.path().join("config.yml"));
+        self.wait_ready();
+    }
+
+    fn wait_ready(&mut self) {
+        let registry = &*self;
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             let up = std::net::TcpStream::connect(&registry.host).is_ok_and(|mut s| {
                 use std::io::{Read as _, Write as _};
                 let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-                let request = format!("GET /v2/ HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n", registry.host);
+                let request = format!(
+                    "GET /v2/ HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+                    registry.host
+                );
                 let mut answer = String::new();
                 s.write_all(request.as_bytes()).is_ok()
                     && s.read_to_string(&mut answer).is_ok()
                     && answer.starts_with("HTTP/1.1 200")
             });
             if up {
-                return registry;
+                return;
             }
-            assert!(Instant::now() < deadline, "docker-registry did not serve within 20 s");
+            assert!(
+                Instant::now() < deadline,
+                "docker-registry did not serve within 20 s"
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
     }
@@ -129,7 +157,13 @@ pub fn diorch_plugin(args: &[&str]) -> String {
 pub fn push(registry: &Registry, plugin: &str, repository: &str, key: Option<&Path>) -> String {
     let reference = format!("{}/{repository}:v1", registry.host);
     let file = plugin_file(plugin);
-    let mut args = vec!["push", &file, &reference, "--insecure-registry", &registry.host];
+    let mut args = vec![
+        "push",
+        &file,
+        &reference,
+        "--insecure-registry",
+        &registry.host,
+    ];
     let key = key.map(|k| k.display().to_string());
     if let Some(key) = &key {
         args.extend(["--sign", key]);
@@ -171,7 +205,15 @@ pub fn operator_flags(registry: &Registry) -> Vec<String> {
 
 /// A policy ConfigMap naming `image`, applied with kubectl.
 fn point(p: &Kubectl, image: &str) {
-    let cm = diorch_plugin(&["configmap", "--image", image, "--name", "registry", "--kind", "policy"]);
+    let cm = diorch_plugin(&[
+        "configmap",
+        "--image",
+        image,
+        "--name",
+        "registry",
+        "--kind",
+        "policy",
+    ]);
     p.ok_stdin(&["apply", "-f", "-"], &cm);
 }
 
@@ -199,7 +241,13 @@ pub fn signed_policy_from_a_registry(k: &Kubectl, ns: &str, plugin_ns: &str, reg
     let foreign = push(registry, "goodput", "policies/foreign", Some(&other_key));
     // `plugin check` pulls and verifies as the operator will.
     let checked = Command::new(env!("CARGO_BIN_EXE_diorch"))
-        .args(["plugin", "check", &spread, "--insecure-registry", &registry.host])
+        .args([
+            "plugin",
+            "check",
+            &spread,
+            "--insecure-registry",
+            &registry.host,
+        ])
         .args(["--trusted-key", &team_pub.display().to_string()])
         .output()
         .expect("plugin check");
@@ -208,15 +256,27 @@ pub fn signed_policy_from_a_registry(k: &Kubectl, ns: &str, plugin_ns: &str, reg
     // Signed spread, by digest: loaded, and it places a job one replica per node.
     point(&p, &spread);
     let note = wait_event(&p, "ConfigMap", "plugin-registry", "PluginLoaded", 1);
-    assert!(note.contains(&layer_digest(&plugin_file("spread"))[7..]), "{note}");
+    assert!(
+        note.contains(&layer_digest(&plugin_file("spread"))[7..]),
+        "{note}"
+    );
     let status = p.ok(&["get", "configmap", "plugin-registry", "-o", "json"]);
-    assert!(status.contains("\"diorch.io/plugin-state\": \"Loaded\""), "{status}");
+    assert!(
+        status.contains("\"diorch.io/plugin-state\": \"Loaded\""),
+        "{status}"
+    );
     scenario::apply(&k, &gpu_job("from-registry", "registry", 4, 1));
     let (_, _, message) = wait_allocated(&k, "from-registry", "True");
     assert!(message.starts_with("placed by registry@"), "{message}");
     scenario::wait_phase(&k, "from-registry", "Running");
     let spread_placement = placement::placement(&k, "from-registry");
-    assert_eq!(spread_placement.values().collect::<std::collections::BTreeSet<_>>().len(), 4);
+    assert_eq!(
+        spread_placement
+            .values()
+            .collect::<std::collections::BTreeSet<_>>()
+            .len(),
+        4
+    );
 
     // Re-pointed at bin-pack's digest: the next job is packed by the new version.
     point(&p, &binpack);
@@ -230,7 +290,13 @@ pub fn signed_policy_from_a_registry(k: &Kubectl, ns: &str, plugin_ns: &str, reg
     );
     scenario::wait_phase(&k, "repointed", "Running");
     let packed = placement::placement(&k, "repointed");
-    assert_eq!(packed.values().collect::<std::collections::BTreeSet<_>>().len(), 1);
+    assert_eq!(
+        packed
+            .values()
+            .collect::<std::collections::BTreeSet<_>>()
+            .len(),
+        1
+    );
 
     // Unsigned, then signed by a key the cluster does not trust: refused, bin-pack serves.
     point(&p, &unsigned);
@@ -252,7 +318,10 @@ pub fn signed_policy_from_a_registry(k: &Kubectl, ns: &str, plugin_ns: &str, reg
     let note = wait_event(&p, "ConfigMap", "plugin-registry", "DigestMismatch", 1);
     assert!(note.contains("tampered"), "{note}");
     let status = p.ok(&["get", "configmap", "plugin-registry", "-o", "json"]);
-    assert!(status.contains("\"diorch.io/plugin-state\": \"Rejected\""), "{status}");
+    assert!(
+        status.contains("\"diorch.io/plugin-state\": \"Rejected\""),
+        "{status}"
+    );
 
     // Through all of it, the last good version (bin-pack) keeps placing jobs.
     scenario::apply(&k, &gpu_job("after-refusals", "registry", 2, 1));
@@ -263,5 +332,43 @@ pub fn signed_policy_from_a_registry(k: &Kubectl, ns: &str, plugin_ns: &str, reg
         "{still} / {packed_by}"
     );
     scenario::wait_phase(&k, "after-refusals", "Running");
-    p.ok(&["delete", "configmap", "plugin-registry", "diorch-plugin-keys"]);
+    p.ok(&[
+        "delete",
+        "configmap",
+        "plugin-registry",
+        "diorch-plugin-keys",
+    ]);
+}
+
+/// A policy whose registry is down when its ConfigMap is applied is refused (`PullFailed`), and
+/// loads by itself once the registry serves again (the watcher retries a failed pull with
+/// backoff, from 10 s). The operator runs with [`operator_flags`].
+pub fn a_pull_that_failed_is_tried_again(k: &Kubectl, plugin_ns: &str, registry: &mut Registry) {
+    let p = k.in_namespace(plugin_ns);
+    let keys = tempfile::tempdir().expect("tempdir");
+    let (key, public) = keygen(keys.path(), "team");
+    let public = std::fs::read_to_string(&public).expect("public key");
+    p.ok(&[
+        "create",
+        "configmap",
+        "diorch-plugin-keys",
+        &format!("--from-literal=team.pub={public}"),
+    ]);
+    let binpack = push(registry, "binpack", "policies/later", Some(&key));
+    registry.stop();
+    point(&p, &binpack);
+    let note = wait_event(&p, "ConfigMap", "plugin-registry", "PullFailed", 1);
+    assert!(note.contains(&registry.host), "{note}");
+    registry.resume();
+    let note = wait_event(&p, "ConfigMap", "plugin-registry", "PluginLoaded", 1);
+    assert!(
+        note.contains(&layer_digest(&plugin_file("binpack"))[7..]),
+        "{note}"
+    );
+    p.ok(&[
+        "delete",
+        "configmap",
+        "plugin-registry",
+        "diorch-plugin-keys",
+    ]);
 }
