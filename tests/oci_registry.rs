@@ -37,7 +37,6 @@ use http::{Request, StatusCode};
 use http_body_util::{BodyExt as _, Empty};
 use sha2::Digest as _;
 
-const SKIP_ENV: &str = "DIORCH_SKIP_REGISTRY_TESTS";
 const WASM_CONFIG: &str = "application/vnd.wasm.config.v0+json";
 const WASM_LAYER: &str = "application/wasm";
 const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
@@ -150,137 +149,24 @@ async fn raw_manifest(
 // ---------------------------------------------------------------------------------------------
 // The real registry.
 
-/// Debian's `docker-registry` serving on a free loopback port, its storage and logs in a
-/// temporary folder; killed on drop.
-struct Registry {
-    child: Child,
-    /// `127.0.0.1:PORT`, as references and `insecure_registries` name it.
-    host: String,
-    dir: tempfile::TempDir,
-}
-
-fn registry_binary() -> Option<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .chain([PathBuf::from("/usr/bin")])
-        .map(|dir| dir.join("docker-registry"))
-        .find(|candidate| candidate.is_file())
-}
-
-/// A port free a moment ago. Another process may take it before the registry binds it, which
-/// [`Registry::start_or_skip`] survives by retrying.
-fn free_port() -> u16 {
-    let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a probe port");
-    probe.local_addr().expect("probe address").port()
-}
+/// The shared registry harness, plus what these tests ask of it.
+#[path = "common/registry.rs"]
+mod harness;
+use harness::Registry;
 
 impl Registry {
-    /// A running registry; `None` (after printing `SKIPPED`) only when the binary is missing
-    /// and `DIORCH_SKIP_REGISTRY_TESTS=1`. Otherwise a missing binary fails the test: a
-    /// registry test that passes without a registry would prove nothing.
+    /// A running registry, or `None` after a reported skip (see `harness::registry_available`).
     async fn start_or_skip(test: &str) -> Option<Registry> {
-        let Some(binary) = registry_binary() else {
-            if std::env::var(SKIP_ENV).as_deref() == Ok("1") {
-                // Straight to stderr: libtest hides what a passing test prints with eprintln!.
-                let _ = writeln!(
-                    std::io::stderr(),
-                    "SKIPPED: {test}: no docker-registry binary and {SKIP_ENV}=1"
-                );
-                return None;
-            }
-            panic!(
-                "{test} needs Debian's docker-registry package (/usr/bin/docker-registry, the \
-                 CNCF distribution registry; scripts/test.sh installs it). Set {SKIP_ENV}=1 to \
-                 skip the tests that need it."
-            );
-        };
-        let mut failures = Vec::new();
-        for _ in 0..3 {
-            match Registry::spawn(&binary).await {
-                Ok(registry) => return Some(registry),
-                Err(exited) => failures.push(exited),
-            }
-        }
-        panic!(
-            "docker-registry exited before serving, 3 times:\n{}",
-            failures.join("\n")
-        );
+        harness::registry_available(test).then(Registry::start)
     }
 
-    /// Starts one registry and waits until `GET /v2/` answers 200. `Err` when the process
-    /// exited early (a port taken in the meantime); a registry that runs but never answers
-    /// fails the test after 20 s.
-    async fn spawn(binary: &Path) -> Result<Registry, String> {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let host = format!("127.0.0.1:{}", free_port());
-        let config = dir.path().join("config.yml");
-        std::fs::write(
-            &config,
-            format!(
-                "version: 0.1\n\
-                 log:\n  level: error\n  accesslog:\n    disabled: true\n\
-                 storage:\n  filesystem:\n    rootdirectory: \"{}\"\n  delete:\n    enabled: true\n\
-                 http:\n  addr: {host}\n",
-                dir.path().join("storage").display()
-            ),
-        )
-        .expect("write the registry config");
-        let log = File::create(dir.path().join("registry.log")).expect("registry log");
-        let child = Command::new(binary)
-            .arg("serve")
-            .arg(&config)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("registry log"))
-            .stderr(log)
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot run {}: {e}", binary.display()));
-        let mut registry = Registry { child, host, dir };
-        let ready_by = Instant::now() + Duration::from_secs(20);
-        let url = format!("http://{}/v2/", registry.host);
-        loop {
-            if let Ok(Some(status)) = registry.child.try_wait() {
-                return Err(format!("{status}: {}", registry.log()));
-            }
-            if let Ok((StatusCode::OK, _, _)) = http_get(&url, None).await {
-                return Ok(registry);
-            }
-            assert!(
-                Instant::now() < ready_by,
-                "docker-registry did not answer GET /v2/ with 200 within 20 s; its output:\n{}",
-                registry.log()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("registry.log")).unwrap_or_default()
-    }
-
-    /// Where the registry keeps a blob's bytes (the distribution filesystem driver's layout).
+    /// Where the registry keeps a blob's bytes.
     fn blob_data(&self, digest: Digest) -> PathBuf {
-        let hex = digest.hex();
-        self.dir
-            .path()
-            .join("storage/docker/registry/v2/blobs/sha256")
-            .join(&hex[..2])
-            .join(&hex)
-            .join("data")
+        self.blob_file(&digest.to_string())
     }
 
     fn reference(&self, path: &str) -> Reference {
         reference(&format!("{}/{path}", self.host))
-    }
-
-    fn stop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Registry {
-    fn drop(&mut self) {
-        self.stop();
     }
 }
 

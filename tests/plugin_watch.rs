@@ -776,3 +776,96 @@ async fn a_watch_that_goes_silent_is_taken_for_dead_and_watched_again() {
     // Noticed within the watch timeout (2 s) + 5 s: watched again, the upload is seen.
     until_loaded(&registry, "spreader").await;
 }
+
+/// A pull from a registry that accepts connections and never answers runs on a task of its
+/// own: another plugin's ConfigMap loads meanwhile, and reconciles (the registry's policy
+/// lookup) are not held up. The stalled one is refused by its pull deadline, with a Warning.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pull_that_never_answers_holds_up_no_other_plugin() {
+    use diorch::oci;
+    let sandbox = diorch_sandbox::launch(diorch_sandbox::SandboxOptions {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        kubeconfig_out: None,
+        cluster: None,
+        auth: Default::default(),
+    })
+    .await
+    .unwrap();
+    let client = sandbox.client().unwrap();
+    // The kernel completes connections to a listener that never accepts: a registry that hangs.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let host = silent.local_addr().unwrap().to_string();
+    let registry = Arc::new(PluginRegistry::new(
+        PluginHost::new(HostConfig::default()).unwrap(),
+        NativePolicy::BinPack,
+    ));
+    let pull_timeout = Duration::from_secs(3);
+    let client_oci = oci::RegistryClient::new(oci::Options {
+        insecure_registries: vec![host.clone()],
+        ..oci::Options::default()
+    })
+    .unwrap();
+    let mut fetcher = diorch::plugin::fetch::Fetcher::for_namespace(
+        client.clone(),
+        "default",
+        Duration::from_secs(10),
+    )
+    .unwrap();
+    fetcher.puller = oci::Puller::new(
+        client_oci,
+        oci::PullLimits {
+            timeout: pull_timeout,
+            ..oci::PullLimits::default()
+        },
+        None,
+    );
+    let (_stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(diorch::plugin::watch::run_with(
+        client.clone(),
+        "default",
+        registry.clone(),
+        Arc::new(fetcher),
+        diorch::leader::Leadership::always(),
+        diorch::plugin::watch::ApiLimits::default(),
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let stalled = spec::to_configmap_from(
+        &PluginSpec::new("stalled", PluginKind::Policy),
+        spec::ComponentSource::Image {
+            reference: format!("{host}/policies/stalled:v1").parse().unwrap(),
+            pull_secret: None,
+        },
+        Some("default"),
+    );
+    cms.create(&PostParams::default(), &stalled).await.unwrap();
+    let applied = Instant::now();
+    let spec = PluginSpec::new("packer", PluginKind::Policy);
+    let bytes = wasm("binpack");
+    let version: String = diorch::oci::Digest::of(&bytes).hex()[..12].to_string();
+    cms.create(
+        &PostParams::default(),
+        &spec::to_configmap(&spec, bytes, Some("default")),
+    )
+    .await
+    .unwrap();
+    until_shown(&cms, "plugin-packer", "Loaded", Some(&version)).await;
+    // Loaded while the other pull still hangs (its deadline has not passed yet).
+    let loaded_after = applied.elapsed();
+    assert!(
+        loaded_after < pull_timeout,
+        "packer loaded after {loaded_after:?}, behind the stalled pull"
+    );
+    assert!(registry.wasm_policy("packer").is_some());
+    assert!(registry.status_of("stalled").is_none_or(|s| !s.healthy));
+    // The stalled pull ends by its deadline: refused with a reason, nothing serves.
+    let note = until_shown(&cms, "plugin-stalled", "Rejected", None).await;
+    assert!(
+        note.contains("timed out") || note.contains("took longer"),
+        "{note}"
+    );
+    assert!(registry.wasm_policy("stalled").is_none());
+    drop(silent);
+}

@@ -525,6 +525,59 @@ fn a_wasm_policy_runs_through_the_plugin_host_and_matches_its_native_build() {
     assert!(calls.contains("binpack.wasm,allocate,3"), "{calls}");
 }
 
+#[path = "common/registry.rs"]
+mod registry;
+
+/// `--policy` takes an OCI reference: the bin-pack component pushed to a real registry and
+/// pulled by digest places every job as the built-in bin-pack does.
+#[test]
+fn a_policy_named_by_oci_reference_is_pulled_and_simulated() {
+    if !registry::registry_available("a_policy_named_by_oci_reference_is_pulled_and_simulated") {
+        return;
+    }
+    let registry = registry::Registry::start();
+    let wasm = plugin("binpack");
+    let pushed = diorch(&[
+        "plugin",
+        "push",
+        wasm.to_str().unwrap(),
+        &format!("{}/policies/binpack:v1", registry.host),
+        "--insecure-registry",
+        &registry.host,
+    ]);
+    assert!(pushed.status.success(), "{}", text(&pushed.stderr));
+    let pinned = text(&pushed.stdout).trim().to_string();
+    assert!(pinned.contains("@sha256:"), "{pinned}");
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    simulate_command(
+        &repo("examples/simulator/cluster.yaml"),
+        &repo("examples/simulator/steady.yaml"),
+        &[&pinned, "builtin:binpack"],
+        &out,
+        &[
+            "--deadline-ms",
+            "5000",
+            "--insecure-registry",
+            &registry.host,
+        ],
+    );
+    let jobs = std::fs::read_to_string(out.join("jobs.csv")).unwrap();
+    let (mut pulled, mut native) = (Vec::new(), Vec::new());
+    for line in jobs.lines().skip(1) {
+        let (policy, rest) = line.split_once(',').unwrap();
+        match policy {
+            "builtin:binpack" => native.push(rest),
+            other => {
+                assert!(other.starts_with("binpack:v1@sha256:"), "{other}");
+                pulled.push(rest);
+            }
+        }
+    }
+    assert_eq!(pulled.len(), 300);
+    assert_eq!(pulled, native);
+}
+
 /// Goodput grows the collectors of jobs whose throughput still rises, so on the elastic trace
 /// it resizes jobs and finishes them sooner on average than bin-pack, which never resizes.
 #[test]
