@@ -869,3 +869,90 @@ async fn a_pull_that_never_answers_holds_up_no_other_plugin() {
     assert!(registry.wasm_policy("stalled").is_none());
     drop(silent);
 }
+
+/// Inline components may travel compressed and signed: a zstd ConfigMap signed by a trusted key
+/// loads (its status names the key), an unsigned one is refused when signatures are required,
+/// and a gzip bomb is refused by the inline cap, not unpacked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compressed_and_signed_inline_components_load_and_bombs_do_not() {
+    use diorch::oci;
+    use diorch::plugin::compress::{self, Encoding};
+    let sandbox = diorch_sandbox::launch(diorch_sandbox::SandboxOptions {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        kubeconfig_out: None,
+        cluster: None,
+        auth: Default::default(),
+    })
+    .await
+    .unwrap();
+    let client = sandbox.client().unwrap();
+    let key = oci::sign::SigningKey::generate().unwrap();
+    let mut fetcher = diorch::plugin::fetch::Fetcher::for_namespace(
+        client.clone(),
+        "default",
+        Duration::from_secs(10),
+    )
+    .unwrap();
+    fetcher.secrets = Arc::new(diorch::plugin::fetch::FileSecrets {
+        keys: vec![key.public_key()],
+        docker_config: None,
+    });
+    fetcher.require_signatures = true;
+    let registry = Arc::new(PluginRegistry::new(
+        PluginHost::new(HostConfig::default()).unwrap(),
+        NativePolicy::BinPack,
+    ));
+    let (_stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(diorch::plugin::watch::run_with(
+        client.clone(),
+        "default",
+        registry.clone(),
+        Arc::new(fetcher),
+        diorch::leader::Leadership::always(),
+        diorch::plugin::watch::ApiLimits::default(),
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let raw = wasm("binpack");
+    let packed = compress::encode(Encoding::Zstd, &raw).unwrap();
+    assert!(packed.len() < raw.len(), "{} / {}", packed.len(), raw.len());
+    let inline = |name: &str, bytes: Vec<u8>, encoding, signature| {
+        spec::to_configmap_from(
+            &PluginSpec::new(name, PluginKind::Policy),
+            spec::ComponentSource::Inline {
+                bytes,
+                encoding,
+                signature,
+            },
+            Some("default"),
+        )
+    };
+    let signed = inline(
+        "signed",
+        packed.clone(),
+        Encoding::Zstd,
+        key.sign(&raw).ok(),
+    );
+    cms.create(&PostParams::default(), &signed).await.unwrap();
+    let version = oci::Digest::of(&raw).hex()[..12].to_string();
+    until_shown(&cms, "plugin-signed", "Loaded", Some(&version)).await;
+    let status = registry.status_of("signed").unwrap();
+    assert_eq!(status.signed_by, Some(key.public_key().fingerprint()));
+    assert_eq!(status.image, None);
+
+    let unsigned = inline("unsigned", packed, Encoding::Zstd, None);
+    cms.create(&PostParams::default(), &unsigned).await.unwrap();
+    let note = until_shown(&cms, "plugin-unsigned", "Rejected", None).await;
+    assert!(note.contains("signature is required"), "{note}");
+
+    // 64 MiB of zeros in ~64 KiB of gzip: refused at the 16 MiB inline cap.
+    let bomb = compress::encode(Encoding::Gzip, &vec![0u8; 64 << 20]).unwrap();
+    assert!(bomb.len() < 256 << 10, "{}", bomb.len());
+    let bomb = inline("bomb", bomb, Encoding::Gzip, key.sign(b"x").ok());
+    cms.create(&PostParams::default(), &bomb).await.unwrap();
+    let note = until_shown(&cms, "plugin-bomb", "Rejected", None).await;
+    assert!(note.contains("exceeds"), "{note}");
+    assert!(registry.wasm_policy("bomb").is_none());
+}
