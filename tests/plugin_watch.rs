@@ -777,28 +777,54 @@ async fn a_watch_that_goes_silent_is_taken_for_dead_and_watched_again() {
     until_loaded(&registry, "spreader").await;
 }
 
-/// A pull from a registry that accepts connections and never answers runs on a task of its
-/// own: another plugin's ConfigMap loads meanwhile, and reconciles (the registry's policy
-/// lookup) are not held up. The stalled one is refused by its pull deadline, with a Warning.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_pull_that_never_answers_holds_up_no_other_plugin() {
-    use diorch::oci;
-    let sandbox = diorch_sandbox::launch(diorch_sandbox::SandboxOptions {
+/// An in-process sandbox on a free loopback port.
+async fn launch() -> diorch_sandbox::RunningSandbox {
+    diorch_sandbox::launch(diorch_sandbox::SandboxOptions {
         listen: "127.0.0.1:0".parse().unwrap(),
         kubeconfig_out: None,
         cluster: None,
         auth: Default::default(),
     })
     .await
-    .unwrap();
-    let client = sandbox.client().unwrap();
-    // The kernel completes connections to a listener that never accepts: a registry that hangs.
-    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let host = silent.local_addr().unwrap().to_string();
+    .unwrap()
+}
+
+/// A registry fed by a watcher of "default" that fetches with `fetcher`; it runs until the
+/// returned sender is dropped.
+fn watch_with(
+    client: &kube::Client,
+    fetcher: diorch::plugin::fetch::Fetcher,
+) -> (Arc<PluginRegistry>, tokio::sync::oneshot::Sender<()>) {
     let registry = Arc::new(PluginRegistry::new(
         PluginHost::new(HostConfig::default()).unwrap(),
         NativePolicy::BinPack,
     ));
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(diorch::plugin::watch::run_with(
+        client.clone(),
+        "default",
+        registry.clone(),
+        Arc::new(fetcher),
+        diorch::leader::Leadership::always(),
+        diorch::plugin::watch::ApiLimits::default(),
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    (registry, stop)
+}
+
+/// A pull from a registry that accepts connections and never answers runs on a task of its
+/// own: another plugin's ConfigMap loads meanwhile, and reconciles (the registry's policy
+/// lookup) are not held up. The stalled one is refused by its pull deadline, with a Warning.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pull_that_never_answers_holds_up_no_other_plugin() {
+    use diorch::oci;
+    let sandbox = launch().await;
+    let client = sandbox.client().unwrap();
+    // The kernel completes connections to a listener that never accepts: a registry that hangs.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let host = silent.local_addr().unwrap().to_string();
     let pull_timeout = Duration::from_secs(3);
     let client_oci = oci::RegistryClient::new(oci::Options {
         insecure_registries: vec![host.clone()],
@@ -819,18 +845,7 @@ async fn a_pull_that_never_answers_holds_up_no_other_plugin() {
         },
         None,
     );
-    let (_stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(diorch::plugin::watch::run_with(
-        client.clone(),
-        "default",
-        registry.clone(),
-        Arc::new(fetcher),
-        diorch::leader::Leadership::always(),
-        diorch::plugin::watch::ApiLimits::default(),
-        async move {
-            let _ = stopped.await;
-        },
-    ));
+    let (registry, _stop) = watch_with(&client, fetcher);
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
     let stalled = spec::to_configmap_from(
         &PluginSpec::new("stalled", PluginKind::Policy),
@@ -877,14 +892,7 @@ async fn a_pull_that_never_answers_holds_up_no_other_plugin() {
 async fn compressed_and_signed_inline_components_load_and_bombs_do_not() {
     use diorch::oci;
     use diorch::plugin::compress::{self, Encoding};
-    let sandbox = diorch_sandbox::launch(diorch_sandbox::SandboxOptions {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        kubeconfig_out: None,
-        cluster: None,
-        auth: Default::default(),
-    })
-    .await
-    .unwrap();
+    let sandbox = launch().await;
     let client = sandbox.client().unwrap();
     let key = oci::sign::SigningKey::generate().unwrap();
     let mut fetcher = diorch::plugin::fetch::Fetcher::for_namespace(
@@ -898,22 +906,7 @@ async fn compressed_and_signed_inline_components_load_and_bombs_do_not() {
         docker_config: None,
     });
     fetcher.require_signatures = true;
-    let registry = Arc::new(PluginRegistry::new(
-        PluginHost::new(HostConfig::default()).unwrap(),
-        NativePolicy::BinPack,
-    ));
-    let (_stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(diorch::plugin::watch::run_with(
-        client.clone(),
-        "default",
-        registry.clone(),
-        Arc::new(fetcher),
-        diorch::leader::Leadership::always(),
-        diorch::plugin::watch::ApiLimits::default(),
-        async move {
-            let _ = stopped.await;
-        },
-    ));
+    let (registry, _stop) = watch_with(&client, fetcher);
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
     let raw = wasm("binpack");
     let packed = compress::encode(Encoding::Zstd, &raw).unwrap();
