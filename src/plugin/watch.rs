@@ -759,9 +759,9 @@ fn finished(
     let Some(entry) = tracked.get_mut(&done.configmap) else {
         return;
     };
-    match &entry.loading {
-        Some(l) if l.generation == done.generation => {}
-        _ => return,
+    // A report of a cancelled or superseded load: the latest one reports on its own.
+    if entry.loading.as_ref().is_none_or(|l| l.generation != done.generation) {
+        return;
     }
     let Some(loading) = entry.loading.take() else {
         return;
