@@ -760,7 +760,11 @@ fn finished(
         return;
     };
     // A report of a cancelled or superseded load: the latest one reports on its own.
-    if entry.loading.as_ref().is_none_or(|l| l.generation != done.generation) {
+    if entry
+        .loading
+        .as_ref()
+        .is_none_or(|l| l.generation != done.generation)
+    {
         return;
     }
     let Some(loading) = entry.loading.take() else {
