@@ -45,6 +45,23 @@ if ! command -v docker-registry >/dev/null 2>&1; then
     fi
 fi
 
+# tests/oci_registry.rs checks interop with ORAS through its Python SDK (`oras` on PyPI), in a
+# venv under target/ (quick when it is already there); without Python those tests are skipped.
+if command -v python3 >/dev/null 2>&1; then
+    oras_venv=target/oras-venv
+    if [ ! -x "$oras_venv/bin/python" ] || ! "$oras_venv/bin/python" -c 'import oras.client' 2>/dev/null; then
+        rm -rf "$oras_venv"
+        if ! { python3 -m venv "$oras_venv" &&
+            "$oras_venv/bin/pip" install --quiet --disable-pip-version-check oras==0.2.43; }; then
+            echo "error: could not install the oras Python SDK into $oras_venv (python3 -m venv, then pip from PyPI)" >&2
+            exit 1
+        fi
+    fi
+else
+    echo "note: python3 is missing: the ORAS interop test is SKIPPED"
+    export DIORCH_SKIP_ORAS_TESTS=1
+fi
+
 # The Wasm plugin tests need the example and hostile components: build them (this also installs
 # the wasm32-wasip2 target), and run the plugin workspace's own native unit tests.
 bash scripts/build-plugins.sh

@@ -31,10 +31,10 @@ fn policy_plugins_place_jobs_hot_swap_and_survive_garbage() {
 
 #[test]
 fn a_signed_policy_from_a_registry_places_jobs_swaps_hot_and_refuses_the_untrusted() {
-    if !common::oci::registry_available("a_signed_policy_from_a_registry") {
+    if !common::registry::registry_available("a_signed_policy_from_a_registry") {
         return;
     }
-    let registry = common::oci::Registry::start();
+    let registry = common::registry::Registry::start();
     let sandbox = scenario::gpu_sandbox();
     let flags = common::oci::operator_flags(&registry);
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
@@ -44,10 +44,10 @@ fn a_signed_policy_from_a_registry_places_jobs_swaps_hot_and_refuses_the_untrust
 
 #[test]
 fn a_policy_whose_registry_is_down_loads_once_it_is_up() {
-    if !common::oci::registry_available("a_policy_whose_registry_is_down") {
+    if !common::registry::registry_available("a_policy_whose_registry_is_down") {
         return;
     }
-    let mut registry = common::oci::Registry::start();
+    let mut registry = common::registry::Registry::start();
     let sandbox = SandboxProcess::start(&[]);
     foundation::install_crd(&sandbox.kubectl());
     let flags = common::oci::operator_flags(&registry);

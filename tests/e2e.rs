@@ -451,8 +451,8 @@ fn e2e_gpu_placement() {
         drop(operator);
     }
     // Policies from an OCI registry (a real one, on this machine's loopback), signed.
-    if common::oci::registry_available("e2e_gpu_placement (registry)") {
-        let registry = common::oci::Registry::start();
+    if common::registry::registry_available("e2e_gpu_placement (registry)") {
+        let registry = common::registry::Registry::start();
         let mut flags = common::oci::operator_flags(&registry);
         flags.extend(["--plugin-namespace".to_string(), plugins.clone()]);
         let flags: Vec<&str> = flags.iter().map(String::as_str).collect();

@@ -10,10 +10,9 @@
 
 use std::collections::HashMap;
 use std::convert::Infallible;
-use std::fs::File;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -182,6 +181,99 @@ async fn push(registry: &Registry, path: &str, component: &[u8]) -> Digest {
     )
     .await
     .unwrap_or_else(|e| panic!("push {path}: {e}\nregistry output:\n{}", registry.log()))
+}
+
+/// The ORAS project's Python SDK (`oras` on PyPI), installed by scripts/test.sh into a venv:
+/// its interpreter, or `None` after a reported skip when `DIORCH_SKIP_ORAS_TESTS=1`.
+fn oras_python(test: &str) -> Option<PathBuf> {
+    let python = std::env::var_os("DIORCH_ORAS_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_path("target/oras-venv/bin/python"));
+    if python.is_file() {
+        return Some(python);
+    }
+    assert!(
+        std::env::var("DIORCH_SKIP_ORAS_TESTS").as_deref() == Ok("1"),
+        "{test} needs the oras Python SDK in {} (scripts/test.sh installs it); set \
+         DIORCH_SKIP_ORAS_TESTS=1 to skip",
+        python.display()
+    );
+    let _ = writeln!(std::io::stderr(), "SKIPPED: {test}: no oras Python SDK");
+    None
+}
+
+fn repo_path(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
+}
+
+/// Runs a Python snippet with the oras SDK against `registry`; its stdout.
+fn oras(python: &Path, registry: &Registry, dir: &Path, script: &str) -> String {
+    let program = format!(
+        "import hashlib, oras.client\n\
+         c = oras.client.OrasClient(hostname={host:?}, insecure=True)\n{script}",
+        host = registry.host
+    );
+    let out = Command::new(python)
+        .arg("-c")
+        .arg(program)
+        .current_dir(dir)
+        .output()
+        .expect("run python");
+    assert!(
+        out.status.success(),
+        "oras: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// Interop with ORAS: a component `oras push`ed as `plugin.wasm:application/wasm` (ORAS's own
+/// config media type) pulls and verifies here, and one pushed by `diorch plugin push` is pulled
+/// by ORAS byte for byte.
+#[tokio::test]
+async fn components_travel_both_ways_with_oras() {
+    let Some(python) = oras_python("components_travel_both_ways_with_oras") else {
+        return;
+    };
+    let Some(registry) = Registry::start_or_skip("components_travel_both_ways_with_oras").await
+    else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let component = wasm("binpack");
+    std::fs::write(dir.path().join("plugin.wasm"), &component).unwrap();
+    let status = oras(
+        &python,
+        &registry,
+        dir.path(),
+        &format!(
+            "r = c.push(target=\"{}/by-oras/binpack:v1\", files=[\"plugin.wasm:application/wasm\"], \
+             disable_path_validation=True)\nprint(r.status_code)",
+            registry.host
+        ),
+    );
+    assert_eq!(status, "201");
+    let pulled = puller(&registry.host, None)
+        .pull(
+            &registry.reference("by-oras/binpack:v1"),
+            &PullRequest::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(&pulled.bytes[..], &component[..]);
+
+    push(&registry, "by-diorch/binpack:v1", &component).await;
+    let hashes = oras(
+        &python,
+        &registry,
+        dir.path(),
+        &format!(
+            "files = c.pull(target=\"{}/by-diorch/binpack:v1\", outdir=\"out\")\n\
+             print(\" \".join(hashlib.sha256(open(f, \"rb\").read()).hexdigest() for f in files))",
+            registry.host
+        ),
+    );
+    assert_eq!(hashes, Digest::of(&component).hex());
 }
 
 async fn sign(registry: &Registry, path: &str, digest: Digest, key: &SigningKey) {

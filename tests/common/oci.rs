@@ -10,7 +10,7 @@ use super::Kubectl;
 use super::allocation::{self as placement, gpu_job, plugin_file, wait_allocated, wait_event};
 use super::controller as scenario;
 
-pub use super::registry::{Registry, registry_available};
+use super::registry::Registry;
 
 /// Runs `diorch plugin <args>`; its stdout, or a panic with its stderr.
 pub fn diorch_plugin(args: &[&str]) -> String {

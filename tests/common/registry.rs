@@ -1,6 +1,7 @@
 //! A real OCI registry for tests: Debian's `docker-registry` (the CNCF distribution registry)
 //! serving on a free loopback port, its storage and log in a temporary folder; killed on drop.
 //! Stand-alone (no other `common` module), so a test binary can include just this file.
+#![allow(dead_code)] // each test binary uses its own subset
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
