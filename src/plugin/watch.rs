@@ -26,7 +26,12 @@
 //! [`ApiLimits::watch_timeout`], and kube-runtime's watcher treats a stream silent for that
 //! plus 5 s as a dead connection and watches again from the last resource version.
 //!
-//! Fail closed: once every ConfigMap of the first list was applied the watcher tells the registry
+//! Loads run on tasks of their own (a pull or a compile never holds up the loop, another plugin,
+//! or a reconcile); a newer spec of a ConfigMap cancels its load in flight, and a pull that
+//! failed for a reason that may pass (`PullFailed`) is tried again, 10 s doubling to 5 min.
+//!
+//! Fail closed: once every ConfigMap of the first list was applied, and the loads of its
+//! mutators have ended, the watcher tells the registry
 //! ([`PluginRegistry::first_load_done`]), so pod mutations that waited for it proceed; an
 //! invalid ConfigMap whose `data` says `kind: mutator` without `failurePolicy: Ignore` blocks
 //! the pods of its task types until it is fixed or deleted ([`PluginRegistry::fail_closed`]).
@@ -199,6 +204,13 @@ struct Tracked {
 }
 
 impl Tracked {
+    /// A mutator's load is in flight.
+    fn loading_mutator(&self) -> bool {
+        self.loading
+            .as_ref()
+            .is_some_and(|l| l.applied.spec.kind == spec::PluginKind::Mutator)
+    }
+
     fn plugin(&self) -> Option<&str> {
         self.applied.as_ref().map(|(a, _)| a.plugin.as_str())
     }
@@ -365,10 +377,11 @@ pub async fn run_with(
     let mut tracked: BTreeMap<String, Tracked> = BTreeMap::new();
     let mut relisted: BTreeSet<String> = BTreeSet::new();
     let mut published_as_leader = false;
-    // The first list was seen; the registry is told once its loads have ended too.
+    // The first list was seen; the registry is told once its mutators' loads have ended too
+    // (pod mutation waits for that; a policy's pull, however slow, holds up no pod).
     let mut first_listed = false;
     loop {
-        if first_listed && tracked.values().all(|t| t.loading.is_none()) {
+        if first_listed && tracked.values().all(|t| !t.loading_mutator()) {
             first_listed = false;
             registry.first_load_done();
         }
