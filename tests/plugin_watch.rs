@@ -789,16 +789,20 @@ async fn launch() -> diorch_sandbox::RunningSandbox {
     .unwrap()
 }
 
-/// A registry fed by a watcher of "default" that fetches with `fetcher`; it runs until the
-/// returned sender is dropped.
+/// A registry fed by a watcher of "default" that fetches with `fetcher`, as the operator's
+/// (pod mutations wait for the first list's mutators); it runs until the returned sender is
+/// dropped.
 fn watch_with(
     client: &kube::Client,
     fetcher: diorch::plugin::fetch::Fetcher,
 ) -> (Arc<PluginRegistry>, tokio::sync::oneshot::Sender<()>) {
-    let registry = Arc::new(PluginRegistry::new(
-        PluginHost::new(HostConfig::default()).unwrap(),
-        NativePolicy::BinPack,
-    ));
+    let registry = Arc::new(
+        PluginRegistry::new(
+            PluginHost::new(HostConfig::default()).unwrap(),
+            NativePolicy::BinPack,
+        )
+        .awaiting_first_load(),
+    );
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(diorch::plugin::watch::run_with(
         client.clone(),
@@ -825,7 +829,8 @@ async fn a_pull_that_never_answers_holds_up_no_other_plugin() {
     // The kernel completes connections to a listener that never accepts: a registry that hangs.
     let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let host = silent.local_addr().unwrap().to_string();
-    let pull_timeout = Duration::from_secs(3);
+    // Long enough to tell "waited for the stalled pull" from "did not" below.
+    let pull_timeout = Duration::from_secs(8);
     let client_oci = oci::RegistryClient::new(oci::Options {
         insecure_registries: vec![host.clone()],
         ..oci::Options::default()
@@ -845,7 +850,6 @@ async fn a_pull_that_never_answers_holds_up_no_other_plugin() {
         },
         None,
     );
-    let (registry, _stop) = watch_with(&client, fetcher);
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
     let stalled = spec::to_configmap_from(
         &PluginSpec::new("stalled", PluginKind::Policy),
@@ -855,8 +859,10 @@ async fn a_pull_that_never_answers_holds_up_no_other_plugin() {
         },
         Some("default"),
     );
+    // In the watcher's first list, as after an operator restart.
     cms.create(&PostParams::default(), &stalled).await.unwrap();
     let applied = Instant::now();
+    let (registry, _stop) = watch_with(&client, fetcher);
     let spec = PluginSpec::new("packer", PluginKind::Policy);
     let bytes = wasm("binpack");
     let version: String = diorch::oci::Digest::of(&bytes).hex()[..12].to_string();
@@ -875,6 +881,16 @@ async fn a_pull_that_never_answers_holds_up_no_other_plugin() {
     );
     assert!(registry.wasm_policy("packer").is_some());
     assert!(registry.status_of("stalled").is_none_or(|s| !s.healthy));
+    // Pod mutations wait at start for the first list's mutators only: a policy's stalled pull
+    // holds up no pod.
+    let (ctx, pod) = diorch::plugin::sample::pod("learner");
+    let mutated = tokio::time::timeout(
+        Duration::from_secs(2),
+        registry.mutate_pod(&ctx, pod.clone()),
+    )
+    .await
+    .expect("a pod mutation waited for a policy's pull");
+    assert_eq!(mutated.unwrap(), pod);
     // The stalled pull ends by its deadline: refused with a reason, nothing serves.
     let note = until_shown(&cms, "plugin-stalled", "Rejected", None).await;
     assert!(
