@@ -398,6 +398,35 @@ pub async fn run(command: PluginCommand) -> anyhow::Result<()> {
 /// ~1 MiB (etcd's 1.5 MiB request limit, less the base64 in JSON and the other fields).
 pub const CONFIGMAP_INLINE_CAP: usize = 768 << 10;
 
+/// Whether a component can travel inline in its ConfigMap, and how; else what to do instead.
+pub fn inline_advice(bytes: &[u8]) -> String {
+    use super::compress::{Encoding, encode};
+    if bytes.len() <= CONFIGMAP_INLINE_CAP {
+        return "fits a ConfigMap as it is".to_string();
+    }
+    let registry = "push it to a registry (diorch plugin push) and name it with data.image \
+                    (plugin configmap --image)";
+    if bytes.len() > spec::INLINE_MAX_BYTES {
+        return format!(
+            "too big for a ConfigMap (over the {} bytes inline data may have once \
+             decompressed): {registry}",
+            spec::INLINE_MAX_BYTES
+        );
+    }
+    match encode(Encoding::Zstd, bytes) {
+        Ok(packed) if packed.len() <= CONFIGMAP_INLINE_CAP => format!(
+            "fits a ConfigMap compressed ({} bytes with plugin configmap --compress zstd)",
+            packed.len()
+        ),
+        Ok(packed) => format!(
+            "too big for a ConfigMap even compressed ({} bytes with zstd; at most \
+             {CONFIGMAP_INLINE_CAP}): {registry}",
+            packed.len()
+        ),
+        Err(_) => format!("too big for a ConfigMap as it is: {registry}"),
+    }
+}
+
 /// The inline component of `plugin configmap`: compressed and signed as asked, or a clear
 /// refusal when it cannot fit a ConfigMap, saying what to do instead.
 fn inline_component(
@@ -515,6 +544,7 @@ pub fn check_granted(
     let mut out = String::new();
     let info = host.inspect(bytes)?;
     writeln!(out, "size:     {} bytes", bytes.len())?;
+    writeln!(out, "inline:   {}", inline_advice(bytes))?;
     writeln!(out, "sha256:   {}", info.sha256)?;
     writeln!(
         out,
@@ -1032,4 +1062,40 @@ fn write_comparison(
         (Err(e), _) => writeln!(out, "  {name}  {e}")?,
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn check_says_how_a_component_travels() {
+        assert_eq!(inline_advice(&[1; 1000]), "fits a ConfigMap as it is");
+        // Compresses well: fits compressed.
+        let advice = inline_advice(&vec![7; 4 << 20]);
+        assert!(
+            advice.starts_with("fits a ConfigMap compressed ("),
+            "{advice}"
+        );
+        // Random-looking bytes do not compress: a registry.
+        let mut x = 0x9e37_79b9_7f4a_7c15_u64;
+        let noise: Vec<u8> = (0..(1 << 20))
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        let advice = inline_advice(&noise);
+        assert!(
+            advice.contains("even compressed") && advice.contains("diorch plugin push"),
+            "{advice}"
+        );
+        let advice = inline_advice(&vec![0; spec::INLINE_MAX_BYTES + 1]);
+        assert!(
+            advice.contains("over the") && advice.contains("data.image"),
+            "{advice}"
+        );
+    }
 }
