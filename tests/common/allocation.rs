@@ -186,7 +186,8 @@ pub fn placement(k: &Kubectl, job: &str) -> BTreeMap<String, String> {
         .collect()
 }
 
-fn distinct(placement: &BTreeMap<String, String>) -> usize {
+/// How many nodes a placement uses.
+pub fn distinct(placement: &BTreeMap<String, String>) -> usize {
     placement.values().collect::<BTreeSet<_>>().len()
 }
 

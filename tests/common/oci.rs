@@ -144,12 +144,8 @@ pub fn signed_policy_from_a_registry(k: &Kubectl, ns: &str, plugin_ns: &str, reg
     let (_, _, message) = wait_allocated(&k, "from-registry", "True");
     assert!(message.starts_with("placed by registry@"), "{message}");
     scenario::wait_phase(&k, "from-registry", "Running");
-    let spread_placement = placement::placement(&k, "from-registry");
     assert_eq!(
-        spread_placement
-            .values()
-            .collect::<std::collections::BTreeSet<_>>()
-            .len(),
+        placement::distinct(&placement::placement(&k, "from-registry")),
         4
     );
 
@@ -164,12 +160,8 @@ pub fn signed_policy_from_a_registry(k: &Kubectl, ns: &str, plugin_ns: &str, reg
         "the job after re-pointing was placed by the old version: {packed_by}"
     );
     scenario::wait_phase(&k, "repointed", "Running");
-    let packed = placement::placement(&k, "repointed");
     assert_eq!(
-        packed
-            .values()
-            .collect::<std::collections::BTreeSet<_>>()
-            .len(),
+        placement::distinct(&placement::placement(&k, "repointed")),
         1
     );
 
