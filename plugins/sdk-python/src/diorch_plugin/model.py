@@ -1,0 +1,418 @@
+"""Read-only views of what a policy call sees: nodes, jobs, tasks and resource amounts.
+
+Owns: `Resources`, `Node`, `Task`, `Job`, `JobAllocation`, `Taint`, and the two ways to get
+them: from the contract's columnar `cluster` record (`from_cluster`, inside the component) and
+from a snapshot document (`testing.load_snapshot`, on CPython). Must not touch: the generated
+bindings' modules (the record is read by attribute only, so this file imports on any Python).
+
+The contract lays a call out as columns of integers with one string table (see
+`wit/plugins.wit`); authors never see that: every read here is bounds-checked like the Rust
+SDK's views (an entry out of range reads as 0 or empty, never raises), string ids become
+strings, labels and extended resources become read-only dicts.
+"""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+from typing import Iterator, Mapping, NamedTuple, Optional
+
+#: A `placements` entry for a replica that is not placed.
+NO_NODE = 0xFFFFFFFF
+U64_MAX = (1 << 64) - 1
+
+#: Taint effects by their code in the contract; an unknown code reads as the strictest.
+EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+
+_EMPTY: Mapping = MappingProxyType({})
+
+
+class Resources(NamedTuple):
+    """An amount of each resource. `extended` maps names such as `rdma/hca` to quantities."""
+
+    cpu_millis: int = 0
+    memory_bytes: int = 0
+    gpus: int = 0
+    extended: Mapping[str, int] = _EMPTY
+
+    def fits(self, request: "Resources") -> bool:
+        """True when `request` fits in this amount."""
+        if (
+            self.cpu_millis < request.cpu_millis
+            or self.memory_bytes < request.memory_bytes
+            or self.gpus < request.gpus
+        ):
+            return False
+        if request.extended:
+            get = self.extended.get
+            for name, q in request.extended.items():
+                if get(name, 0) < q:
+                    return False
+        return True
+
+
+class Taint(NamedTuple):
+    key: str
+    value: str
+    #: `NoSchedule`, `PreferNoSchedule` or `NoExecute`.
+    effect: str
+
+
+class Task(NamedTuple):
+    """One entry of a DIJob's `spec.tasks`; `requests` are per replica."""
+
+    name: str
+    task_type: str
+    replicas: int
+    min_replicas: int
+    max_replicas: int
+    requests: Resources
+
+
+class JobAllocation(NamedTuple):
+    """A plan entry: job index (into the call's jobs) and one node index per replica."""
+
+    job: int
+    nodes: list
+
+
+class Node:
+    """One node of the call; `index` is what an allocation names. Its fields are read-only
+    properties (a policy cannot change what the host sent by accident)."""
+
+    __slots__ = ("_index", "_name", "_ready", "_effects", "_alloc", "_free", "_labels", "_taints", "_lazy")
+
+    def __init__(self, index, name, ready, effects, allocatable, free, labels, taints, lazy=None):
+        self._index = index
+        self._name = name
+        self._ready = ready
+        self._effects = effects
+        self._alloc = allocatable
+        self._free = free
+        self._labels = labels
+        self._taints = taints
+        # Reads labels and taints on first use: most policies never look at most nodes' labels.
+        self._lazy = lazy
+
+    def _load(self):
+        self._labels, self._taints = self._lazy()
+        self._lazy = None
+
+    @property
+    def index(self) -> int:
+        return self._index
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def ready(self) -> bool:
+        return self._ready
+
+    @property
+    def allocatable(self) -> Resources:
+        return self._alloc
+
+    @property
+    def free(self) -> Resources:
+        """Allocatable minus what pods outside the job(s) being placed request."""
+        return self._free
+
+    @property
+    def labels(self) -> Mapping[str, str]:
+        if self._lazy is not None:
+            self._load()
+        return self._labels
+
+    @property
+    def taints(self) -> tuple:
+        if self._lazy is not None:
+            self._load()
+        return self._taints
+
+    def label(self, key: str) -> Optional[str]:
+        return self.labels.get(key)
+
+    def has_taint(self, effect: str) -> bool:
+        return effect in self._effects
+
+    @property
+    def schedulable(self) -> bool:
+        """Ready and without a NoSchedule/NoExecute taint (tasks carry no tolerations here)."""
+        e = self._effects
+        return self._ready and "NoSchedule" not in e and "NoExecute" not in e
+
+    @property
+    def prefers_no_schedule(self) -> bool:
+        return "PreferNoSchedule" in self._effects
+
+    def __repr__(self) -> str:
+        return f"Node({self._index}, {self._name!r}, free={self._free})"
+
+
+class Job:
+    """One DIJob of the call (for `allocate`, the one being admitted). Read-only."""
+
+    __slots__ = ("index", "key", "priority", "preemptible", "tasks", "current", "profilings", "age_seconds")
+
+    def __init__(self, index, key, priority, preemptible, tasks, current, profilings, age_seconds):
+        for k, v in (
+            ("index", index),
+            ("key", key),
+            ("priority", priority),
+            ("preemptible", preemptible),
+            ("tasks", tuple(tasks)),
+            ("current", tuple(current)),
+            ("profilings", profilings),
+            ("age_seconds", age_seconds),
+        ):
+            object.__setattr__(self, k, v)
+
+    def __setattr__(self, key, value):
+        raise AttributeError("jobs are read-only")
+
+    @property
+    def namespace(self) -> str:
+        return self.key.split("/", 1)[0] if "/" in self.key else ""
+
+    @property
+    def name(self) -> str:
+        return self.key.rsplit("/", 1)[-1]
+
+    @property
+    def total_replicas(self) -> int:
+        """The length of a valid allocation."""
+        return sum(t.replicas for t in self.tasks)
+
+    def replicas(self) -> Iterator[Task]:
+        """Each replica's task, in global-rank order (tasks in spec order, then local rank)."""
+        for t in self.tasks:
+            for _ in range(t.replicas):
+                yield t
+
+    def __repr__(self) -> str:
+        return f"Job({self.index}, {self.key!r}, tasks={list(self.tasks)})"
+
+
+# --- the columnar record ----------------------------------------------------------------------
+
+
+def _run(starts, i, length):
+    """Row `i`'s entries of a table of `length` rows by a `starts` column; empty when out of range
+    or decreasing."""
+    if i < 0 or i + 1 >= len(starts):
+        return range(0)
+    end = min(starts[i + 1], length)
+    return range(min(starts[i], end), end)
+
+
+def _at(column, i):
+    return column[i] if 0 <= i < len(column) else 0
+
+
+class _Strings:
+    """The string table: ids to strings, decoded once each. Offsets are UTF-8 byte offsets."""
+
+    __slots__ = ("_text", "_bytes", "_ends", "_cache")
+
+    def __init__(self, text: str, ends):
+        raw = text.encode("utf-8")
+        # ASCII (the usual case): byte offsets are character offsets, slice the str directly.
+        self._text = text if len(raw) == len(text) else None
+        self._bytes = raw
+        self._ends = ends
+        self._cache = {}
+
+    def get(self, sid) -> str:
+        s = self._cache.get(sid)
+        if s is not None:
+            return s
+        ends = self._ends
+        if not 0 <= sid < len(ends):
+            return ""
+        start = ends[sid - 1] if sid > 0 else 0
+        end = ends[sid]
+        if self._text is not None:
+            s = self._text[start:end] if start <= end <= len(self._text) else ""
+        else:
+            try:
+                s = self._bytes[start:end].decode("utf-8") if start <= end <= len(self._bytes) else ""
+            except UnicodeDecodeError:
+                s = ""
+        self._cache[sid] = s
+        return s
+
+    def at(self, column, i) -> str:
+        return self.get(column[i]) if 0 <= i < len(column) else ""
+
+
+class _Amounts:
+    """One `resource-columns` record, read row by row."""
+
+    __slots__ = ("cpu", "mem", "gpus", "starts", "names", "amounts", "strings")
+
+    def __init__(self, cols, strings):
+        self.cpu = cols.cpu_millis
+        self.mem = cols.memory_bytes
+        self.gpus = cols.gpus
+        self.starts = cols.extended_starts
+        self.names = cols.extended_name
+        self.amounts = cols.extended_amount
+        self.strings = strings
+
+    def row(self, i) -> Resources:
+        cpu, mem, gpus = self.cpu, self.mem, self.gpus
+        n = len(cpu)
+        r = Resources(
+            cpu[i] if i < n else 0,
+            mem[i] if i < len(mem) else 0,
+            gpus[i] if i < len(gpus) else 0,
+        )
+        ext = _run(self.starts, i, len(self.names))
+        if ext:
+            d = {}
+            for e in ext:
+                name = self.strings.at(self.names, e)
+                if name not in d:
+                    d[name] = _at(self.amounts, e)
+            r = r._replace(extended=MappingProxyType(d))
+        return r
+
+
+def from_cluster(cluster):
+    """(jobs, nodes) of a contract `cluster` record."""
+    strings = _Strings(cluster.strings, cluster.string_ends)
+    return _jobs(cluster, strings), _nodes(cluster, strings)
+
+
+def _nodes(cluster, strings):
+    nt = cluster.nodes
+    alloc = _Amounts(nt.allocatable, strings)
+    free = _Amounts(nt.free, strings)
+    taints, labels = cluster.taints, cluster.labels
+    effects_col = taints.effect
+    ready = nt.ready
+    nodes = []
+    for i in range(len(nt.name)):
+        effects = frozenset(
+            EFFECTS[c] if c < 3 else "NoSchedule"
+            for c in (_at(effects_col, t) for t in _run(nt.taint_starts, i, len(effects_col)))
+        )
+
+        def lazy(i=i):
+            lab = {}
+            for li in _run(nt.label_starts, i, len(labels.key)):
+                k = strings.at(labels.key, li)
+                if k not in lab:
+                    lab[k] = strings.at(labels.value, li)
+            tts = tuple(
+                Taint(
+                    strings.at(taints.key, t),
+                    strings.at(taints.value, t),
+                    EFFECTS[c] if (c := _at(effects_col, t)) < 3 else "NoSchedule",
+                )
+                for t in _run(nt.taint_starts, i, len(taints.key))
+            )
+            return MappingProxyType(lab), tts
+
+        nodes.append(
+            Node(
+                i,
+                strings.at(nt.name, i),
+                _at(ready, i) != 0,
+                effects,
+                alloc.row(i),
+                free.row(i),
+                None,
+                None,
+                lazy,
+            )
+        )
+    return nodes
+
+
+def _jobs(cluster, strings):
+    jt, tt = cluster.jobs, cluster.tasks
+    req = _Amounts(tt.requests, strings)
+    placements = cluster.placements
+    jobs = []
+    for j in range(len(jt.key)):
+        tasks = [
+            Task(
+                strings.at(tt.name, t),
+                strings.at(tt.task_type, t),
+                _at(tt.replicas, t),
+                _at(tt.min_replicas, t),
+                _at(tt.max_replicas, t),
+                req.row(t),
+            )
+            for t in _run(jt.task_starts, j, len(tt.name))
+        ]
+        current = [
+            None if (n := _at(placements, p)) == NO_NODE else n
+            for p in _run(jt.current_starts, j, len(placements))
+        ]
+        jobs.append(
+            Job(
+                j,
+                strings.at(jt.key, j),
+                _at(jt.priority, j),
+                _at(jt.preemptible, j) != 0,
+                tasks,
+                current,
+                strings.at(jt.profilings, j),
+                _at(jt.age_seconds, j),
+            )
+        )
+    return jobs
+
+
+# --- plain documents (snapshots, tests) --------------------------------------------------------
+
+
+def resources_from_doc(d) -> Resources:
+    d = d or {}
+    ext = d.get("extended") or {}
+    return Resources(
+        int(d.get("cpuMillis", 0)),
+        int(d.get("memoryBytes", 0)),
+        int(d.get("gpus", 0)),
+        MappingProxyType({str(k): int(v) for k, v in ext.items()}) if ext else _EMPTY,
+    )
+
+
+def node_from_doc(i, d) -> Node:
+    taints = tuple(Taint(t.get("key", ""), t.get("value", ""), t["effect"]) for t in d.get("taints") or [])
+    return Node(
+        i,
+        d["name"],
+        bool(d.get("ready", False)),
+        frozenset(t.effect for t in taints),
+        resources_from_doc(d.get("allocatable")),
+        resources_from_doc(d.get("free")),
+        MappingProxyType(dict(d.get("labels") or {})),
+        taints,
+    )
+
+
+def job_from_doc(j, d) -> Job:
+    return Job(
+        j,
+        d["key"],
+        int(d.get("priority", 0)),
+        bool(d.get("preemptible", False)),
+        [
+            Task(
+                t["name"],
+                t.get("taskType", t["name"]),
+                int(t.get("replicas", 0)),
+                int(t.get("minReplicas", 0)),
+                int(t.get("maxReplicas", 0)),
+                resources_from_doc(t.get("requests")),
+            )
+            for t in d.get("tasks") or []
+        ],
+        list(d.get("current") or []),
+        d.get("profilings", ""),
+        int(d.get("ageSeconds", 0)),
+    )

@@ -1,0 +1,266 @@
+"""The greedy placement loop diorch's own policies use, for policies that only rank nodes.
+
+Owns: the free-resource overlay, `place` (one job) and `optimize` (the keep-or-place re-plan),
+the re-plan's job order, and the no-fit message. Must not touch: how nodes are ranked (a
+policy's `score`) and anything beyond placement.
+
+It is a line-by-line port of the Rust library `diorch-policies` (`engine.rs`), so a policy
+written as a score function here decides exactly as the same score function does in Rust: the
+parity tests run both over random clusters and compare every answer.
+
+A score is a tuple, lower is better, ties go to the lower node index:
+
+    def score(ctx: Placing, node: int, left: Resources, task: Task) -> tuple | None
+"""
+
+from __future__ import annotations
+
+from typing import Callable, List, Optional, Sequence
+
+from .errors import InvalidInput, NoFit, PluginError
+from .model import U64_MAX, Job, JobAllocation, Node, Resources, Task
+
+
+class Placing:
+    """The state of one job's placement in progress, for scores."""
+
+    __slots__ = ("nodes", "placed")
+
+    def __init__(self, nodes: Sequence[Node], placed: List[int]):
+        self.nodes = nodes
+        #: Node indices chosen so far for this job's replicas, in the order they were chosen.
+        self.placed = placed
+
+
+Score = Callable[[Placing, int, Resources, Task], Optional[tuple]]
+
+
+def saturating(x: int) -> int:
+    """`x` clamped to the unsigned 64-bit range, as Rust's saturating arithmetic does."""
+    return U64_MAX if x > U64_MAX else x
+
+
+class Overlay:
+    """Free resources after the placements made so far: only touched nodes are copied."""
+
+    __slots__ = ("nodes", "taken")
+
+    def __init__(self, nodes: Sequence[Node]):
+        self.nodes = nodes
+        self.taken = {}
+
+    def left(self, i: int) -> Resources:
+        r = self.taken.get(i)
+        return r if r is not None else self.nodes[i].free
+
+    def take(self, i: int, request: Resources) -> None:
+        """Subtracts `request` from node `i` (callers check `fits` first, so nothing saturates
+        and `give_back` undoes it exactly)."""
+        r = self.left(i)
+        ext = r.extended
+        if request.extended and ext:
+            ext = dict(ext)
+            for name, q in request.extended.items():
+                if name in ext:
+                    ext[name] = max(0, ext[name] - q)
+        self.taken[i] = Resources(
+            max(0, r.cpu_millis - request.cpu_millis),
+            max(0, r.memory_bytes - request.memory_bytes),
+            max(0, r.gpus - request.gpus),
+            ext,
+        )
+
+    def give_back(self, taken: list) -> None:
+        for i, request in reversed(taken):
+            r = self.taken.get(i)
+            if r is None:
+                continue
+            ext = r.extended
+            if request.extended and ext:
+                ext = dict(ext)
+                for name, q in request.extended.items():
+                    if name in ext:
+                        ext[name] += q
+            self.taken[i] = Resources(
+                r.cpu_millis + request.cpu_millis,
+                r.memory_bytes + request.memory_bytes,
+                r.gpus + request.gpus,
+                ext,
+            )
+
+
+def _debug_str(s: str) -> str:
+    """Rust's `{:?}` of a string, for messages that must read the same in every language."""
+    out = []
+    for ch in s:
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif ch == "\n":
+            out.append("\\n")
+        elif ch == "\r":
+            out.append("\\r")
+        elif ch == "\t":
+            out.append("\\t")
+        elif ch == "\0":
+            out.append("\\0")
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append("\\u{%x}" % ord(ch))
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
+def describe(task: Task) -> str:
+    r = task.requests
+    ext = ""
+    if r.extended:
+        ext = " and [" + ", ".join(f"({_debug_str(n)}, {q})" for n, q in r.extended.items()) + "]"
+    return (
+        f"a replica of task {task.name} needs {r.cpu_millis}m CPU, {r.memory_bytes} bytes memory, "
+        f"{r.gpus} GPUs{ext}"
+    )
+
+
+def best_node(score: Score, ctx: Placing, free: Overlay, task: Task, schedulable: List[bool]) -> Optional[int]:
+    """The best schedulable node with room for one replica of `task`, if any."""
+    best = None
+    best_i = None
+    request = task.requests
+    left_of = free.left
+    for i in range(len(ctx.nodes)):
+        if not schedulable[i]:
+            continue
+        left = left_of(i)
+        if not left.fits(request):
+            continue
+        s = score(ctx, i, left, task)
+        if s is not None and (best is None or s < best):
+            best, best_i = s, i
+    return best_i
+
+
+def place(score: Score, job: Job, nodes: Sequence[Node], free: Optional[Overlay] = None, _sched=None) -> List[int]:
+    """Places every replica of `job`: one node index per replica, in rank order. Replicas
+    already running (`job.current`) stay while their node is usable and has room. Raises
+    `NoFit` naming the task that found no node; `free` is left as it was then."""
+    free = free if free is not None else Overlay(nodes)
+    sched = _sched if _sched is not None else [n.schedulable for n in nodes]
+    taken = []
+    try:
+        return _place(score, job, nodes, free, sched, taken)
+    except PluginError:
+        free.give_back(taken)
+        raise
+
+
+def _place(score, job, nodes, free, sched, taken):
+    if job.total_replicas == 0:
+        raise InvalidInput(f"job {job.key} has no replicas")
+    ranks = list(enumerate(job.replicas()))
+    # Biggest replicas first (GPUs, then CPU, then memory) so they get the best slots.
+    order = sorted(
+        ranks,
+        key=lambda rt: (-rt[1].requests.gpus, -rt[1].requests.cpu_millis, -rt[1].requests.memory_bytes, rt[0]),
+    )
+    result = [None] * len(ranks)
+    placed = []
+    current = job.current
+    for rank, task in ranks:
+        at = current[rank] if rank < len(current) else None
+        if at is None:
+            continue
+        if 0 <= at < len(nodes) and sched[at] and free.left(at).fits(task.requests):
+            free.take(at, task.requests)
+            taken.append((at, task.requests))
+            result[rank] = at
+            placed.append(at)
+    for rank, task in order:
+        if result[rank] is not None:
+            continue
+        i = best_node(score, Placing(nodes, placed), free, task, sched)
+        if i is None:
+            raise NoFit(f"job {job.key}: {describe(task)} and no ready, untainted node has room")
+        free.take(i, task.requests)
+        taken.append((i, task.requests))
+        result[rank] = i
+        placed.append(i)
+    return result
+
+
+def _keep_current(job, nodes, free, sched, hint):
+    if job.current and all(c is not None for c in job.current):
+        current = list(job.current)
+    elif hint is not None:
+        current = list(hint)
+    else:
+        return None
+    if not current or len(current) != job.total_replicas:
+        return None
+    taken = []
+    for n, task in zip(current, job.replicas()):
+        if not (0 <= n < len(nodes) and sched[n] and free.left(n).fits(task.requests)):
+            free.give_back(taken)
+            return None
+        free.take(n, task.requests)
+        taken.append((n, task.requests))
+    return current
+
+
+def by_priority(jobs: Sequence[Job]) -> List[int]:
+    """Job indices in re-plan order: priority (high first), then age (old first), then key."""
+    return sorted(range(len(jobs)), key=lambda j: (-jobs[j].priority, -jobs[j].age_seconds, jobs[j].key))
+
+
+def optimize(score: Score, jobs: Sequence[Job], nodes: Sequence[Node], previous: Sequence[JobAllocation]) -> List[JobAllocation]:
+    """Global re-plan: jobs in `by_priority` order; a job keeps a still-valid placement (no
+    needless restarts), else is placed afresh; a job that fits nowhere is left out."""
+    free = Overlay(nodes)
+    sched = [n.schedulable for n in nodes]
+    plan = []
+    for j in by_priority(jobs):
+        job = jobs[j]
+        hint = next((p.nodes for p in previous if p.job == j), None)
+        chosen = _keep_current(job, nodes, free, sched, hint)
+        if chosen is None:
+            try:
+                chosen = place(score, job, nodes, free, sched)
+            except PluginError:
+                chosen = None
+        if chosen is not None:
+            plan.append(JobAllocation(j, chosen))
+    plan.sort(key=lambda p: p.job)
+    return plan
+
+
+# --- the scores of diorch's example policies ---------------------------------------------------
+
+ZONE_LABEL = "topology.kubernetes.io/zone"
+
+
+def binpack_score(ctx: Placing, i: int, left: Resources, task: Task) -> tuple:
+    """Best fit on GPUs, then CPU, then memory; CPU-only replicas avoid GPU nodes; nodes that
+    prefer no scheduling only when nothing else fits."""
+    n = ctx.nodes[i]
+    r = task.requests
+    wastes_gpu_node = r.gpus == 0 and n.allocatable.gpus > 0
+    return (
+        n.prefers_no_schedule,
+        wastes_gpu_node,
+        left.gpus - r.gpus,
+        saturating(saturating((left.cpu_millis - r.cpu_millis) << 20) + ((left.memory_bytes - r.memory_bytes) >> 20)),
+    )
+
+
+def spread_score(ctx: Placing, i: int, left: Resources, task: Task) -> tuple:
+    """Different zones, then different nodes, then the least allocated node."""
+    nodes = ctx.nodes
+    n = nodes[i]
+    same_node = ctx.placed.count(i)
+    zone = n.labels.get(ZONE_LABEL)
+    if zone is None:
+        same_zone = same_node
+    else:
+        same_zone = sum(1 for p in ctx.placed if nodes[p].labels.get(ZONE_LABEL) == zone)
+    cpu_left = left.cpu_millis - task.requests.cpu_millis
+    used_permille = 1000 - min(saturating(cpu_left * 1000) // max(n.allocatable.cpu_millis, 1), 1000)
+    return (n.prefers_no_schedule, same_zone, same_node, used_permille)
