@@ -16,6 +16,7 @@ pub mod publish;
 pub mod record;
 pub mod registry;
 pub mod sample;
+pub mod scaffold;
 pub mod snapshot;
 pub mod spec;
 pub mod status;

@@ -24,6 +24,7 @@ U64_MAX = (1 << 64) - 1
 EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 
 _EMPTY: Mapping = MappingProxyType({})
+_NO_EFFECTS = frozenset()
 
 
 class Resources(NamedTuple):
@@ -48,6 +49,23 @@ class Resources(NamedTuple):
                 if get(name, 0) < q:
                     return False
         return True
+
+    def minus(self, request: "Resources") -> "Resources":
+        """What is left after `request` is taken (each amount at least 0; extended resources
+        this amount does not have stay absent)."""
+        ext = self.extended
+        if request.extended and ext:
+            ext = dict(ext)
+            for name, q in request.extended.items():
+                if name in ext:
+                    ext[name] = max(0, ext[name] - q)
+            ext = MappingProxyType(ext)
+        return Resources(
+            max(0, self.cpu_millis - request.cpu_millis),
+            max(0, self.memory_bytes - request.memory_bytes),
+            max(0, self.gpus - request.gpus),
+            ext,
+        )
 
 
 class Taint(NamedTuple):
@@ -262,21 +280,51 @@ class _Amounts:
 
     def row(self, i) -> Resources:
         cpu, mem, gpus = self.cpu, self.mem, self.gpus
-        n = len(cpu)
-        r = Resources(
-            cpu[i] if i < n else 0,
-            mem[i] if i < len(mem) else 0,
-            gpus[i] if i < len(gpus) else 0,
-        )
         ext = _run(self.starts, i, len(self.names))
+        extended = _EMPTY
         if ext:
             d = {}
             for e in ext:
                 name = self.strings.at(self.names, e)
                 if name not in d:
                     d[name] = _at(self.amounts, e)
-            r = r._replace(extended=MappingProxyType(d))
-        return r
+            extended = MappingProxyType(d)
+        return Resources(
+            cpu[i] if i < len(cpu) else 0,
+            mem[i] if i < len(mem) else 0,
+            gpus[i] if i < len(gpus) else 0,
+            extended,
+        )
+
+    def rows(self, n) -> list:
+        """Rows 0..n, in one pass: a call reads every node's amounts, and one method call per
+        row cost more than the reads."""
+        cpu, mem, gpus, starts = self.cpu, self.mem, self.gpus, self.starts
+        if len(cpu) >= n and len(mem) >= n and len(gpus) >= n and len(starts) > n:
+            names, amounts = self.names, self.amounts
+            cache, text = self.strings._cache, self.strings.get
+            n_names, n_amounts = len(names), len(amounts)
+            out = []
+            append = out.append
+            for i in range(n):
+                end = starts[i + 1]
+                if end > n_names:
+                    end = n_names
+                start = starts[i]
+                extended = _EMPTY
+                if start < end:
+                    d = {}
+                    for e in range(start, end):
+                        sid = names[e]
+                        name = cache.get(sid)
+                        if name is None:
+                            name = text(sid)
+                        if name not in d:
+                            d[name] = amounts[e] if e < n_amounts else 0
+                    extended = MappingProxyType(d)
+                append(Resources(cpu[i], mem[i], gpus[i], extended))
+            return out
+        return [self.row(i) for i in range(n)]
 
 
 def from_cluster(cluster):
@@ -292,11 +340,17 @@ def _nodes(cluster, strings):
     taints, labels = cluster.taints, cluster.labels
     effects_col = taints.effect
     ready = nt.ready
+    n = len(nt.name)
+    alloc_rows, free_rows = alloc.rows(n), free.rows(n)
+    taint_starts, n_effects = nt.taint_starts, len(effects_col)
+    names = nt.name
     nodes = []
-    for i in range(len(nt.name)):
-        effects = frozenset(
-            EFFECTS[c] if c < 3 else "NoSchedule"
-            for c in (_at(effects_col, t) for t in _run(nt.taint_starts, i, len(effects_col)))
+    for i in range(n):
+        run = _run(taint_starts, i, n_effects)
+        effects = (
+            frozenset(EFFECTS[c] if c < 3 else "NoSchedule" for c in (effects_col[t] for t in run))
+            if run
+            else _NO_EFFECTS
         )
 
         def lazy(i=i):
@@ -318,11 +372,11 @@ def _nodes(cluster, strings):
         nodes.append(
             Node(
                 i,
-                strings.at(nt.name, i),
+                strings.get(names[i]),
                 _at(ready, i) != 0,
                 effects,
-                alloc.row(i),
-                free.row(i),
+                alloc_rows[i],
+                free_rows[i],
                 None,
                 None,
                 lazy,

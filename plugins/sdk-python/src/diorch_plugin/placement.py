@@ -24,12 +24,15 @@ from .model import U64_MAX, Job, JobAllocation, Node, Resources, Task
 class Placing:
     """The state of one job's placement in progress, for scores."""
 
-    __slots__ = ("nodes", "placed")
+    __slots__ = ("nodes", "placed", "memo")
 
-    def __init__(self, nodes: Sequence[Node], placed: List[int]):
+    def __init__(self, nodes: Sequence[Node], placed: List[int], memo: Optional[dict] = None):
         self.nodes = nodes
         #: Node indices chosen so far for this job's replicas, in the order they were chosen.
         self.placed = placed
+        #: A score's own cache for the whole placement of this job (e.g. each node's zone),
+        #: so that what does not change between replicas is read once, not once per candidate.
+        self.memo = memo if memo is not None else {}
 
 
 Score = Callable[[Placing, int, Resources, Task], Optional[tuple]]
@@ -41,47 +44,33 @@ def saturating(x: int) -> int:
 
 
 class Overlay:
-    """Free resources after the placements made so far: only touched nodes are copied."""
+    """What each node has left after the placements made so far (a list read by index: the
+    placement loop reads it for every candidate node of every replica)."""
 
-    __slots__ = ("nodes", "taken")
+    __slots__ = ("cur",)
 
     def __init__(self, nodes: Sequence[Node]):
-        self.nodes = nodes
-        self.taken = {}
+        self.cur = [n.free for n in nodes]
 
     def left(self, i: int) -> Resources:
-        r = self.taken.get(i)
-        return r if r is not None else self.nodes[i].free
+        return self.cur[i]
 
     def take(self, i: int, request: Resources) -> None:
         """Subtracts `request` from node `i` (callers check `fits` first, so nothing saturates
         and `give_back` undoes it exactly)."""
-        r = self.left(i)
-        ext = r.extended
-        if request.extended and ext:
-            ext = dict(ext)
-            for name, q in request.extended.items():
-                if name in ext:
-                    ext[name] = max(0, ext[name] - q)
-        self.taken[i] = Resources(
-            max(0, r.cpu_millis - request.cpu_millis),
-            max(0, r.memory_bytes - request.memory_bytes),
-            max(0, r.gpus - request.gpus),
-            ext,
-        )
+        self.cur[i] = self.cur[i].minus(request)
 
     def give_back(self, taken: list) -> None:
+        cur = self.cur
         for i, request in reversed(taken):
-            r = self.taken.get(i)
-            if r is None:
-                continue
+            r = cur[i]
             ext = r.extended
             if request.extended and ext:
                 ext = dict(ext)
                 for name, q in request.extended.items():
                     if name in ext:
                         ext[name] += q
-            self.taken[i] = Resources(
+            cur[i] = Resources(
                 r.cpu_millis + request.cpu_millis,
                 r.memory_bytes + request.memory_bytes,
                 r.gpus + request.gpus,
@@ -126,12 +115,16 @@ def best_node(score: Score, ctx: Placing, free: Overlay, task: Task, schedulable
     best = None
     best_i = None
     request = task.requests
-    left_of = free.left
+    cpu, mem, gpus, ext = request.cpu_millis, request.memory_bytes, request.gpus, request.extended
+    cur = free.cur
     for i in range(len(ctx.nodes)):
         if not schedulable[i]:
             continue
-        left = left_of(i)
-        if not left.fits(request):
+        left = cur[i]
+        # `Resources.fits`, inlined: this runs for every candidate node of every replica.
+        if left.cpu_millis < cpu or left.memory_bytes < mem or left.gpus < gpus:
+            continue
+        if ext and not left.fits(request):
             continue
         s = score(ctx, i, left, task)
         if s is not None and (best is None or s < best):
@@ -164,6 +157,7 @@ def _place(score, job, nodes, free, sched, taken):
     )
     result = [None] * len(ranks)
     placed = []
+    memo = {}
     current = job.current
     for rank, task in ranks:
         at = current[rank] if rank < len(current) else None
@@ -177,7 +171,7 @@ def _place(score, job, nodes, free, sched, taken):
     for rank, task in order:
         if result[rank] is not None:
             continue
-        i = best_node(score, Placing(nodes, placed), free, task, sched)
+        i = best_node(score, Placing(nodes, placed, memo), free, task, sched)
         if i is None:
             raise NoFit(f"job {job.key}: {describe(task)} and no ready, untainted node has room")
         free.take(i, task.requests)
@@ -242,25 +236,42 @@ def binpack_score(ctx: Placing, i: int, left: Resources, task: Task) -> tuple:
     prefer no scheduling only when nothing else fits."""
     n = ctx.nodes[i]
     r = task.requests
-    wastes_gpu_node = r.gpus == 0 and n.allocatable.gpus > 0
+    # Saturating u64 arithmetic, inlined (Rust: saturating_mul, then saturating_add).
+    packed = (left.cpu_millis - r.cpu_millis) << 20
+    if packed > U64_MAX:
+        packed = U64_MAX
+    packed += (left.memory_bytes - r.memory_bytes) >> 20
+    if packed > U64_MAX:
+        packed = U64_MAX
     return (
         n.prefers_no_schedule,
-        wastes_gpu_node,
+        r.gpus == 0 and n.allocatable.gpus > 0,
         left.gpus - r.gpus,
-        saturating(saturating((left.cpu_millis - r.cpu_millis) << 20) + ((left.memory_bytes - r.memory_bytes) >> 20)),
+        packed,
     )
 
 
 def spread_score(ctx: Placing, i: int, left: Resources, task: Task) -> tuple:
     """Different zones, then different nodes, then the least allocated node."""
-    nodes = ctx.nodes
-    n = nodes[i]
-    same_node = ctx.placed.count(i)
-    zone = n.labels.get(ZONE_LABEL)
-    if zone is None:
-        same_zone = same_node
-    else:
-        same_zone = sum(1 for p in ctx.placed if nodes[p].labels.get(ZONE_LABEL) == zone)
-    cpu_left = left.cpu_millis - task.requests.cpu_millis
-    used_permille = 1000 - min(saturating(cpu_left * 1000) // max(n.allocatable.cpu_millis, 1), 1000)
+    memo = ctx.memo
+    zones = memo.get("zones")
+    if zones is None:
+        zones = memo["zones"] = [n.labels.get(ZONE_LABEL) for n in ctx.nodes]
+    # How many replicas each node and zone holds so far: counted once per replica placed.
+    placed = ctx.placed
+    counts = memo.get("counts")
+    if counts is None or counts[0] != len(placed):
+        per_node, per_zone = {}, {}
+        for p in placed:
+            per_node[p] = per_node.get(p, 0) + 1
+            z = zones[p]
+            if z is not None:
+                per_zone[z] = per_zone.get(z, 0) + 1
+        counts = memo["counts"] = (len(placed), per_node, per_zone)
+    same_node = counts[1].get(i, 0)
+    zone = zones[i]
+    same_zone = same_node if zone is None else counts[2].get(zone, 0)
+    n = ctx.nodes[i]
+    cpu_left = saturating((left.cpu_millis - task.requests.cpu_millis) * 1000)
+    used_permille = 1000 - min(cpu_left // max(n.allocatable.cpu_millis, 1), 1000)
     return (n.prefers_no_schedule, same_zone, same_node, used_permille)
