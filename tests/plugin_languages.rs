@@ -551,3 +551,113 @@ async fn hostile_mutators_in_python_and_js_are_caught_like_rust_ones() {
         }
     }
 }
+
+// --- plugin new ---------------------------------------------------------------------------------
+
+/// `diorch plugin new` in every language and world writes a project whose one command
+/// (`build.sh`) passes the project's own tests and builds a component that `plugin check`
+/// accepts. The toolchains are the ones scripts/build-lang-plugins.sh installed (no download);
+/// the Rust projects share the plugin workspace's target folder.
+#[test]
+fn new_projects_test_themselves_and_build_in_every_language() {
+    if skipped("new_projects_test_themselves_and_build_in_every_language") {
+        return;
+    }
+    let diorch = env!("CARGO_BIN_EXE_diorch");
+    let tmp = tempfile::tempdir().unwrap();
+    for lang in ["rust", "python", "js"] {
+        for world in ["policy", "mutator"] {
+            let name = format!("new-{lang}-{world}");
+            let dir = tmp.path().join(&name);
+            let status = std::process::Command::new(diorch)
+                .args(["plugin", "new", "--lang", lang, "--world", world, &name, "--dir"])
+                .arg(&dir)
+                .status()
+                .unwrap();
+            assert!(status.success(), "plugin new {lang} {world}");
+            let started = Instant::now();
+            let out = std::process::Command::new("bash")
+                .arg(dir.join("build.sh"))
+                .env("PYTHON", root().join("target/lang/py/bin/python"))
+                .env("DIORCH_JS_TOOLS", root().join("target/lang/js"))
+                .env(
+                    "CARGO_TARGET_DIR",
+                    // Where scripts/build-plugins.sh builds the plugin workspace.
+                    std::env::var_os("CARGO_TARGET_DIR")
+                        .map_or_else(|| root().join("plugins/target"), PathBuf::from),
+                )
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{lang} {world}: build.sh failed\n{}\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let wasm = dir.join(format!("{name}.wasm"));
+            println!(
+                "{lang} {world}: tests and build in {:?}, {} KiB",
+                started.elapsed(),
+                std::fs::metadata(&wasm).unwrap().len() >> 10
+            );
+            let check = std::process::Command::new(diorch)
+                .args(["plugin", "check", "--deadline-ms", "5000"])
+                .arg(&wasm)
+                .output()
+                .unwrap();
+            let report = String::from_utf8_lossy(&check.stdout);
+            assert!(check.status.success(), "{lang} {world}: {report}\n{}", String::from_utf8_lossy(&check.stderr));
+            let expected = if world == "policy" {
+                "scheduling-policy@0.3.0"
+            } else {
+                "pod-mutator@0.3.0"
+            };
+            assert!(report.contains(expected), "{lang} {world}: {report}");
+        }
+    }
+}
+
+// --- the simulator ------------------------------------------------------------------------------
+
+/// `diorch simulate` runs the Python and JS bin-pack through the operator's decision step and
+/// gives the same jobs.csv as the Rust one on the shipped trace (rows differ only in the
+/// policy's name).
+#[test]
+fn the_simulator_gives_the_same_jobs_with_the_python_and_js_policies() {
+    if skipped("the_simulator_gives_the_same_jobs_with_the_python_and_js_policies") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let langs = langs();
+    let files: Vec<PathBuf> = langs.iter().map(|l| component(l, "binpack")).collect();
+    let mut args: Vec<std::ffi::OsString> = vec!["simulate".into(), "--cluster".into()];
+    args.push(root().join("examples/simulator/cluster.yaml").into());
+    args.push("--trace".into());
+    args.push(root().join("examples/simulator/steady.yaml").into());
+    args.push("--out".into());
+    args.push(out.clone().into());
+    for f in &files {
+        args.push("--policy".into());
+        args.push(f.into());
+    }
+    // Results, not call times, are compared: a roomy deadline for a loaded machine.
+    args.extend(["--deadline-ms".into(), "5000".into()]);
+    let run = std::process::Command::new(env!("CARGO_BIN_EXE_diorch"))
+        .args(&args)
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let jobs = std::fs::read_to_string(out.join("jobs.csv")).unwrap();
+    let mut rows: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    for line in jobs.lines().skip(1) {
+        let (policy, rest) = line.split_once(',').unwrap();
+        rows.entry(policy.to_string()).or_default().push(rest.to_string());
+    }
+    let rust = &rows["binpack.wasm"];
+    assert_eq!(rust.len(), 300);
+    for f in files.iter().skip(1) {
+        let name = f.file_name().unwrap().to_string_lossy().to_string();
+        assert_eq!(&rows[&name], rust, "{name} differs from binpack.wasm");
+    }
+}
