@@ -75,18 +75,24 @@ fn measure(path: &Path) {
     // One compile either way: a mutator's failed policy load leaves the compiled component in
     // the host's memory cache.
     let policy = first.load_policy_blocking("p", &bytes, None).ok();
-    let mutate = policy
-        .is_none()
-        .then(|| first.load_mutator_blocking("m", &bytes, None).expect("load"));
+    let mutate = policy.is_none().then(|| {
+        first
+            .load_mutator_blocking("m", &bytes, None)
+            .expect("load")
+    });
     let mutator = mutate.is_some();
     let cold = started.elapsed();
     let peak = peak_rss_mib();
     let started = Instant::now();
     let second = host();
     if mutator {
-        second.load_mutator_blocking("m", &bytes, None).expect("warm load");
+        second
+            .load_mutator_blocking("m", &bytes, None)
+            .expect("warm load");
     } else {
-        second.load_policy_blocking("p", &bytes, None).expect("warm load");
+        second
+            .load_policy_blocking("p", &bytes, None)
+            .expect("warm load");
     }
     let warm = started.elapsed();
     let row = |fixed: Duration, rest: &str| {
@@ -133,7 +139,10 @@ fn measure(path: &Path) {
             },
             7,
         );
-        row(fixed, &format!("{} | {} | {}", ms(a100), ms(a1000), ms(opt)));
+        row(
+            fixed,
+            &format!("{} | {} | {}", ms(a100), ms(a1000), ms(opt)),
+        );
     } else if let Some(m) = mutate {
         let (ctx, pod) = sample::pod("learner");
         let fixed = median(
@@ -169,7 +178,10 @@ fn main() {
     let exe = std::env::current_exe().expect("current exe");
     for path in components {
         if !path.exists() {
-            println!("| {} | missing: build it first | | | | | | | |", path.display());
+            println!(
+                "| {} | missing: build it first | | | | | | | |",
+                path.display()
+            );
             continue;
         }
         let status = std::process::Command::new(&exe)

@@ -67,6 +67,12 @@ fi
 bash scripts/build-plugins.sh
 (cd plugins && cargo test --locked --workspace)
 
+# The Python and JavaScript SDKs (plugins/sdk-python, plugins/sdk-js): their pinned toolchains
+# go under target/lang (a venv, and npm ci from scripts/lang-tools), their own tests run, and
+# the examples and hostile twins are built into target/plugins (skipped when unchanged). The
+# language tests (tests/plugin_languages.rs) compare them with the Rust guests.
+bash scripts/build-lang-plugins.sh
+
 # tests/e2e.rs is #[ignore]d here (reported as ignored): scripts/e2e.sh runs it below.
 cargo test --locked --workspace "$@"
 

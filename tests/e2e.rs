@@ -63,6 +63,19 @@ impl Drop for NamespaceGuard<'_> {
 /// `foundation::install_crd`, once the API server reports the CRD's conditions: right after a
 /// create, kube-apiserver serves it without `status.conditions`, and `kubectl wait` fails
 /// instead of waiting on such an object.
+/// True when scripts/build-lang-plugins.sh built the Python and JS components; else says the
+/// part was skipped (the toolchains could not be installed here).
+fn languages_built(what: &str) -> bool {
+    let skipped = common::repo_root().join("target/lang/SKIPPED");
+    match std::fs::read_to_string(skipped) {
+        Ok(why) => {
+            println!("SKIPPED {what}: {}", why.trim());
+            false
+        }
+        Err(_) => true,
+    }
+}
+
 fn install_crd(k: &Kubectl) {
     let crds = common::repo_root().join("crds");
     k.ok(&["apply", "-f", crds.to_str().expect("utf-8 path")]);
@@ -462,6 +475,16 @@ fn e2e_gpu_placement() {
         let guard = NamespaceGuard(&k, &ns);
         common::oci::signed_policy_from_a_registry(&k, &ns, &plugins, &registry);
         drop(guard);
+        // Python and JavaScript plugins, from the registry and inline (issue 35).
+        if languages_built("e2e_gpu_placement (Python and JS plugins)") {
+            let ns = format!("{base}-languages");
+            foundation::create_namespace(&k, &ns);
+            let guard = NamespaceGuard(&k, &ns);
+            common::oci::python_policy_and_js_mutator_place_and_shape_a_job(
+                &k, &ns, &plugins, &registry,
+            );
+            drop(guard);
+        }
         drop(operator);
     }
     // Re-planning: goodput by default, every second, each job moved at most once.

@@ -17,8 +17,8 @@ use diorch::plugin::capabilities::Grants;
 use diorch::plugin::registry::PluginRegistry;
 use diorch::plugin::spec::{FailurePolicy, PluginKind, PluginSpec};
 use diorch::plugin::{
-    HostConfig, Job, JobAllocation, Limits, NativePolicy, Node, PluginError, PluginHost,
-    Resources, Taint, TaintEffect, Task, TaskContext, WasmMutator, WasmPolicy, sample,
+    HostConfig, Job, JobAllocation, Limits, NativePolicy, Node, PluginError, PluginHost, Resources,
+    Taint, TaintEffect, Task, TaskContext, WasmMutator, WasmPolicy, sample,
 };
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
@@ -115,53 +115,62 @@ fn resources(cpu_millis: u64, memory_bytes: u64, gpus: u32, rdma: Option<u64>) -
         cpu_millis,
         memory_bytes,
         gpus,
-        extended: rdma.map(|q| vec![("rdma/hca".to_string(), q)]).unwrap_or_default(),
+        extended: rdma
+            .map(|q| vec![("rdma/hca".to_string(), q)])
+            .unwrap_or_default(),
     }
 }
 
 fn arb_node(i: usize) -> impl Strategy<Value = Node> {
     (
-        prop::sample::select(vec![(4_000u64, 16u64, 0u32), (32_000, 128, 4), (96_000, 1024, 8), (16_000, 64, 0)]),
+        prop::sample::select(vec![
+            (4_000u64, 16u64, 0u32),
+            (32_000, 128, 4),
+            (96_000, 1024, 8),
+            (16_000, 64, 0),
+        ]),
         0u32..=100,
         proptest::option::of(0u64..=8),
         proptest::option::of(prop::sample::select(vec!["a", "b", "c", ""])),
         prop::sample::select(vec![None, None, None, Some(0u8), Some(1), Some(2)]),
         prop::bool::weighted(0.9),
     )
-        .prop_map(move |((cpu, mem_gib, gpus), used_pct, rdma, zone, taint, ready)| {
-            let used = |x: u64| x - x * u64::from(used_pct) / 100;
-            let allocatable = resources(cpu, mem_gib * GIB, gpus, rdma);
-            let free = resources(
-                used(cpu),
-                used(mem_gib * GIB),
-                gpus - (gpus * used_pct / 100),
-                rdma.map(|q| q.saturating_sub(u64::from(used_pct) / 25)),
-            );
-            let mut labels = vec![("kubernetes.io/hostname".to_string(), format!("n{i}"))];
-            if let Some(z) = zone {
-                labels.push((ZONE.to_string(), z.to_string()));
-            }
-            let taints = taint
-                .map(|code| Taint {
-                    key: "k".into(),
-                    value: "v".into(),
-                    effect: match code {
-                        0 => TaintEffect::NoSchedule,
-                        1 => TaintEffect::PreferNoSchedule,
-                        _ => TaintEffect::NoExecute,
-                    },
-                })
-                .into_iter()
-                .collect();
-            Node {
-                name: format!("n{i}"),
-                labels,
-                taints,
-                allocatable,
-                free,
-                ready,
-            }
-        })
+        .prop_map(
+            move |((cpu, mem_gib, gpus), used_pct, rdma, zone, taint, ready)| {
+                let used = |x: u64| x - x * u64::from(used_pct) / 100;
+                let allocatable = resources(cpu, mem_gib * GIB, gpus, rdma);
+                let free = resources(
+                    used(cpu),
+                    used(mem_gib * GIB),
+                    gpus - (gpus * used_pct / 100),
+                    rdma.map(|q| q.saturating_sub(u64::from(used_pct) / 25)),
+                );
+                let mut labels = vec![("kubernetes.io/hostname".to_string(), format!("n{i}"))];
+                if let Some(z) = zone {
+                    labels.push((ZONE.to_string(), z.to_string()));
+                }
+                let taints = taint
+                    .map(|code| Taint {
+                        key: "k".into(),
+                        value: "v".into(),
+                        effect: match code {
+                            0 => TaintEffect::NoSchedule,
+                            1 => TaintEffect::PreferNoSchedule,
+                            _ => TaintEffect::NoExecute,
+                        },
+                    })
+                    .into_iter()
+                    .collect();
+                Node {
+                    name: format!("n{i}"),
+                    labels,
+                    taints,
+                    allocatable,
+                    free,
+                    ready,
+                }
+            },
+        )
 }
 
 fn arb_nodes() -> impl Strategy<Value = Vec<Node>> {
@@ -197,26 +206,28 @@ fn arb_job(key: String, nodes: usize) -> impl Strategy<Value = Job> {
         prop::sample::select(vec![0u8, 0, 1, 2]),
         prop::collection::vec(0u32..(nodes as u32 + 2), 16),
     )
-        .prop_map(move |(mut tasks, priority, age_seconds, current_kind, picks)| {
-            tasks.dedup_by(|a, b| a.task_type == b.task_type);
-            let total: usize = tasks.iter().map(|t| t.replicas as usize).sum();
-            let current = match current_kind {
-                0 => vec![],
-                1 => (0..total).map(|r| Some(picks[r % picks.len()])).collect(),
-                _ => (0..total)
-                    .map(|r| Some(picks[r % picks.len()]).filter(|_| r % 2 == 0))
-                    .collect(),
-            };
-            Job {
-                key: key.clone(),
-                priority,
-                preemptible: true,
-                tasks,
-                current,
-                profilings: String::new(),
-                age_seconds,
-            }
-        })
+        .prop_map(
+            move |(mut tasks, priority, age_seconds, current_kind, picks)| {
+                tasks.dedup_by(|a, b| a.task_type == b.task_type);
+                let total: usize = tasks.iter().map(|t| t.replicas as usize).sum();
+                let current = match current_kind {
+                    0 => vec![],
+                    1 => (0..total).map(|r| Some(picks[r % picks.len()])).collect(),
+                    _ => (0..total)
+                        .map(|r| Some(picks[r % picks.len()]).filter(|_| r % 2 == 0))
+                        .collect(),
+                };
+                Job {
+                    key: key.clone(),
+                    priority,
+                    preemptible: true,
+                    tasks,
+                    current,
+                    profilings: String::new(),
+                    age_seconds,
+                }
+            },
+        )
 }
 
 type OptimizeCase = (Vec<Job>, Vec<Node>, Vec<JobAllocation>);
@@ -234,7 +245,11 @@ fn arb_optimize() -> impl Strategy<Value = OptimizeCase> {
         let jobs: Vec<_> = (0..jobs)
             .map(|j| arb_job(format!("ns-{}/job-{j}", j % 2), n))
             .collect();
-        (jobs, Just(nodes), prop::collection::vec((0u32..8, 0u32..(n as u32 + 1)), 0..4))
+        (
+            jobs,
+            Just(nodes),
+            prop::collection::vec((0u32..8, 0u32..(n as u32 + 1)), 0..4),
+        )
             .prop_map(|(jobs, nodes, hints)| {
                 let previous = hints
                     .into_iter()
@@ -322,7 +337,10 @@ fn example_policies_decide_alike_in_rust_python_and_js() {
             optimize_cases.len()
         );
         // The generator must exercise both answers, or the comparison proves little.
-        assert!(placed > 5 && refused > 5, "{name}: {placed} placed, {refused} refused");
+        assert!(
+            placed > 5 && refused > 5,
+            "{name}: {placed} placed, {refused} refused"
+        );
     }
 }
 
@@ -330,14 +348,33 @@ fn example_policies_decide_alike_in_rust_python_and_js() {
 /// operator env, configs that are not JSON or not objects, other task types.
 fn arb_mutation() -> impl Strategy<Value = (TaskContext, bool)> {
     let field = |key: &'static str, values: Vec<&'static str>| {
-        proptest::option::of(prop::sample::select(values)).prop_map(move |v| v.map(|v| format!("\"{key}\":{v}")))
+        proptest::option::of(prop::sample::select(values))
+            .prop_map(move |v| v.map(|v| format!("\"{key}\":{v}")))
     };
     let object = (
-        field("taskTypes", vec!["[\"learner\"]", "[\"collector\",\"learner\"]", "[1,\"evaluator\"]", "\"learner\"", "null"]),
+        field(
+            "taskTypes",
+            vec![
+                "[\"learner\"]",
+                "[\"collector\",\"learner\"]",
+                "[1,\"evaluator\"]",
+                "\"learner\"",
+                "null",
+            ],
+        ),
         field("interface", vec!["\"ib0\"", "\"eth1\"", "7", "null"]),
         field("rdma", vec!["true", "false", "\"yes\"", "null"]),
         field("debug", vec!["\"INFO\"", "[]"]),
-        field("env", vec!["{\"Z\":\"1\",\"A\":\"2\",\"M\":\"3\"}", "{\"DI_RANK\":\"9\"}", "{\"X\":1}", "[]", "{}"]),
+        field(
+            "env",
+            vec![
+                "{\"Z\":\"1\",\"A\":\"2\",\"M\":\"3\"}",
+                "{\"DI_RANK\":\"9\"}",
+                "{\"X\":1}",
+                "[]",
+                "{}",
+            ],
+        ),
     )
         .prop_map(|(a, b, c, d, e)| {
             let fields: Vec<String> = [a, b, c, d, e].into_iter().flatten().collect();
@@ -412,7 +449,10 @@ fn the_env_mutator_gives_the_same_pods_in_rust_python_and_js() {
         }
     }
     println!("accel-env: {changed} pods changed, {refused} refusals, alike in {langs:?}");
-    assert!(changed > 5 && refused > 5, "{changed} changed, {refused} refused");
+    assert!(
+        changed > 5 && refused > 5,
+        "{changed} changed, {refused} refused"
+    );
 }
 
 // --- bounds -------------------------------------------------------------------------------------
@@ -474,7 +514,10 @@ fn hostile_policies_in_python_and_js_are_contained_like_rust_ones() {
                 );
             }
             // Only the busy loop may run to the deadline; generous room for a loaded machine.
-            assert!(took < deadline + Duration::from_secs(5), "{lang} {mode} took {took:?}");
+            assert!(
+                took < deadline + Duration::from_secs(5),
+                "{lang} {mode} took {took:?}"
+            );
             let good = p.allocate_blocking(&hostile_job("fine"), &nodes);
             assert_eq!(good.map(|a| a.len()).ok(), Some(7), "{lang}: after {mode}");
         }
@@ -526,7 +569,11 @@ async fn hostile_mutators_in_python_and_js_are_caught_like_rust_ones() {
         }
         let (ctx, pod) = sample::pod("learner");
         let out = m.mutate_blocking(&ctx, &pod).unwrap();
-        assert_eq!(out.metadata.labels.unwrap()["hostile.test/seen"], "yes", "{lang}");
+        assert_eq!(
+            out.metadata.labels.unwrap()["hostile.test/seen"],
+            "yes",
+            "{lang}"
+        );
 
         // Capabilities go through the registry, as in the operator.
         let reg = PluginRegistry::new(host().clone(), NativePolicy::BinPack);
@@ -541,7 +588,8 @@ async fn hostile_mutators_in_python_and_js_are_caught_like_rust_ones() {
                 .unwrap_err();
             assert_eq!(err.reason(), "NotGranted", "{lang} {mode}: {err}");
             assert!(
-                err.to_string().contains(&format!("needs the grant {grant}")),
+                err.to_string()
+                    .contains(&format!("needs the grant {grant}")),
                 "{lang} {mode}: {err}"
             );
             reg.apply(mutator_spec(mode, mode, grant), bytes.clone())
@@ -570,7 +618,9 @@ fn new_projects_test_themselves_and_build_in_every_language() {
             let name = format!("new-{lang}-{world}");
             let dir = tmp.path().join(&name);
             let status = std::process::Command::new(diorch)
-                .args(["plugin", "new", "--lang", lang, "--world", world, &name, "--dir"])
+                .args([
+                    "plugin", "new", "--lang", lang, "--world", world, &name, "--dir",
+                ])
                 .arg(&dir)
                 .status()
                 .unwrap();
@@ -606,7 +656,11 @@ fn new_projects_test_themselves_and_build_in_every_language() {
                 .output()
                 .unwrap();
             let report = String::from_utf8_lossy(&check.stdout);
-            assert!(check.status.success(), "{lang} {world}: {report}\n{}", String::from_utf8_lossy(&check.stderr));
+            assert!(
+                check.status.success(),
+                "{lang} {world}: {report}\n{}",
+                String::from_utf8_lossy(&check.stderr)
+            );
             let expected = if world == "policy" {
                 "scheduling-policy@0.3.0"
             } else {
@@ -647,12 +701,18 @@ fn the_simulator_gives_the_same_jobs_with_the_python_and_js_policies() {
         .args(&args)
         .output()
         .unwrap();
-    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
     let jobs = std::fs::read_to_string(out.join("jobs.csv")).unwrap();
     let mut rows: std::collections::BTreeMap<String, Vec<String>> = Default::default();
     for line in jobs.lines().skip(1) {
         let (policy, rest) = line.split_once(',').unwrap();
-        rows.entry(policy.to_string()).or_default().push(rest.to_string());
+        rows.entry(policy.to_string())
+            .or_default()
+            .push(rest.to_string());
     }
     let rust = &rows["binpack.wasm"];
     assert_eq!(rust.len(), 300);

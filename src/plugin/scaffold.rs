@@ -72,8 +72,16 @@ fn valid_name(name: &str) -> bool {
 fn files(lang: Lang, kind: Kind) -> Vec<(&'static str, &'static str, bool)> {
     match (lang, kind) {
         (Lang::Rust, _) => vec![
-            ("Cargo.toml", include_str!("scaffold/rust/Cargo.toml.tmpl"), false),
-            ("build.sh", include_str!("scaffold/rust/build.sh.tmpl"), true),
+            (
+                "Cargo.toml",
+                include_str!("scaffold/rust/Cargo.toml.tmpl"),
+                false,
+            ),
+            (
+                "build.sh",
+                include_str!("scaffold/rust/build.sh.tmpl"),
+                true,
+            ),
             (
                 "src/lib.rs",
                 match kind {
@@ -84,26 +92,74 @@ fn files(lang: Lang, kind: Kind) -> Vec<(&'static str, &'static str, bool)> {
             ),
         ],
         (Lang::Python, Kind::Policy) => vec![
-            ("build.sh", include_str!("scaffold/python/build.sh.tmpl"), true),
-            ("app.py", include_str!("scaffold/python/policy.py.tmpl"), false),
-            ("test_app.py", include_str!("scaffold/python/test_policy.py.tmpl"), false),
+            (
+                "build.sh",
+                include_str!("scaffold/python/build.sh.tmpl"),
+                true,
+            ),
+            (
+                "app.py",
+                include_str!("scaffold/python/policy.py.tmpl"),
+                false,
+            ),
+            (
+                "test_app.py",
+                include_str!("scaffold/python/test_policy.py.tmpl"),
+                false,
+            ),
         ],
         (Lang::Python, Kind::Mutator) => vec![
-            ("build.sh", include_str!("scaffold/python/build.sh.tmpl"), true),
-            ("app.py", include_str!("scaffold/python/mutator.py.tmpl"), false),
-            ("test_app.py", include_str!("scaffold/python/test_mutator.py.tmpl"), false),
+            (
+                "build.sh",
+                include_str!("scaffold/python/build.sh.tmpl"),
+                true,
+            ),
+            (
+                "app.py",
+                include_str!("scaffold/python/mutator.py.tmpl"),
+                false,
+            ),
+            (
+                "test_app.py",
+                include_str!("scaffold/python/test_mutator.py.tmpl"),
+                false,
+            ),
         ],
         (Lang::Js, Kind::Policy) => vec![
             ("build.sh", include_str!("scaffold/js/build.sh.tmpl"), true),
-            ("package.json", include_str!("scaffold/js/package.json.tmpl"), false),
-            ("index.js", include_str!("scaffold/js/policy.js.tmpl"), false),
-            ("test/policy.test.js", include_str!("scaffold/js/policy.test.js.tmpl"), false),
+            (
+                "package.json",
+                include_str!("scaffold/js/package.json.tmpl"),
+                false,
+            ),
+            (
+                "index.js",
+                include_str!("scaffold/js/policy.js.tmpl"),
+                false,
+            ),
+            (
+                "test/policy.test.js",
+                include_str!("scaffold/js/policy.test.js.tmpl"),
+                false,
+            ),
         ],
         (Lang::Js, Kind::Mutator) => vec![
             ("build.sh", include_str!("scaffold/js/build.sh.tmpl"), true),
-            ("package.json", include_str!("scaffold/js/package.json.tmpl"), false),
-            ("index.js", include_str!("scaffold/js/mutator.js.tmpl"), false),
-            ("test/mutator.test.js", include_str!("scaffold/js/mutator.test.js.tmpl"), false),
+            (
+                "package.json",
+                include_str!("scaffold/js/package.json.tmpl"),
+                false,
+            ),
+            (
+                "index.js",
+                include_str!("scaffold/js/mutator.js.tmpl"),
+                false,
+            ),
+            (
+                "test/mutator.test.js",
+                include_str!("scaffold/js/mutator.test.js.tmpl"),
+                false,
+            ),
         ],
     }
 }
@@ -207,7 +263,11 @@ mod tests {
                 let written = create("my-plugin", lang, kind, &dir, &default_sdk()).unwrap();
                 for path in &written {
                     let text = std::fs::read_to_string(path).unwrap();
-                    assert!(!text.contains("{{"), "{}: a placeholder is left", path.display());
+                    assert!(
+                        !text.contains("{{"),
+                        "{}: a placeholder is left",
+                        path.display()
+                    );
                 }
                 assert!(dir.join("build.sh").is_file());
                 let build = std::fs::read_to_string(dir.join("build.sh")).unwrap();
@@ -219,7 +279,13 @@ mod tests {
             }
         }
         assert!(matches!(
-            create("x", Lang::Rust, Kind::Policy, &tmp.path().join("q"), tmp.path()),
+            create(
+                "x",
+                Lang::Rust,
+                Kind::Policy,
+                &tmp.path().join("q"),
+                tmp.path()
+            ),
             Err(ScaffoldError::NoSdk(_))
         ));
     }

@@ -239,3 +239,119 @@ pub fn a_pull_that_failed_is_tried_again(k: &Kubectl, plugin_ns: &str, registry:
         "diorch-plugin-keys",
     ]);
 }
+
+/// Python and JavaScript plugins in the operator: a Python spread policy pushed to the registry
+/// and signed, named by a policy ConfigMap, and the JS env mutator carried inline (compressed,
+/// signed), each loaded by the operator, place and shape a job: one learner per node, and the
+/// learners' env set by the JS mutator. The operator runs with [`operator_flags`].
+/// Needs 4 ready nodes with at least 1 free GPU each.
+pub fn python_policy_and_js_mutator_place_and_shape_a_job(
+    k: &Kubectl,
+    ns: &str,
+    plugin_ns: &str,
+    registry: &Registry,
+) {
+    let k = k.in_namespace(ns);
+    let p = k.in_namespace(plugin_ns);
+    let keys = tempfile::tempdir().expect("tempdir");
+    let (key, public) = keygen(keys.path(), "team");
+    let public_pem = std::fs::read_to_string(&public).expect("public key");
+    p.ok(&[
+        "create",
+        "configmap",
+        "diorch-plugin-keys",
+        &format!("--from-literal=team.pub={public_pem}"),
+    ]);
+    // The Python component (~19 MiB) travels through the registry; interpreted, it gets a
+    // longer deadline than the 50 ms default (docs/plugins-languages.md).
+    let python = push(registry, "py_spread", "policies/python-spread", Some(&key));
+    let cm = diorch_plugin(&[
+        "configmap",
+        "--image",
+        &python,
+        "--name",
+        "python",
+        "--kind",
+        "policy",
+        "--deadline-ms",
+        "2000",
+    ]);
+    p.ok_stdin(&["apply", "-f", "-"], &cm);
+    // The JS component (QuickJS, ~1 MiB) fits a ConfigMap once compressed.
+    let key_arg = key.display().to_string();
+    let js = plugin_file("js_accel_env");
+    let cm = diorch_plugin(&[
+        "configmap",
+        &js,
+        "--compress",
+        "zstd",
+        "--sign",
+        &key_arg,
+        "--name",
+        "js-env",
+        "--kind",
+        "mutator",
+        "--task-types",
+        "learner",
+        "--deadline-ms",
+        "2000",
+        "--config",
+        r#"{"interface": "ib0", "env": {"TEAM": "rl"}}"#,
+    ]);
+    p.ok_stdin(&["apply", "-f", "-"], &cm);
+    let note = wait_event(&p, "ConfigMap", "plugin-python", "PluginLoaded", 1);
+    assert!(
+        note.contains(&layer_digest(&plugin_file("py_spread"))[7..]),
+        "{note}"
+    );
+    wait_event(&p, "ConfigMap", "plugin-js-env", "PluginLoaded", 1);
+
+    scenario::apply(&k, &gpu_job("polyglot", "python", 4, 1));
+    let (_, _, message) = wait_allocated(&k, "polyglot", "True");
+    assert!(message.starts_with("placed by python@"), "{message}");
+    scenario::wait_phase(&k, "polyglot", "Running");
+    assert_eq!(
+        placement::distinct(&placement::placement(&k, "polyglot")),
+        4
+    );
+    let pods = scenario::pods(&k, "polyglot");
+    for rank in 0..4 {
+        let pod = &pods[&format!("polyglot-learner-{rank}")];
+        let env: Vec<(String, String)> = pod["spec"]["containers"][0]["env"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .iter()
+            .map(|e| {
+                (
+                    e["name"].as_str().unwrap_or_default().to_string(),
+                    e["value"].as_str().unwrap_or_default().to_string(),
+                )
+            })
+            .collect();
+        let get = |name: &str| env.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str());
+        assert_eq!(
+            get("NCCL_SOCKET_IFNAME"),
+            Some("ib0"),
+            "rank {rank}: {env:?}"
+        );
+        assert_eq!(get("TEAM"), Some("rl"), "rank {rank}");
+        assert_eq!(
+            get("LEARNER_RANK"),
+            Some(rank.to_string().as_str()),
+            "rank {rank}"
+        );
+        assert_eq!(
+            get("DI_RANK"),
+            Some(rank.to_string().as_str()),
+            "operator env kept"
+        );
+    }
+    p.ok(&[
+        "delete",
+        "configmap",
+        "plugin-python",
+        "plugin-js-env",
+        "diorch-plugin-keys",
+    ]);
+}

@@ -306,6 +306,8 @@ class _Amounts:
             n_names, n_amounts = len(names), len(amounts)
             out = []
             append = out.append
+            # tuple.__new__ skips NamedTuple's Python-level __new__: half the cost of a row.
+            new, cls = tuple.__new__, Resources
             for i in range(n):
                 end = starts[i + 1]
                 if end > n_names:
@@ -322,7 +324,7 @@ class _Amounts:
                         if name not in d:
                             d[name] = amounts[e] if e < n_amounts else 0
                     extended = MappingProxyType(d)
-                append(Resources(cpu[i], mem[i], gpus[i], extended))
+                append(new(cls, (cpu[i], mem[i], gpus[i], extended)))
             return out
         return [self.row(i) for i in range(n)]
 
