@@ -721,3 +721,23 @@ fn the_simulator_gives_the_same_jobs_with_the_python_and_js_policies() {
         assert_eq!(&rows[&name], rust, "{name} differs from binpack.wasm");
     }
 }
+
+/// How each language's components travel, as `plugin check` and `plugin configmap` say: Rust
+/// ones inline as they are, JS (QuickJS) ones inline compressed, Python ones through a registry.
+#[test]
+fn check_says_how_each_language_travels() {
+    if skipped("check_says_how_each_language_travels") {
+        return;
+    }
+    for (lang, expected) in [
+        ("rust", "fits a ConfigMap as it is"),
+        ("js", "fits a ConfigMap compressed"),
+        ("python", "plugin configmap --image"),
+    ] {
+        for name in ["binpack", "spread", "accel_env"] {
+            let advice = diorch::plugin::cli::inline_advice(&bytes(&component(lang, name)));
+            println!("{lang} {name}: {advice}");
+            assert!(advice.contains(expected), "{lang} {name}: {advice}");
+        }
+    }
+}

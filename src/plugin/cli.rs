@@ -451,17 +451,22 @@ pub fn inline_advice(bytes: &[u8]) -> String {
             spec::INLINE_MAX_BYTES
         );
     }
-    match encode(Encoding::Zstd, bytes) {
-        Ok(packed) if packed.len() <= CONFIGMAP_INLINE_CAP => format!(
-            "fits a ConfigMap compressed ({} bytes with plugin configmap --compress zstd)",
-            packed.len()
+    // Both encodings, smallest first: ruzstd's encoder has one fast level, so gzip at its best
+    // level packs some components (a 1.7 MiB QuickJS one: 0.62 MB against 0.88 MB) tighter.
+    let mut packed: Vec<(usize, &str)> = [(Encoding::Zstd, "zstd"), (Encoding::Gzip, "gzip")]
+        .into_iter()
+        .filter_map(|(e, name)| encode(e, bytes).ok().map(|p| (p.len(), name)))
+        .collect();
+    packed.sort();
+    match packed.first() {
+        Some(&(len, name)) if len <= CONFIGMAP_INLINE_CAP => format!(
+            "fits a ConfigMap compressed ({len} bytes with plugin configmap --compress {name})"
         ),
-        Ok(packed) => format!(
-            "too big for a ConfigMap even compressed ({} bytes with zstd; at most \
-             {CONFIGMAP_INLINE_CAP}): {registry}",
-            packed.len()
+        Some(&(len, name)) => format!(
+            "too big for a ConfigMap even compressed ({len} bytes with {name}; at most \
+             {CONFIGMAP_INLINE_CAP}): {registry}"
         ),
-        Err(_) => format!("too big for a ConfigMap as it is: {registry}"),
+        None => format!("too big for a ConfigMap as it is: {registry}"),
     }
 }
 
