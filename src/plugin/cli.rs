@@ -78,7 +78,8 @@ pub enum PluginCommand {
         #[arg(long, default_value = "", value_parser = parse_grants)]
         grants: Grants,
     },
-    /// Print a plugin ConfigMap (YAML) for `kubectl apply -f -`: the component inline (a file,
+    /// Print a plugin ConfigMap (YAML) for `kubectl apply --server-side -f -` (a client-side
+    /// apply's annotation cannot hold a component over ~190 KB): the component inline (a file,
     /// optionally compressed and signed) or by reference (`--image`).
     Configmap {
         /// The component file to carry inline (omit with `--image`).

@@ -298,7 +298,8 @@ pub fn python_policy_and_js_mutator_place_and_shape_a_job(
         "--config",
         r#"{"interface": "ib0", "env": {"TEAM": "rl"}}"#,
     ]);
-    p.ok_stdin(&["apply", "-f", "-"], &cm);
+    // Server-side: a client-side apply copies the object into an annotation (256 KiB at most).
+    p.ok_stdin(&["apply", "--server-side", "-f", "-"], &cm);
     let note = wait_event(&p, "ConfigMap", "plugin-python", "PluginLoaded", 1);
     assert!(
         note.contains(&layer_digest(&plugin_file("py_spread"))[7..]),
