@@ -13,9 +13,12 @@
 //!
 //! Prints one Markdown table row per component (docs/performance.md keeps the last run's).
 
+mod common;
+
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use common::peak_rss_mib;
 use diorch::plugin::{HostConfig, Limits, PluginHost, Resources, sample};
 
 const DEFAULT: &[&str] = &[
@@ -29,18 +32,6 @@ const DEFAULT: &[&str] = &[
     "py_accel_env",
     "js_accel_env",
 ];
-
-fn peak_rss_mib() -> f64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|kb| kb.parse::<f64>().ok())
-        })
-        .map_or(0.0, |kb| kb / 1024.0)
-}
 
 fn median(mut f: impl FnMut() -> Duration, runs: usize) -> Duration {
     let mut times: Vec<Duration> = (0..runs).map(|_| f()).collect();

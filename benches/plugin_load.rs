@@ -6,21 +6,12 @@
 //! plugin_load` (default: target/plugins/binpack.wasm, a policy). Prints one line per case with
 //! the wall time and the process's peak RSS so far (VmHWM).
 
+mod common;
+
 use std::time::{Duration, Instant};
 
+use common::peak_rss_mib;
 use diorch::plugin::{HostConfig, PluginHost};
-
-fn peak_rss_mib() -> f64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|kb| kb.parse::<f64>().ok())
-        })
-        .map_or(0.0, |kb| kb / 1024.0)
-}
 
 fn main() {
     let path = std::env::var("PLUGIN_LOAD_COMPONENT")

@@ -278,20 +278,7 @@ pub fn mutator_changes_pods(k: &Kubectl, ns: &str, plugin_ns: &str) {
     scenario::apply(&k, &scenario::standard_job("mutated", ""));
     scenario::wait_phase(&k, "mutated", "Running");
     let pods = scenario::pods(&k, "mutated");
-    let env_of = |pod: &str| -> BTreeMap<String, String> {
-        pods[pod]["spec"]["containers"][0]["env"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default()
-            .iter()
-            .map(|e| {
-                (
-                    e["name"].as_str().unwrap_or_default().to_string(),
-                    e["value"].as_str().unwrap_or_default().to_string(),
-                )
-            })
-            .collect()
-    };
+    let env_of = |pod: &str| container_env(&pods[pod]);
     let learner = env_of("mutated-learner-0");
     assert_eq!(
         learner.get("NCCL_SOCKET_IFNAME").map(String::as_str),
@@ -309,6 +296,22 @@ pub fn mutator_changes_pods(k: &Kubectl, ns: &str, plugin_ns: &str) {
         "{collector:?}"
     );
     p.ok(&["delete", "configmap", "plugin-nccl"]);
+}
+
+/// The env of a pod's first container, by name (plain values).
+pub fn container_env(pod: &Value) -> BTreeMap<String, String> {
+    pod["spec"]["containers"][0]["env"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .map(|e| {
+            (
+                e["name"].as_str().unwrap_or_default().to_string(),
+                e["value"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect()
 }
 
 /// On 4 nodes of 8 GPUs: a job holding 3 whole nodes leaves room for one; a job asking two

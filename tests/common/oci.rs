@@ -318,19 +318,8 @@ pub fn python_policy_and_js_mutator_place_and_shape_a_job(
     let pods = scenario::pods(&k, "polyglot");
     for rank in 0..4 {
         let pod = &pods[&format!("polyglot-learner-{rank}")];
-        let env: Vec<(String, String)> = pod["spec"]["containers"][0]["env"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default()
-            .iter()
-            .map(|e| {
-                (
-                    e["name"].as_str().unwrap_or_default().to_string(),
-                    e["value"].as_str().unwrap_or_default().to_string(),
-                )
-            })
-            .collect();
-        let get = |name: &str| env.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str());
+        let env = placement::container_env(pod);
+        let get = |name: &str| env.get(name).map(String::as_str);
         assert_eq!(
             get("NCCL_SOCKET_IFNAME"),
             Some("ib0"),
