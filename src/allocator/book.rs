@@ -16,8 +16,9 @@ use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 
+use diorch_core::key::ObjectKey;
 use diorch_core::model::UsagePod;
-use diorch_core::placement::{ObjectKey, SlotNodes};
+use diorch_core::placement::SlotNodes;
 use diorch_core::resources::Resources;
 
 /// An allocation the allocator counts as taken.

@@ -31,9 +31,10 @@ use crate::plugin::{self, NativePolicy, PluginError, PolicyError, SchedulingPoli
 use book::{Book, Held};
 use diorch_core::api::DIJob;
 use diorch_core::cached::CachedJob;
+use diorch_core::key::{BoxFuture, ObjectKey};
 use diorch_core::model as view;
 use diorch_core::placement::{
-    BoxFuture, ObjectKey, Placement, SlotNodes, holds_placement, needs_allocation,
+    Placement, SlotNodes, holds_placement, needs_allocation, placed_slots,
 };
 use diorch_core::planner::{MAX_MESSAGE_BYTES, clip};
 use diorch_core::resources::Resources;
@@ -429,7 +430,7 @@ impl Allocator {
             }
             return;
         }
-        let slots = view::placed_slots(job);
+        let slots = placed_slots(job);
         if let Some(proposal) = ledger.proposals.get(&key) {
             if proposal.slots == slots {
                 ledger.proposals.remove(&key);
@@ -589,7 +590,7 @@ impl Allocator {
                     u64::try_from(now.duration_since(t.0).as_secs()).unwrap_or(0)
                 });
                 let model = view::model_job(&j, &node_index, age);
-                Some((model, job_key(&j), cached, view::placed_slots(&j)))
+                Some((model, job_key(&j), cached, placed_slots(&j)))
             })
             .collect();
         // Highest priority first, then oldest.
@@ -1055,7 +1056,7 @@ impl Allocator {
             if !holds_placement(&job) || validate::validate(&job).is_err() {
                 continue;
             }
-            let slots = view::placed_slots(&job);
+            let slots = placed_slots(&job);
             if slots.as_slice().iter().all(String::is_empty) {
                 continue;
             }

@@ -8,7 +8,8 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use crate::plugin::JobPlan;
-use diorch_core::placement::{ObjectKey, SlotNodes};
+use diorch_core::key::ObjectKey;
+use diorch_core::placement::SlotNodes;
 
 /// What happens to one job after an optimize pass.
 #[derive(Clone, Debug, PartialEq, Eq)]

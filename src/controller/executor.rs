@@ -3,11 +3,12 @@
 //!
 //! Owns every API write of the lifecycle controller (status through the status subresource with
 //! resourceVersion guard, pod and service creates and deletes, Events), their rate limit, the
-//! expectations that keep a lagging cache from causing duplicates, and the per-job error
-//! backoff. Decides nothing itself: what to write comes from `planner::plan`.
+//! expectations that keep a lagging cache from causing duplicates, and the per-job memory the
+//! decision step reads. Decides nothing itself: whether to look at a job, what to write, what
+//! the writes' outcomes mean and when to look again come from `diorch_core::step`.
 
 use std::borrow::Cow;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -33,10 +34,12 @@ use crate::plugin::{PluginError, TaskContext};
 use diorch_core::api::{DIJob, labels};
 use diorch_core::build::{BuildContext, PodGroup};
 use diorch_core::cached::{self as cache, CachedJob, CachedPod, CachedService};
+use diorch_core::key::ObjectKey;
 use diorch_core::merge_patch;
 use diorch_core::naming;
-use diorch_core::placement::{Admission, ObjectKey, Placement};
+use diorch_core::placement::Placement;
 use diorch_core::planner::{self, Action, EventType, Observed, Plan};
+use diorch_core::step::{self, Decision, Ended, Memory, Target, Verb, Write};
 
 /// Controller settings (spec section 12 flags and kube-rs conventions).
 #[derive(Clone, Debug)]
@@ -140,16 +143,9 @@ pub struct Context {
     throttle: Throttle,
     settings: Settings,
     metrics: Arc<Metrics>,
-    failures: std::sync::Mutex<HashMap<ObjectKey, u32>>,
-    /// Notes of the plans' `once` Events already recorded, per job (forgotten with the job).
-    reported: std::sync::Mutex<HashMap<ObjectKey, HashSet<String>>>,
-    /// When each job's status was last written (forgotten with the job): a write of replica
-    /// counts alone waits until [`COUNTS_WRITE_INTERVAL`] after it.
-    status_written: std::sync::Mutex<HashMap<ObjectKey, Instant>>,
-    /// Services this process created, by job, until the cache shows them or
-    /// [`SERVICE_EXPECTATION`] passes: a pass that comes before the service watch event
-    /// creates no duplicate (it would only get a 409).
-    services_created: std::sync::Mutex<HashMap<ObjectKey, Instant>>,
+    /// What this process remembers of each job between passes (its errors in a row, notices
+    /// recorded, its own status and service writes), forgotten with the job.
+    memory: std::sync::Mutex<HashMap<ObjectKey, Memory>>,
     placement: Arc<dyn Placement>,
     plugins: Arc<PluginRegistry>,
     /// Jobs triggered and waiting for a worker (the queue depth metric).
@@ -267,10 +263,7 @@ pub fn start(
         throttle: Throttle::new(settings.qps, settings.burst),
         settings: settings.clone(),
         metrics,
-        failures: std::sync::Mutex::new(HashMap::new()),
-        reported: std::sync::Mutex::new(HashMap::new()),
-        status_written: std::sync::Mutex::new(HashMap::new()),
-        services_created: std::sync::Mutex::new(HashMap::new()),
+        memory: std::sync::Mutex::new(HashMap::new()),
         placement: placement.clone(),
         queue,
         plugins,
@@ -288,10 +281,7 @@ pub fn start(
         if let Ok(watcher::Event::Delete(job)) = event {
             let key = job_key(job);
             forget.expectations.remove(&key);
-            forget.failures().remove(&key);
-            forget.reported().remove(&key);
-            forget.status_written().remove(&key);
-            forget.services_created().remove(&key);
+            forget.memory().remove(&key);
             forget.queue.done(&key);
             let placement = forget.placement.clone();
             tokio::spawn(async move { placement.forget(key).await });
@@ -448,54 +438,20 @@ pub fn start(
 }
 
 impl Context {
-    fn failures(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectKey, u32>> {
-        // Poisoning only follows a panic elsewhere; the counts stay meaningful.
-        self.failures.lock().unwrap_or_else(|e| e.into_inner())
+    fn memory(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectKey, Memory>> {
+        // Poisoning only follows a panic elsewhere; at worst one write is held back or not,
+        // one Event repeated or one backoff step lost.
+        self.memory.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn reported(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectKey, HashSet<String>>> {
-        // As for `failures`: a poisoned set only risks one repeated Event.
-        self.reported.lock().unwrap_or_else(|e| e.into_inner())
+    /// `key`'s memory (a default one for a job not seen before).
+    fn recall(&self, key: &ObjectKey) -> Memory {
+        self.memory().get(key).cloned().unwrap_or_default()
     }
 
-    fn status_written(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectKey, Instant>> {
-        // A poisoned map only risks one write held back or not.
-        self.status_written
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn services_created(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectKey, Instant>> {
-        // A poisoned map only risks one duplicate create (a 409, ignored).
-        self.services_created
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Whether this process created `key`'s service so recently that the cache may not show
-    /// it yet; forgets it once the cache does, or once the expectation is old.
-    fn service_expected(&self, key: &ObjectKey, cached: bool) -> bool {
-        let mut created = self.services_created();
-        match created.get(key) {
-            Some(at) if !cached && at.elapsed() < SERVICE_EXPECTATION => true,
-            Some(_) => {
-                created.remove(key);
-                false
-            }
-            None => false,
-        }
-    }
-
-    /// How long a status write that changes only replica counts must wait (`None`: it may go
-    /// now). Pods of a job change one by one (created, scheduled, running); folding their
-    /// counts keeps a job near one status write per phase (docs/performance.md).
-    fn counts_wait(&self, key: &ObjectKey, job: &DIJob, plan: &Plan) -> Option<Duration> {
-        let status = plan.status.as_ref()?;
-        if plan.transition.is_some() || !planner::counts_only(job.status.as_ref(), status) {
-            return None;
-        }
-        let last = *self.status_written().get(key)?;
-        COUNTS_WRITE_INTERVAL.checked_sub(last.elapsed())
+    /// Changes `key`'s memory.
+    fn remember(&self, key: &ObjectKey, change: impl FnOnce(&mut Memory)) {
+        change(self.memory().entry(key.clone()).or_default());
     }
 
     fn count(&self, result: &'static str) {
@@ -534,9 +490,7 @@ async fn reconcile(cached: Arc<CachedJob>, ctx: Arc<Context>) -> Result<Requeue,
         .duration
         .observe(started.elapsed().as_secs_f64());
     match &result {
-        Ok(_) => {
-            ctx.failures().remove(&job_key(job.as_ref()));
-        }
+        Ok(_) => ctx.remember(&job_key(job.as_ref()), |m| m.failures = 0),
         Err(_) => ctx.count("error"),
     }
     result
@@ -546,43 +500,47 @@ async fn reconcile_inner(job: &DIJob, ctx: &Context) -> Result<Requeue, Error> {
     let key = job_key(job);
     let namespace = job.metadata.namespace.clone().unwrap_or_default();
     let name = job.metadata.name.clone().unwrap_or_default();
-    if job.metadata.deletion_timestamp.is_some() {
-        // Garbage collection removes the pods and the service through owner references.
-        ctx.expectations.remove(&key);
-        return Ok(Requeue::await_change());
-    }
-    if !ctx.caches.ready.load(Ordering::Acquire) {
-        ctx.count("requeue");
-        return Ok(Requeue::requeue(Duration::from_millis(500)));
-    }
-
     let pods = ctx.caches.pods_of(&key);
     let pod_refs: Vec<&CachedPod> = pods.iter().map(AsRef::as_ref).collect();
-    if !ctx.expectations.satisfied(&key, &pod_refs, Instant::now()) {
-        tracing::debug!(job = %key, "waiting for the cache to show this operator's own writes");
-        ctx.count("requeue");
-        return Ok(Requeue::requeue(Duration::from_secs(1)));
+    let gate = step::gate(
+        job.metadata.deletion_timestamp.is_some(),
+        ctx.caches.ready.load(Ordering::Acquire),
+        || ctx.expectations.satisfied(&key, &pod_refs, Instant::now()),
+    );
+    if let Some(gate) = gate {
+        match gate {
+            step::Gate::Deleting => ctx.expectations.remove(&key),
+            step::Gate::OwnWritesUnseen => {
+                tracing::debug!(job = %key, "waiting for the cache to show this operator's own writes");
+                ctx.count("requeue");
+            }
+            step::Gate::CachesSyncing => ctx.count("requeue"),
+        }
+        return Ok(requeue(gate.requeue()));
     }
     let service = ctx
         .services
         .get(&ObjectRef::new(&naming::service_name(&name)).within(&namespace));
-    let service_expected = ctx.service_expected(&key, service.is_some());
     let admission = ctx.placement.consult(job).await;
-    let observed = Observed {
-        pods: pod_refs,
-        service: service.as_deref(),
-        admission: admission.as_ref(),
-    };
     let now = Time(jiff::Timestamp::now());
-    let mut plan = planner::plan(job, &observed, &ctx.settings.build, &now);
-    if service_expected {
-        plan.actions
-            .retain(|a| !matches!(a, Action::CreateService(_)));
+    let decision = step::decide(
+        &step::Input {
+            job,
+            observed: Observed {
+                pods: pod_refs,
+                service: service.as_deref(),
+                admission: admission.as_ref(),
+            },
+            memory: &ctx.recall(&key),
+            now: Instant::now(),
+            wall: &now,
+        },
+        &ctx.settings.build,
+    );
+    if decision.forget_service {
+        ctx.remember(&key, |m| m.service_created = None);
     }
-    let counts_wait = ctx.counts_wait(&key, job, &plan);
-    if counts_wait.is_some() {
-        plan.status = None;
-    }
+    let plan = &decision.plan;
     let jobs: Api<DIJob> = Api::namespaced(ctx.client.clone(), &namespace);
 
     if let Some(patch) = &plan.spec_patch {
@@ -604,30 +562,60 @@ async fn reconcile_inner(job: &DIJob, ctx: &Context) -> Result<Requeue, Error> {
         })?;
         tracing::info!(job = %key, actions = %plan.summary(), "reconciled");
         ctx.count("ok");
-        return Ok(Requeue::await_change());
+        return Ok(requeue(decision.requeue(ctx.settings.sync_period)));
     }
 
     // The job as this pass leaves it: once its status is written, the server's answer, whose
     // resourceVersion guards any later status write of the pass (the cached one is stale then).
     let mut latest = Cow::Borrowed(job);
     if plan.status_first() {
-        let Some(written) = write_status(ctx, job, &plan).await? else {
+        let Some(written) = write_status(ctx, job, plan).await? else {
             ctx.count("requeue");
-            return Ok(Requeue::requeue(Duration::from_millis(200)));
+            return Ok(requeue(step::Requeue::After(step::CONFLICT_RETRY)));
         };
         latest = written;
     }
-    let outcome = execute(ctx, job, &key, &plan).await;
+    let settled = execute(ctx, job, &key, plan).await;
     if !plan.status_first() {
-        let Some(written) = write_status(ctx, job, &plan).await? else {
+        let Some(written) = write_status(ctx, job, plan).await? else {
             ctx.count("requeue");
-            return Ok(Requeue::requeue(Duration::from_millis(200)));
+            return Ok(requeue(step::Requeue::After(step::CONFLICT_RETRY)));
         };
         latest = written;
     }
     publish(ctx, job, &plan.events);
     publish_once(ctx, job, &key, &plan.once);
-    count_transition(ctx, &plan);
+    count_transition(ctx, plan);
+    log_pass(&key, job, &decision);
+
+    if let Some(message) = settled.invalid {
+        // The API server refused a pod as invalid: retrying cannot help, the job fails once,
+        // on this pass, from the status this pass wrote.
+        let failed = step::refused(&latest, message, &now);
+        if write_status(ctx, &latest, &failed).await?.is_none() {
+            // Changed by someone else since: the next pass plans from the newer job.
+            if let Some(err) = settled.error {
+                return Err(err);
+            }
+            ctx.count("requeue");
+            return Ok(requeue(step::Requeue::After(step::CONFLICT_RETRY)));
+        }
+        publish(ctx, job, &failed.events);
+        count_transition(ctx, &failed);
+    }
+    if let Some(err) = settled.error {
+        return Err(err);
+    }
+    if plan.delete_job {
+        return delete_finished(ctx, &latest).await;
+    }
+    ctx.count("ok");
+    Ok(requeue(decision.requeue(ctx.settings.sync_period)))
+}
+
+/// The pass's log line: at info level when it changed something.
+fn log_pass(key: &ObjectKey, job: &DIJob, decision: &Decision) {
+    let plan = &decision.plan;
     let phase = plan
         .status
         .as_ref()
@@ -637,49 +625,16 @@ async fn reconcile_inner(job: &DIJob, ctx: &Context) -> Result<Requeue, Error> {
     if plan.transition.is_some() || !plan.actions.is_empty() {
         tracing::info!(job = %key, phase, actions = %plan.summary(), "reconciled");
     } else {
-        tracing::debug!(job = %key, phase, actions = "none", "reconciled");
+        tracing::debug!(job = %key, phase, actions = "none", held_counts = ?decision.held_counts, "reconciled");
     }
+}
 
-    if let Some(message) = outcome.invalid {
-        // The API server refused a pod as invalid: retrying cannot help, the job fails once,
-        // on this pass, from the status this pass wrote.
-        let failed = planner::fail(&latest, message, &now);
-        if write_status(ctx, &latest, &failed).await?.is_none() {
-            // Changed by someone else since: the next pass plans from the newer job.
-            if let Some(err) = outcome.error {
-                return Err(err);
-            }
-            ctx.count("requeue");
-            return Ok(Requeue::requeue(Duration::from_millis(200)));
-        }
-        publish(ctx, job, &failed.events);
-        count_transition(ctx, &failed);
+/// kube-runtime's form of the step's requeue.
+fn requeue(next: step::Requeue) -> Requeue {
+    match next {
+        step::Requeue::AwaitChange => Requeue::await_change(),
+        step::Requeue::After(after) => Requeue::requeue(after),
     }
-    if let Some(err) = outcome.error {
-        return Err(err);
-    }
-    if plan.delete_job {
-        return delete_finished(ctx, &latest).await;
-    }
-    ctx.count("ok");
-    // A deadline or TTL due before the next resync is met on time.
-    let resync = ctx
-        .settings
-        .sync_period
-        .min(plan.wake_after.unwrap_or(Duration::MAX));
-    if matches!(admission, Some(Admission::Waiting { .. })) {
-        // Capacity changes wake waiting jobs at once; this is the safety net.
-        return Ok(Requeue::requeue(
-            WAITING_RETRY
-                .min(resync)
-                .min(counts_wait.unwrap_or(Duration::MAX)),
-        ));
-    }
-    if let Some(wait) = counts_wait {
-        // The held-back counts go out then, unless a pod event brings a pass sooner.
-        return Ok(Requeue::requeue(wait.min(resync)));
-    }
-    Ok(Requeue::requeue(resync))
 }
 
 /// Deletes a finished job whose `ttlSecondsAfterFinished` has run out, in the foreground as
@@ -711,7 +666,7 @@ async fn delete_finished(ctx: &Context, job: &DIJob) -> Result<Requeue, Error> {
         Err(err) if is_status(&err, 409) => {
             tracing::debug!(job = %key, "changed since read; replanning before deleting");
             ctx.count("requeue");
-            Ok(Requeue::requeue(Duration::from_millis(200)))
+            Ok(requeue(step::Requeue::After(step::CONFLICT_RETRY)))
         }
         Err(source) => Err(Error::DeleteJob {
             job: key.to_string(),
@@ -719,12 +674,6 @@ async fn delete_finished(ctx: &Context, job: &DIJob) -> Result<Requeue, Error> {
         }),
     }
 }
-
-/// How long a created service is taken as there without the cache showing it.
-const SERVICE_EXPECTATION: Duration = Duration::from_secs(5);
-
-/// Least time between a job's status writes when the later one changes only replica counts.
-const COUNTS_WRITE_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Counts a written plan's phase transition (`diorch_phase_transitions_total`).
 fn count_transition(ctx: &Context, plan: &Plan) {
@@ -738,9 +687,6 @@ fn count_transition(ctx: &Context, plan: &Plan) {
             .inc();
     }
 }
-
-/// How often a job waiting for capacity is tried again without any capacity event.
-const WAITING_RETRY: Duration = Duration::from_secs(30);
 
 /// Writes `plan.status` (if any) as a merge patch of what changed, applied by the server only to
 /// `job`'s resourceVersion, and returns the job as the server now stores it (`job` itself when
@@ -776,7 +722,7 @@ async fn write_status<'a>(
     let patch = Patch::Merge(&patch);
     match bounded(jobs.patch_status(name, &params, &patch)).await {
         Ok(written) => {
-            ctx.status_written().insert(job_key(job), Instant::now());
+            ctx.remember(&job_key(job), |m| m.status_written = Some(Instant::now()));
             Ok(Some(Cow::Owned(DIJob {
                 metadata: written.metadata,
                 // Unchanged: a status write cannot change the spec.
@@ -802,9 +748,9 @@ struct Outcome {
     invalid: Option<String>,
 }
 
-/// Carries out the plan's pod and service writes concurrently, tracking expectations and
-/// recording DI-orchestrator's SuccessfulCreate / FailedCreate / SuccessfulDelete /
-/// FailedDelete Events.
+/// Carries out the plan's pod and service writes concurrently, tracking expectations, and
+/// records the Events `step::settle` makes of their outcomes (DI-orchestrator's
+/// SuccessfulCreate / FailedCreate / SuccessfulDelete / FailedDelete).
 async fn execute(ctx: &Context, job: &DIJob, key: &ObjectKey, plan: &Plan) -> Outcome {
     let namespace = job.metadata.namespace.clone().unwrap_or_default();
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
@@ -887,13 +833,13 @@ async fn execute(ctx: &Context, job: &DIJob, key: &ObjectKey, plan: &Plan) -> Ou
                                 Err(err) if is_status(&err, 409) => {
                                     already_exists(&pods, &name, job_uid, err).await
                                 }
-                                Err(err) => Ended::Failed(err),
+                                Err(err) => failed(&err),
                             }
                         }
-                        Err(e) => Ended::Refused(kube::Error::Service(Box::new(e))),
+                        Err(e) => Ended::Refused(e.to_string()),
                     };
                     // Only a create that happened (or found this very pod) awaits its event.
-                    if ended.error().is_some() {
+                    if ended.failed() {
                         ctx.expectations.forget(key, Some(&name), None);
                     }
                     Write {
@@ -913,8 +859,8 @@ async fn execute(ctx: &Context, job: &DIJob, key: &ObjectKey, plan: &Plan) -> Ou
                         }),
                         ..DeleteParams::default()
                     };
-                    let ended = Ended::of(bounded(pods.delete(name, &params)).await);
-                    if ended.error().is_some() {
+                    let ended = ended(bounded(pods.delete(name, &params)).await);
+                    if ended.failed() {
                         ctx.expectations.forget(key, None, Some(uid));
                     }
                     Write {
@@ -927,12 +873,12 @@ async fn execute(ctx: &Context, job: &DIJob, key: &ObjectKey, plan: &Plan) -> Ou
                     let name = svc.metadata.name.clone().unwrap_or_default();
                     let result = bounded(services.create(&crate::writes::post_params(), svc)).await;
                     if result.is_ok() {
-                        ctx.services_created().insert(key.clone(), Instant::now());
+                        ctx.remember(key, |m| m.service_created = Some(Instant::now()));
                     }
                     Write {
                         verb: Verb::Create,
                         target: Target::Service(name),
-                        ended: Ended::of(result),
+                        ended: ended(result),
                     }
                 }
                 // Written above, before any pod.
@@ -949,7 +895,7 @@ async fn execute(ctx: &Context, job: &DIJob, key: &ObjectKey, plan: &Plan) -> Ou
                     Write {
                         verb: Verb::Delete,
                         target: Target::Service(name.clone()),
-                        ended: Ended::of(result),
+                        ended: ended(result),
                     }
                 }
             };
@@ -959,223 +905,42 @@ async fn execute(ctx: &Context, job: &DIJob, key: &ObjectKey, plan: &Plan) -> Ou
     }))
     .await;
 
-    let mut outcome = Outcome::default();
-    let mut events = Vec::new();
-    let mut failed = 0;
-    for Write {
-        verb,
-        target,
-        ended,
-    } in writes.into_iter().flatten()
-    {
-        let (reason, event_type, message) = match (verb, &ended) {
-            // This very pod is already there (a retried create the cache had not shown yet).
-            (_, Ended::Found) => continue,
-            (Verb::Create, Ended::Done) => (
-                "SuccessfulCreate",
-                EventType::Normal,
-                format!("{target} was successfully created"),
-            ),
-            (Verb::Delete, Ended::Done) => (
-                "SuccessfulDelete",
-                EventType::Normal,
-                format!("{target} was successfully deleted"),
-            ),
-            // The service is there already (the planner creates it only while none is cached
-            // under its name): the goal is met. Pods were checked in `already_exists`.
-            (Verb::Create, Ended::Failed(err))
-                if is_status(err, 409) && matches!(target, Target::Service(_)) =>
-            {
-                continue;
-            }
-            // Already gone: the goal is met.
-            (Verb::Delete, Ended::Failed(err)) if is_status(err, 404) || is_status(err, 409) => {
-                continue;
-            }
-            // A mutator with failurePolicy Fail refused the pod: it is not created, like a
-            // pod an admission webhook rejects, and the job retries with backoff.
-            (_, Ended::Refused(err)) => (
-                "MutatorFailed",
-                EventType::Warning,
-                format!("{target} was not created: {}", api_message(err)),
-            ),
-            (Verb::Create, Ended::Failed(err)) => {
-                if is_status(err, 422)
-                    && matches!(target, Target::Pod(_))
-                    && outcome.invalid.is_none()
-                {
-                    outcome.invalid =
-                        Some(format!("{target} failed to create: {}", api_message(err)));
-                }
-                (
-                    "FailedCreate",
-                    EventType::Warning,
-                    format!("failed to create {target} error: {}", api_message(err)),
-                )
-            }
-            (Verb::Delete, Ended::Failed(err)) => (
-                "FailedDelete",
-                EventType::Warning,
-                format!("failed to delete {target} error: {}", api_message(err)),
-            ),
-        };
-        if let Some(err) = ended.error() {
-            failed += 1;
-            tracing::warn!(job = %key, object = %target, error = %err, "write failed");
-            if outcome.error.is_none() {
-                outcome.error = Some(Error::Writes {
-                    job: key.to_string(),
-                    failed: 0,
-                    kind: ended.kind(verb),
-                    first: format!("{target}: {}", api_message(err)),
-                });
-            }
+    let writes: Vec<Write> = writes.into_iter().flatten().collect();
+    let settled = step::settle(job, &writes);
+    for &i in &settled.failed {
+        let Write { target, ended, .. } = &writes[i];
+        tracing::warn!(job = %key, object = %target, error = ended.message().unwrap_or_default(), "write failed");
+    }
+    let error = settled.error.then(|| {
+        let first = settled.failed.first().and_then(|&i| writes.get(i));
+        Error::Writes {
+            job: key.to_string(),
+            failed: settled.failed.len(),
+            kind: first.map_or("create", |w| w.ended.kind(w.verb)),
+            first: first.map_or_else(String::new, |w| {
+                format!("{}: {}", w.target, w.ended.message().unwrap_or_default())
+            }),
         }
-        events.push((
-            planner::JobEvent {
-                type_: event_type,
-                reason,
-                message,
-            },
-            Some(target.reference(job)),
-        ));
-    }
-    if let Some(Error::Writes { failed: n, .. }) = outcome.error.as_mut() {
-        *n = failed;
-    }
-    // An invalid pod fails the job; that is not a reconcile error to retry.
-    if outcome.invalid.is_some() && failed == 1 {
-        outcome.error = None;
-    }
-    publish_related(ctx, job, coalesce_successes(events));
-    outcome
-}
-
-/// Folds a pass's successful creates, and its successful deletes, into one Event each: a
-/// 4-pod job's start is one `SuccessfulCreate` whose note lists DI-orchestrator's message for
-/// each object, not five Events (each an API write, and a cache entry of the recorder). This is
-/// what client-go's correlator does to similar Events, sooner. A lone success keeps its
-/// object as the Event's related object; failures are never folded.
-fn coalesce_successes(
-    events: Vec<(planner::JobEvent, Option<ObjectReference>)>,
-) -> Vec<(planner::JobEvent, Option<ObjectReference>)> {
-    const FOLDED: [&str; 2] = ["SuccessfulCreate", "SuccessfulDelete"];
-    let count = |reason: &str| events.iter().filter(|(e, _)| e.reason == reason).count();
-    let fold: Vec<&str> = FOLDED.into_iter().filter(|r| count(r) > 1).collect();
-    if fold.is_empty() {
-        return events;
-    }
-    let mut out: Vec<(planner::JobEvent, Option<ObjectReference>)> = Vec::new();
-    for (event, related) in events {
-        if !fold.contains(&event.reason) {
-            out.push((event, related));
-            continue;
-        }
-        match out.iter_mut().find(|(e, _)| e.reason == event.reason) {
-            Some((folded, _)) => {
-                folded.message.push_str("; ");
-                folded.message.push_str(&event.message);
-            }
-            None => out.push((event, None)),
-        }
-    }
-    out
-}
-
-/// What a write asks of its object.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Verb {
-    Create,
-    Delete,
-}
-
-/// The pod or service a write is about.
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum Target {
-    Pod(String),
-    Service(String),
-}
-
-impl std::fmt::Display for Target {
-    /// `pod <name>` / `service <name>`: how Events, log lines and errors name the object.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Target::Pod(name) => write!(f, "pod {name}"),
-            Target::Service(name) => write!(f, "service {name}"),
-        }
+    });
+    publish_related(ctx, job, settled.events);
+    Outcome {
+        error,
+        invalid: settled.invalid,
     }
 }
 
-impl Target {
-    /// A reference to this object of `job`, so each object's Events stay apart instead of
-    /// folding into one series.
-    fn reference(&self, job: &DIJob) -> ObjectReference {
-        let (kind, name) = match self {
-            Target::Pod(name) => ("Pod", name),
-            Target::Service(name) => ("Service", name),
-        };
-        ObjectReference {
-            api_version: Some("v1".to_string()),
-            kind: Some(kind.to_string()),
-            name: Some(name.clone()),
-            namespace: job.metadata.namespace.clone(),
-            ..ObjectReference::default()
-        }
-    }
+/// How a kube write ended, as the decision step reads it.
+fn ended<T>(result: Result<T, kube::Error>) -> Ended {
+    result.map_or_else(|err| failed(&err), |_| Ended::Done)
 }
 
-/// How a write ended.
-#[derive(Debug)]
-enum Ended {
-    /// Done as asked.
-    Done,
-    /// A pod create found this very pod there: a retried create whose first answer was lost.
-    /// Nothing to report; its expectation is met by the watch.
-    Found,
-    /// A mutator with failurePolicy Fail refused the pod: it was never sent.
-    Refused(kube::Error),
-    /// The API server refused the write, or it got no answer.
-    Failed(kube::Error),
-}
-
-impl Ended {
-    fn of<T>(result: Result<T, kube::Error>) -> Ended {
-        result.map_or_else(Ended::Failed, |_| Ended::Done)
-    }
-
-    fn error(&self) -> Option<&kube::Error> {
-        match self {
-            Ended::Done | Ended::Found => None,
-            Ended::Refused(err) | Ended::Failed(err) => Some(err),
-        }
-    }
-
-    /// The `kind` of the reconcile error (and of its metric) when this write failed.
-    fn kind(&self, verb: Verb) -> &'static str {
-        match (self, verb) {
-            (Ended::Refused(_), _) => "mutate",
-            (_, Verb::Create) => "create",
-            (_, Verb::Delete) => "delete",
-        }
-    }
-}
-
-/// One pod or service write of a pass.
-struct Write {
-    verb: Verb,
-    target: Target,
-    ended: Ended,
-}
-
-impl Write {
-    /// Its `action` label on the writes metric.
-    fn action(&self) -> &'static str {
-        match (self.verb, &self.target) {
-            (Verb::Create, Target::Pod(_)) => "create_pod",
-            (Verb::Delete, Target::Pod(_)) => "delete_pod",
-            (Verb::Create, Target::Service(_)) => "create_service",
-            (Verb::Delete, Target::Service(_)) => "delete_service",
-        }
+fn failed(err: &kube::Error) -> Ended {
+    Ended::Failed {
+        code: match err {
+            kube::Error::Api(status) => Some(status.code),
+            _ => None,
+        },
+        message: api_message(err),
     }
 }
 
@@ -1200,9 +965,9 @@ async fn already_exists(
         Ok(list) => match list.items.into_iter().next() {
             Some(holder) => holder,
             // Gone since: nothing of ours is there; the next pass creates it.
-            None => return Ended::Failed(conflict),
+            None => return failed(&conflict),
         },
-        Err(err) => return Ended::Failed(err),
+        Err(err) => return failed(&err),
     };
     let ours = holder
         .metadata
@@ -1225,7 +990,10 @@ async fn already_exists(
         uid: holder.metadata.uid.unwrap_or_default(),
     };
     tracing::info!(pod = name, holder_uid = %taken.uid, why, "pod name taken; not created");
-    Ended::Failed(kube::Error::Service(Box::new(taken)))
+    Ended::Failed {
+        code: None,
+        message: taken.to_string(),
+    }
 }
 
 /// A pod could not be created because another object holds its name.
@@ -1333,30 +1101,19 @@ fn publish(ctx: &Context, job: &DIJob, events: &[planner::JobEvent]) {
     publish_related(ctx, job, events.iter().map(|e| (e.clone(), None)).collect());
 }
 
-/// Most distinct `once` notes remembered per job; past it they are logged at debug level only,
-/// so pods with ever-new bad annotations cannot grow the set or flood the events API.
-const MAX_ONCE_PER_JOB: usize = 64;
-
-/// Records each of `events` on the job (and logs it) the first time this process sees it.
+/// Records each of `events` on the job (and logs it) the first time this process sees it
+/// (`step::fresh_notices`).
 fn publish_once(ctx: &Context, job: &DIJob, key: &ObjectKey, events: &[planner::JobEvent]) {
     if events.is_empty() {
         return;
     }
-    let fresh: Vec<planner::JobEvent> = {
-        let mut reported = ctx.reported();
-        let seen = reported.entry(key.clone()).or_default();
-        events
-            .iter()
-            .filter(|e| {
-                if seen.len() >= MAX_ONCE_PER_JOB && !seen.contains(&e.message) {
-                    tracing::debug!(job = %key, reason = e.reason, "not recorded: too many distinct notices for this job");
-                    return false;
-                }
-                seen.insert(e.message.clone())
-            })
-            .cloned()
-            .collect()
+    let fresh = {
+        let mut memory = ctx.memory();
+        step::fresh_notices(memory.entry(key.clone()).or_default(), events)
     };
+    if fresh.len() < events.len() {
+        tracing::debug!(job = %key, "notices seen before, or past the per-job cap, are not recorded again");
+    }
     for e in &fresh {
         tracing::warn!(job = %key, reason = e.reason, message = %e.message, "notice");
     }
@@ -1418,147 +1175,15 @@ fn error_policy(job: Arc<CachedJob>, err: &Error, ctx: Arc<Context>) -> Requeue 
         .get_or_create(&ErrorLabels { kind: err.kind() })
         .inc();
     let failures = {
-        let mut map = ctx.failures();
-        let n = map.entry(key.clone()).or_insert(0);
-        *n = n.saturating_add(1);
-        *n
+        let mut memory = ctx.memory();
+        let m = memory.entry(key.clone()).or_default();
+        m.failures = m.failures.saturating_add(1);
+        m.failures
     };
-    let delay = backoff(failures);
+    let delay = step::backoff(failures);
     tracing::warn!(job = %key, error = %err, failures, retry_in = ?delay, "reconcile failed");
     Requeue::requeue(delay)
 }
 
-/// 0.5 s after the first failure, doubling, at most 5 minutes.
-fn backoff(failures: u32) -> Duration {
-    let exp = failures.saturating_sub(1).min(16);
-    Duration::from_millis(500u64.saturating_mul(1 << exp)).min(Duration::from_secs(300))
-}
-
 #[cfg(test)]
 mod api_calls;
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn successes_of_a_pass_fold_into_one_event_each_and_failures_do_not() {
-        let event = |type_, reason: &'static str, message: &str| planner::JobEvent {
-            type_,
-            reason,
-            message: message.to_string(),
-        };
-        let related = |name: &str| {
-            Some(ObjectReference {
-                name: Some(name.to_string()),
-                ..ObjectReference::default()
-            })
-        };
-        let ok = |m| event(EventType::Normal, "SuccessfulCreate", m);
-        let folded = coalesce_successes(vec![
-            (ok("pod a was successfully created"), related("a")),
-            (
-                event(EventType::Warning, "FailedCreate", "failed to create pod b"),
-                related("b"),
-            ),
-            (ok("service s was successfully created"), related("s")),
-            (
-                event(
-                    EventType::Normal,
-                    "SuccessfulDelete",
-                    "pod c was successfully deleted",
-                ),
-                related("c"),
-            ),
-        ]);
-        let seen: Vec<(&str, &str, Option<&str>)> = folded
-            .iter()
-            .map(|(e, r)| {
-                (
-                    e.reason,
-                    e.message.as_str(),
-                    r.as_ref().and_then(|r| r.name.as_deref()),
-                )
-            })
-            .collect();
-        assert_eq!(
-            seen,
-            [
-                (
-                    "SuccessfulCreate",
-                    "pod a was successfully created; service s was successfully created",
-                    None
-                ),
-                ("FailedCreate", "failed to create pod b", Some("b")),
-                // Alone in its pass: DI-orchestrator's Event, related object and all.
-                (
-                    "SuccessfulDelete",
-                    "pod c was successfully deleted",
-                    Some("c")
-                ),
-            ]
-        );
-    }
-
-    #[test]
-    fn backoff_doubles_per_failure_up_to_five_minutes() {
-        let delays: Vec<u64> = (1..=4).map(|n| backoff(n).as_millis() as u64).collect();
-        assert_eq!(delays, [500, 1000, 2000, 4000]);
-        assert_eq!(backoff(30), Duration::from_secs(300));
-        assert_eq!(backoff(u32::MAX), Duration::from_secs(300));
-    }
-
-    /// The words Events, logs and errors use for a write, and its metric labels, as they were
-    /// when writes were described by strings.
-    #[test]
-    fn writes_keep_their_texts_and_labels() {
-        let refused = || kube::Error::Service("no".into());
-        let write = |verb, target, ended| Write {
-            verb,
-            target,
-            ended,
-        };
-        let pod = || Target::Pod("j-learner-0".into());
-        let service = || Target::Service("di-j".into());
-        assert_eq!(pod().to_string(), "pod j-learner-0");
-        assert_eq!(service().to_string(), "service di-j");
-        let labels: Vec<&str> = [
-            write(Verb::Create, pod(), Ended::Done),
-            write(Verb::Delete, pod(), Ended::Done),
-            write(Verb::Create, service(), Ended::Done),
-            write(Verb::Delete, service(), Ended::Done),
-        ]
-        .iter()
-        .map(Write::action)
-        .collect();
-        assert_eq!(
-            labels,
-            [
-                "create_pod",
-                "delete_pod",
-                "create_service",
-                "delete_service"
-            ]
-        );
-        assert_eq!(Ended::Refused(refused()).kind(Verb::Create), "mutate");
-        assert_eq!(Ended::Failed(refused()).kind(Verb::Create), "create");
-        assert_eq!(Ended::Failed(refused()).kind(Verb::Delete), "delete");
-
-        let job: DIJob = serde_json::from_value(serde_json::json!({
-            "apiVersion": "diengine.opendilab.org/v2alpha1", "kind": "DIJob",
-            "metadata": {"name": "j", "namespace": "ns"}, "spec": {"tasks": []}
-        }))
-        .expect("job");
-        let reference = service().reference(&job);
-        assert_eq!(
-            (
-                reference.api_version.as_deref(),
-                reference.kind.as_deref(),
-                reference.name.as_deref(),
-                reference.namespace.as_deref()
-            ),
-            (Some("v1"), Some("Service"), Some("di-j"), Some("ns"))
-        );
-        assert_eq!(pod().reference(&job).kind.as_deref(), Some("Pod"));
-    }
-}

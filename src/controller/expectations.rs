@@ -12,7 +12,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use diorch_core::cached::CachedPod;
-use diorch_core::placement::ObjectKey;
+use diorch_core::key::ObjectKey;
 
 /// How long an expectation waits for its watch event.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);

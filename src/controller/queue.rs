@@ -14,7 +14,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use prometheus_client::metrics::gauge::Gauge;
 
 use diorch_core::cached::CachedJob;
-use diorch_core::placement::ObjectKey;
+use diorch_core::key::ObjectKey;
 
 /// Jobs waiting for a worker.
 pub struct Queue {

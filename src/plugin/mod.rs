@@ -25,7 +25,7 @@ pub mod watch;
 use std::sync::Arc;
 use std::time::Duration;
 
-use diorch_core::placement::ObjectKey;
+use diorch_core::key::ObjectKey;
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Pod;
 

@@ -3,7 +3,7 @@
 //!
 //! Owns: sample clusters, jobs and pods. Must not touch: anything stateful.
 
-use diorch_core::placement::ObjectKey;
+use diorch_core::key::ObjectKey;
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::json;
 

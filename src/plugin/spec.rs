@@ -41,7 +41,7 @@ use super::Limits;
 use super::capabilities::Grants;
 use super::compress::Encoding;
 use crate::oci::Reference;
-use diorch_core::placement::ObjectKey;
+use diorch_core::key::ObjectKey;
 
 pub const PLUGIN_LABEL: &str = "diorch.io/plugin";
 /// Written by the operator: `Loaded` when the last upload loaded, `Rejected` when it was refused

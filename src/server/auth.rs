@@ -41,7 +41,7 @@ use tokio::sync::Semaphore;
 use super::{ApiError, JobId, fail, parse_job_id};
 use crate::controller::executor::Caches;
 use crate::metrics::Metrics;
-use diorch_core::placement::ObjectKey;
+use diorch_core::key::ObjectKey;
 
 /// How long an allow or deny decision is reused.
 pub const DECISION_TTL: Duration = Duration::from_secs(10);

@@ -4,7 +4,7 @@
 //! Owns request building and the envelope decoding on the client side; no cluster access.
 
 use axum::http::{Method, Request, StatusCode};
-use diorch_core::placement::ObjectKey;
+use diorch_core::key::ObjectKey;
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;

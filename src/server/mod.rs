@@ -45,8 +45,8 @@ use diorch_core::api::{
 use diorch_core::build;
 use diorch_core::cached::CachedJob;
 use diorch_core::cached::CachedPod;
+use diorch_core::key::ObjectKey;
 use diorch_core::naming;
-use diorch_core::placement::ObjectKey;
 
 /// Largest request body accepted (profilings are merged into the job's status).
 pub const MAX_BODY: usize = 64 * 1024;

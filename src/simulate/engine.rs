@@ -35,8 +35,9 @@ use crate::plugin::{Job, JobPlan, NativePolicy, PluginError, PolicyError, Schedu
 use diorch_core::api::{DIJob, Phase};
 use diorch_core::build::{self, BuildContext};
 use diorch_core::cached::{CachedCondition, CachedJob, CachedPod, CachedPodStatus, CachedService};
+use diorch_core::key::ObjectKey;
 use diorch_core::model::UsagePod;
-use diorch_core::placement::{Admission, ObjectKey, needs_allocation};
+use diorch_core::placement::{Admission, needs_allocation};
 use diorch_core::planner::{self, Action, Observed};
 use diorch_core::resources::{GPU, Resources};
 

@@ -14,6 +14,9 @@
 pub mod api;
 pub mod build;
 pub mod cached;
+#[cfg(test)]
+mod fixtures;
+pub mod key;
 pub mod merge_patch;
 pub mod model;
 pub mod naming;
@@ -21,4 +24,5 @@ pub mod placement;
 pub mod planner;
 pub mod ranks;
 pub mod resources;
+pub mod step;
 pub mod validate;

@@ -14,7 +14,7 @@ use serde::Deserialize;
 
 use crate::api::{DIJob, Priority, labels};
 use crate::build;
-use crate::placement::{ObjectKey, SlotNodes};
+use crate::key::ObjectKey;
 use crate::resources::{self, CPU, ContainerShape, GPU, MEMORY, PODS, Resources};
 use diorch_policies as plugin;
 
@@ -355,9 +355,9 @@ pub fn placed_pods(job: &DIJob) -> HashMap<String, String> {
         .collect()
 }
 
-/// The job's current allocation in slot order, from its status (`""` where a slot has no
-/// node): what a policy's answer for the job is compared with.
-pub fn placed_slots(job: &DIJob) -> SlotNodes {
+/// The node of each of the job's replica slots, in slot order, from its status (`""` where a
+/// slot has no node); `placement::placed_slots` gives it as [`SlotNodes`](crate::placement::SlotNodes).
+pub fn slot_nodes(job: &DIJob) -> Vec<String> {
     let placed = placed_pods(job);
     slot_pods(job)
         .iter()
@@ -394,8 +394,7 @@ pub fn model_job(job: &DIJob, node_index: &HashMap<&str, u32>, age_seconds: u64)
                 requests: model_resources(r, true),
             })
             .collect(),
-        current: placed_slots(job)
-            .as_slice()
+        current: slot_nodes(job)
             .iter()
             .map(|node| {
                 // An empty entry is a slot without a node, never a node's name.
@@ -618,26 +617,7 @@ mod tests {
         assert!(!model_node(&n, None).ready);
     }
 
-    fn job(status: serde_json::Value) -> DIJob {
-        serde_json::from_value(json!({
-            "apiVersion": "diengine.opendilab.org/v2alpha1",
-            "kind": "DIJob",
-            "metadata": {"name": "j", "namespace": "ns"},
-            "spec": {
-                "priority": "high",
-                "preemptible": true,
-                "tasks": [
-                    {"type": "learner", "name": "learner", "replicas": 1,
-                     "template": {"spec": {"containers": [{"name": "di-container", "image": "i",
-                        "resources": {"requests": {"cpu": "500m", "memory": "1.5Gi", "nvidia.com/gpu": "2"}}}]}}},
-                    {"type": "collector", "name": "collector", "replicas": 2, "minReplicas": 1, "maxReplicas": 5,
-                     "template": {"spec": {"containers": [{"name": "di-container", "image": "i"}]}}}
-                ]
-            },
-            "status": status
-        }))
-        .expect("job")
-    }
+    use crate::fixtures::elastic_job as job;
 
     #[test]
     fn a_job_model_has_tasks_requests_and_current_placement_in_slot_order() {
@@ -665,11 +645,6 @@ mod tests {
         assert_eq!(m.tasks[1].task_type, "collector");
         // Slots: learner-0, collector-0, collector-1. collector-0 is on a vanished node.
         assert_eq!(m.current, vec![Some(0), None, Some(1)]);
-        assert_eq!(
-            placed_slots(&j),
-            SlotNodes::new(["n1", "gone", "n2"].map(String::from).to_vec())
-        );
-        assert_eq!(placed_slots(&job(json!({}))).as_slice(), ["", "", ""]);
         assert_eq!(m.profilings, r#"{"collectors":[]}"#);
         assert_eq!(m.age_seconds, 42);
         assert_eq!(describe_need(&m), "3 replicas: 2 GPUs, 0.5 CPUs, 1.5 GiB");

@@ -1,71 +1,14 @@
 //! The contract between the controller and whatever places preemptible jobs.
 //!
 //! Owns [`Admission`] (the answer the planner plans from), [`needs_allocation`] (whether to ask
-//! at all), [`ObjectKey`] (a job's namespace and name as one value), the two orders an
-//! allocation comes in ([`SlotNodes`], [`RankNodes`]) and the [`Placement`] trait the
+//! at all), the two orders an allocation comes in ([`SlotNodes`], [`RankNodes`]) and the [`Placement`] trait the
 //! operator's allocator implements. The controller only sees this trait, so neither module
 //! imports the other. Performs no I/O: implementations do.
 
-use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
-use std::str::FromStr;
-
 use crate::api::{DIJob, Phase};
+use crate::key::{BoxFuture, ObjectKey};
 use crate::ranks::RankTable;
 use crate::{build, model};
-
-/// A boxed future that is `Send`, as the trait's methods return (the core has no `futures`).
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
-
-/// A namespaced object's identity: what `"namespace/name"` strings used to carry.
-#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct ObjectKey {
-    pub namespace: String,
-    pub name: String,
-}
-
-impl ObjectKey {
-    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> ObjectKey {
-        ObjectKey {
-            namespace: namespace.into(),
-            name: name.into(),
-        }
-    }
-
-    /// The key of an object's metadata (empty strings where a field is unset).
-    pub fn of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> ObjectKey {
-        ObjectKey::new(
-            meta.namespace.clone().unwrap_or_default(),
-            meta.name.clone().unwrap_or_default(),
-        )
-    }
-}
-
-/// `namespace/name`, as kubectl and the logs write it.
-impl fmt::Display for ObjectKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.namespace, self.name)
-    }
-}
-
-/// Parses what [`Display`](fmt::Display) prints: the namespace is everything before the first
-/// `/` (namespaces are DNS labels, so a key always splits back into what made it).
-impl FromStr for ObjectKey {
-    type Err = NotAKey;
-
-    fn from_str(key: &str) -> Result<ObjectKey, NotAKey> {
-        let (namespace, name) = key
-            .split_once('/')
-            .ok_or_else(|| NotAKey(key.to_string()))?;
-        Ok(ObjectKey::new(namespace, name))
-    }
-}
-
-/// A string that is not `namespace/name`.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{0:?} is not namespace/name")]
-pub struct NotAKey(pub String);
 
 /// One node per replica slot, in slot order: tasks in spec order, then local rank (the order
 /// `build::desired_slots` lists a job's pods in, and a policy answers in). `""` where a slot
@@ -219,22 +162,15 @@ pub fn needs_allocation(job: &DIJob) -> bool {
     i64::try_from(placed).unwrap_or(i64::MAX) != want
 }
 
+/// The job's current allocation in slot order, from its status (`""` where a slot has no
+/// node): what a policy's answer for the job is compared with.
+pub fn placed_slots(job: &DIJob) -> SlotNodes {
+    SlotNodes::new(model::slot_nodes(job))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn object_keys_print_as_namespace_slash_name() {
-        let key = ObjectKey::new("ns", "job");
-        assert_eq!(key.to_string(), "ns/job");
-        let meta = k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
-            namespace: Some("ns".into()),
-            name: Some("job".into()),
-            ..Default::default()
-        };
-        assert_eq!(ObjectKey::of(&meta), key);
-        assert_eq!(ObjectKey::of(&Default::default()).to_string(), "/");
-    }
 
     fn names(v: &[&str]) -> Vec<String> {
         v.iter().map(|s| s.to_string()).collect()
@@ -294,24 +230,17 @@ mod tests {
     }
 
     #[test]
-    fn object_keys_parse_back_from_what_they_print() {
-        for key in [
-            ObjectKey::new("ns", "job"),
-            ObjectKey::new("", "job"),
-            ObjectKey::new("ns", ""),
-            ObjectKey::default(),
-        ] {
-            assert_eq!(key.to_string().parse::<ObjectKey>(), Ok(key));
-        }
-        // Split at the first slash: the namespace never holds one.
+    fn a_jobs_placed_slots_follow_slot_order_from_its_ranks_and_allocation() {
+        let j = crate::fixtures::elastic_job(serde_json::json!({
+            "ranks": ["j-learner-0", "", "j-collector-1", "j-collector-0"],
+            "allocation": ["n1", "", "n2", "gone"],
+        }));
+        // Slots: learner-0, collector-0, collector-1.
         assert_eq!(
-            "ns/a/b".parse::<ObjectKey>(),
-            Ok(ObjectKey::new("ns", "a/b"))
+            placed_slots(&j),
+            SlotNodes::new(["n1", "gone", "n2"].map(String::from).to_vec())
         );
-        assert_eq!("job".parse::<ObjectKey>(), Err(NotAKey("job".to_string())));
-        assert_eq!(
-            NotAKey("job".into()).to_string(),
-            r#""job" is not namespace/name"#
-        );
+        let none = crate::fixtures::elastic_job(serde_json::json!({}));
+        assert_eq!(placed_slots(&none).as_slice(), ["", "", ""]);
     }
 }

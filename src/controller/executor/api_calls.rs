@@ -15,7 +15,7 @@
 //! test runs the real Event worker over the mock, to pin where Events go and that they stay
 //! off the reconcile's own calls.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -32,7 +32,7 @@ use kube::runtime::watcher;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use super::{Caches, Context, Error, Requeue, Settings, WAITING_RETRY, reconcile_inner};
+use super::{Caches, Context, Error, Requeue, Settings, reconcile_inner};
 use crate::allocator::Allocator;
 use crate::controller::cache::PodIndex;
 use crate::controller::expectations::Expectations;
@@ -45,6 +45,7 @@ use diorch_core::api::{DIJob, DIJobStatus, Phase};
 use diorch_core::build::{BuildContext, Gang, GangKind};
 use diorch_core::cached::{CachedPod, CachedService};
 use diorch_core::planner::{self, Action, Observed};
+use diorch_core::step::WAITING_RETRY;
 
 const JOB_UID: &str = "job-uid";
 const SVC_UID: &str = "svc-uid";
@@ -586,10 +587,7 @@ impl Harness {
             )),
             settings,
             metrics,
-            failures: Mutex::new(HashMap::new()),
-            reported: Mutex::new(HashMap::<_, HashSet<String>>::new()),
-            status_written: Mutex::new(HashMap::new()),
-            services_created: Mutex::new(HashMap::new()),
+            memory: Mutex::new(HashMap::new()),
             placement: allocator,
             plugins,
         };

@@ -1,0 +1,479 @@
+//! The decision step's rules, one test each: gating, held count writes, the expected service,
+//! the requeue, an invalid pod, the backoff, notices, and what writes' outcomes mean.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use serde_json::json;
+
+use super::*;
+use crate::cached::CachedService;
+use crate::planner::JobEvent;
+
+#[test]
+fn successes_of_a_pass_fold_into_one_event_each_and_failures_do_not() {
+    let event = |type_, reason: &'static str, message: &str| JobEvent {
+        type_,
+        reason,
+        message: message.to_string(),
+    };
+    let related = |name: &str| {
+        Some(ObjectReference {
+            name: Some(name.to_string()),
+            ..ObjectReference::default()
+        })
+    };
+    let ok = |m| event(EventType::Normal, "SuccessfulCreate", m);
+    let folded = coalesce_successes(vec![
+        (ok("pod a was successfully created"), related("a")),
+        (
+            event(EventType::Warning, "FailedCreate", "failed to create pod b"),
+            related("b"),
+        ),
+        (ok("service s was successfully created"), related("s")),
+        (
+            event(
+                EventType::Normal,
+                "SuccessfulDelete",
+                "pod c was successfully deleted",
+            ),
+            related("c"),
+        ),
+    ]);
+    let seen: Vec<(&str, &str, Option<&str>)> = folded
+        .iter()
+        .map(|(e, r)| {
+            (
+                e.reason,
+                e.message.as_str(),
+                r.as_ref().and_then(|r| r.name.as_deref()),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            (
+                "SuccessfulCreate",
+                "pod a was successfully created; service s was successfully created",
+                None
+            ),
+            ("FailedCreate", "failed to create pod b", Some("b")),
+            // Alone in its pass: DI-orchestrator's Event, related object and all.
+            (
+                "SuccessfulDelete",
+                "pod c was successfully deleted",
+                Some("c")
+            ),
+        ]
+    );
+}
+
+#[test]
+fn backoff_doubles_per_failure_up_to_five_minutes() {
+    let delays: Vec<u64> = (1..=4).map(|n| backoff(n).as_millis() as u64).collect();
+    assert_eq!(delays, [500, 1000, 2000, 4000]);
+    assert_eq!(backoff(30), Duration::from_secs(300));
+    assert_eq!(backoff(u32::MAX), Duration::from_secs(300));
+}
+
+/// The words Events, logs and errors use for a write, and its metric labels, as they were
+/// when writes were described by strings.
+#[test]
+fn writes_keep_their_texts_and_labels() {
+    let refused = || "no".to_string();
+    let write = |verb, target, ended| Write {
+        verb,
+        target,
+        ended,
+    };
+    let pod = || Target::Pod("j-learner-0".into());
+    let service = || Target::Service("di-j".into());
+    assert_eq!(pod().to_string(), "pod j-learner-0");
+    assert_eq!(service().to_string(), "service di-j");
+    let labels: Vec<&str> = [
+        write(Verb::Create, pod(), Ended::Done),
+        write(Verb::Delete, pod(), Ended::Done),
+        write(Verb::Create, service(), Ended::Done),
+        write(Verb::Delete, service(), Ended::Done),
+    ]
+    .iter()
+    .map(Write::action)
+    .collect();
+    assert_eq!(
+        labels,
+        [
+            "create_pod",
+            "delete_pod",
+            "create_service",
+            "delete_service"
+        ]
+    );
+    assert_eq!(Ended::Refused(refused()).kind(Verb::Create), "mutate");
+    assert_eq!(
+        Ended::Failed {
+            code: None,
+            message: refused()
+        }
+        .kind(Verb::Create),
+        "create"
+    );
+    assert_eq!(
+        Ended::Failed {
+            code: None,
+            message: refused()
+        }
+        .kind(Verb::Delete),
+        "delete"
+    );
+
+    let job: DIJob = serde_json::from_value(serde_json::json!({
+        "apiVersion": "diengine.opendilab.org/v2alpha1", "kind": "DIJob",
+        "metadata": {"name": "j", "namespace": "ns"}, "spec": {"tasks": []}
+    }))
+    .expect("job");
+    let reference = service().reference(&job);
+    assert_eq!(
+        (
+            reference.api_version.as_deref(),
+            reference.kind.as_deref(),
+            reference.name.as_deref(),
+            reference.namespace.as_deref()
+        ),
+        (Some("v1"), Some("Service"), Some("di-j"), Some("ns"))
+    );
+    assert_eq!(pod().reference(&job).kind.as_deref(), Some("Pod"));
+}
+
+fn wall(s: i64) -> Time {
+    Time(jiff::Timestamp::from_second(1_700_000_000 + s).expect("time"))
+}
+
+fn two_task_job() -> DIJob {
+    serde_json::from_value(json!({
+        "apiVersion": "diengine.opendilab.org/v2alpha1",
+        "kind": "DIJob",
+        "metadata": {"name": "j", "namespace": "default", "uid": "uid-1"},
+        "spec": {"tasks": [
+            {"name": "learner", "type": "learner", "replicas": 1, "template": {"spec": {"containers": [{"name": "di-container", "image": "i"}]}}},
+            {"name": "collector", "type": "collector", "replicas": 2, "template": {"spec": {"containers": [{"name": "di-container", "image": "i"}]}}}
+        ]}
+    }))
+    .expect("job")
+}
+
+/// The pods and service a plan creates, as the cache would show them (pods in `phase`).
+fn created(plan: &Plan, phase: &str) -> (Vec<crate::cached::CachedPod>, Option<CachedService>) {
+    let mut pods = Vec::new();
+    let mut service = None;
+    for (i, action) in plan.actions.iter().enumerate() {
+        match action {
+            Action::CreatePod(pod) => {
+                let mut pod = (**pod).clone();
+                pod.metadata.uid = Some(format!("pod-{i}"));
+                pod.status = Some(k8s_openapi::api::core::v1::PodStatus {
+                    phase: Some(phase.into()),
+                    ..Default::default()
+                });
+                pods.push(crate::cached::CachedPod::from(pod));
+            }
+            Action::CreateService(svc) => {
+                let mut meta = svc.metadata.clone();
+                meta.uid = Some("svc".into());
+                service = Some(CachedService { metadata: meta });
+            }
+            _ => {}
+        }
+    }
+    (pods, service)
+}
+
+fn decide_at(
+    job: &DIJob,
+    pods: &[crate::cached::CachedPod],
+    service: Option<&CachedService>,
+    memory: &Memory,
+    now: Instant,
+) -> Decision {
+    let at = wall(10);
+    let input = Input {
+        job,
+        observed: Observed {
+            pods: pods.iter().collect(),
+            service,
+            admission: None,
+        },
+        memory,
+        now,
+        wall: &at,
+    };
+    decide(&input, &BuildContext::default())
+}
+
+fn creates_service(plan: &Plan) -> bool {
+    plan.actions
+        .iter()
+        .any(|a| matches!(a, Action::CreateService(_)))
+}
+
+#[test]
+fn a_pass_is_gated_by_deletion_then_syncing_caches_then_unseen_own_writes() {
+    let never = || -> bool { panic!("the cache is not read for a job being deleted") };
+    assert_eq!(gate(true, false, never), Some(Gate::Deleting));
+    assert_eq!(gate(false, false, || true), Some(Gate::CachesSyncing));
+    assert_eq!(gate(false, true, || false), Some(Gate::OwnWritesUnseen));
+    assert_eq!(gate(false, true, || true), None);
+    assert_eq!(Gate::Deleting.requeue(), Requeue::AwaitChange);
+    assert_eq!(
+        Gate::CachesSyncing.requeue(),
+        Requeue::After(Duration::from_millis(500))
+    );
+    assert_eq!(
+        Gate::OwnWritesUnseen.requeue(),
+        Requeue::After(Duration::from_secs(1))
+    );
+}
+
+#[test]
+fn a_service_created_moments_ago_and_not_cached_yet_is_not_created_again() {
+    let job = two_task_job();
+    let now = Instant::now();
+    let fresh = Memory {
+        service_created: Some(now - Duration::from_secs(2)),
+        ..Memory::default()
+    };
+    let d = decide_at(&job, &[], None, &fresh, now);
+    assert!(d.service_expected && !d.forget_service);
+    assert!(!creates_service(&d.plan), "{}", d.plan.summary());
+    // The pods are still created: only the service is expected.
+    assert!(d.plan.summary().contains("create pod j-learner-0"));
+
+    // Older than the expectation: the create goes out again, and the memory is dropped.
+    let old = Memory {
+        service_created: Some(now - SERVICE_EXPECTATION),
+        ..Memory::default()
+    };
+    let d = decide_at(&job, &[], None, &old, now);
+    assert!(!d.service_expected && d.forget_service);
+    assert!(creates_service(&d.plan));
+
+    // Never created by this process: nothing expected, nothing to forget.
+    let d = decide_at(&job, &[], None, &Memory::default(), now);
+    assert!(!d.service_expected && !d.forget_service && creates_service(&d.plan));
+}
+
+#[test]
+fn a_cached_service_ends_the_expectation() {
+    let job = two_task_job();
+    let now = Instant::now();
+    let first = decide_at(&job, &[], None, &Memory::default(), now);
+    let (_, service) = created(&first.plan, "Pending");
+    let memory = Memory {
+        service_created: Some(now),
+        ..Memory::default()
+    };
+    let d = decide_at(&job, &[], service.as_ref(), &memory, now);
+    assert!(!d.service_expected && d.forget_service);
+}
+
+#[test]
+fn a_status_write_of_counts_alone_is_held_for_a_second_after_the_last_write() {
+    let mut job = two_task_job();
+    let now = Instant::now();
+    let first = decide_at(&job, &[], None, &Memory::default(), now);
+    job.status = first.plan.status.clone();
+    let (mut pods, service) = created(&first.plan, "Pending");
+    let starting = decide_at(&job, &pods, service.as_ref(), &Memory::default(), now);
+    job.status = starting.plan.status.clone();
+    // One pod of three runs: the counts change, the phase does not.
+    if let Some(s) = pods[0].status.as_mut() {
+        s.phase = Some("Running".into());
+    }
+    let plain = decide_at(&job, &pods, service.as_ref(), &Memory::default(), now);
+    let status = plain.plan.status.clone().expect("the counts change");
+    assert!(
+        plain.plan.transition.is_none() && planner::counts_only(job.status.as_ref(), &status),
+        "the scenario is a counts-only change: {}",
+        plain.plan.summary()
+    );
+    assert_eq!(plain.held_counts, None, "no earlier write: it goes now");
+
+    let written = |ago| Memory {
+        status_written: Some(now - ago),
+        ..Memory::default()
+    };
+    let held = decide_at(
+        &job,
+        &pods,
+        service.as_ref(),
+        &written(Duration::from_millis(300)),
+        now,
+    );
+    assert_eq!(held.held_counts, Some(Duration::from_millis(700)));
+    assert_eq!(held.plan.status, None);
+    assert_eq!(held.wake(), Some(Duration::from_millis(700)));
+    assert_eq!(
+        held.requeue(Duration::from_secs(60)),
+        Requeue::After(Duration::from_millis(700))
+    );
+    let due = decide_at(
+        &job,
+        &pods,
+        service.as_ref(),
+        &written(COUNTS_WRITE_INTERVAL * 2),
+        now,
+    );
+    assert_eq!(due.held_counts, None);
+    assert_eq!(due.plan.status, Some(status));
+}
+
+#[test]
+fn a_phase_change_is_never_held() {
+    let job = two_task_job();
+    let now = Instant::now();
+    let memory = Memory {
+        status_written: Some(now),
+        ..Memory::default()
+    };
+    let d = decide_at(&job, &[], None, &memory, now);
+    assert!(d.plan.transition.is_some());
+    assert!(d.plan.status.is_some() && d.held_counts.is_none());
+}
+
+#[test]
+fn the_requeue_meets_deadlines_waits_for_capacity_and_follows_a_spec_patch() {
+    let base = Decision {
+        plan: Plan::default(),
+        service_expected: false,
+        forget_service: false,
+        held_counts: None,
+        waiting: false,
+    };
+    let sync = Duration::from_secs(60);
+    assert_eq!(base.requeue(sync), Requeue::After(sync));
+    assert_eq!(base.wake(), None);
+    let mut deadline = base.clone();
+    deadline.plan.wake_after = Some(Duration::from_secs(5));
+    assert_eq!(
+        deadline.requeue(sync),
+        Requeue::After(Duration::from_secs(5))
+    );
+    assert_eq!(deadline.wake(), Some(Duration::from_secs(5)));
+    let mut waiting = base.clone();
+    waiting.waiting = true;
+    assert_eq!(waiting.requeue(sync), Requeue::After(WAITING_RETRY));
+    waiting.held_counts = Some(Duration::from_millis(10));
+    assert_eq!(
+        waiting.requeue(sync),
+        Requeue::After(Duration::from_millis(10))
+    );
+    let mut patch = base;
+    patch.plan.spec_patch = Some(json!([]));
+    assert_eq!(patch.requeue(sync), Requeue::AwaitChange);
+}
+
+#[test]
+fn a_pod_refused_as_invalid_fails_the_job_and_is_not_an_error_to_retry() {
+    let job = two_task_job();
+    let pod = |name: &str| Target::Pod(name.into());
+    let writes = [
+        Write {
+            verb: Verb::Create,
+            target: pod("j-learner-0"),
+            ended: Ended::Failed {
+                code: Some(422),
+                message: "spec.containers[0].image: Required value".into(),
+            },
+        },
+        Write {
+            verb: Verb::Create,
+            target: pod("j-collector-0"),
+            ended: Ended::Done,
+        },
+    ];
+    let s = settle(&job, &writes);
+    assert_eq!(
+        s.invalid.as_deref(),
+        Some("pod j-learner-0 failed to create: spec.containers[0].image: Required value")
+    );
+    assert_eq!(s.failed, [0]);
+    assert!(!s.error, "the job fails instead of retrying");
+    let failed = refused(&job, s.invalid.clone().unwrap_or_default(), &wall(3));
+    assert_eq!(
+        failed.transition.as_ref().map(|t| t.to),
+        Some(crate::api::Phase::Failed)
+    );
+
+    // Another failure besides it: the pass is an error too.
+    let mut more = writes.to_vec();
+    more.push(Write {
+        verb: Verb::Delete,
+        target: pod("old"),
+        ended: Ended::Failed {
+            code: Some(500),
+            message: "etcd".into(),
+        },
+    });
+    let s = settle(&job, &more);
+    assert!(s.error && s.invalid.is_some());
+    assert_eq!(s.failed, [0, 2]);
+}
+
+#[test]
+fn writes_that_find_their_goal_met_are_not_failures() {
+    let job = two_task_job();
+    let w = |verb, target, code| Write {
+        verb,
+        target,
+        ended: Ended::Failed {
+            code: Some(code),
+            message: "x".into(),
+        },
+    };
+    let s = settle(
+        &job,
+        &[
+            w(Verb::Create, Target::Service("di-j".into()), 409),
+            w(Verb::Delete, Target::Pod("a".into()), 404),
+            w(Verb::Delete, Target::Pod("b".into()), 409),
+            Write {
+                verb: Verb::Create,
+                target: Target::Pod("c".into()),
+                ended: Ended::Found,
+            },
+        ],
+    );
+    assert_eq!(s, Settled::default());
+    // A pod create refused by a mutator is a failure, with its own Event.
+    let s = settle(
+        &job,
+        &[Write {
+            verb: Verb::Create,
+            target: Target::Pod("c".into()),
+            ended: Ended::Refused("denied".into()),
+        }],
+    );
+    assert!(s.error);
+    assert_eq!(s.events[0].0.reason, "MutatorFailed");
+    assert_eq!(s.events[0].0.message, "pod c was not created: denied");
+}
+
+#[test]
+fn each_notice_is_recorded_once_per_job_and_at_most_sixty_four() {
+    let notice = |m: String| JobEvent {
+        type_: EventType::Warning,
+        reason: "RankIgnored",
+        message: m,
+    };
+    let mut memory = Memory::default();
+    let first = fresh_notices(&mut memory, &[notice("a".into()), notice("a".into())]);
+    assert_eq!(first.len(), 1);
+    assert!(fresh_notices(&mut memory, &[notice("a".into())]).is_empty());
+    let many: Vec<JobEvent> = (0..100).map(|i| notice(format!("n{i}"))).collect();
+    assert_eq!(
+        fresh_notices(&mut memory, &many).len(),
+        MAX_NOTICES_PER_JOB - 1
+    );
+    assert_eq!(memory.notices.len(), MAX_NOTICES_PER_JOB);
+}
