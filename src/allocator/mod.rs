@@ -25,6 +25,7 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Api, Client};
 
+use crate::clock::{Clock, SystemClock};
 use crate::metrics::{AllocationLabels, Metrics};
 use crate::plugin::registry::PluginRegistry;
 use crate::plugin::{self, NativePolicy, PluginError, PolicyError, SchedulingPolicy};
@@ -56,29 +57,6 @@ const PLUGIN_TRIES: usize = 3;
 
 /// The fallback reason (`diorch_allocator_fallbacks_total{result}`) when every try went stale.
 const CONTENDED: &str = "Contended";
-
-/// Where the allocator reads the time: the wall clock in the operator, virtual time in the
-/// policy simulator (`diorch simulate`), so both run the same admission and re-plan rules.
-/// Call latencies (metrics) are always wall time.
-pub trait Clock: Send + Sync + std::fmt::Debug {
-    /// Monotonic time: reservation ages and re-plan rate limits.
-    fn now(&self) -> Instant;
-    /// Calendar time: job ages from their creation timestamps.
-    fn wall(&self) -> jiff::Timestamp;
-}
-
-/// The machine's clocks.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct SystemClock;
-
-impl Clock for SystemClock {
-    fn now(&self) -> Instant {
-        Instant::now()
-    }
-    fn wall(&self) -> jiff::Timestamp {
-        jiff::Timestamp::now()
-    }
-}
 
 /// How the allocator chooses a policy and re-plans.
 #[derive(Clone, Debug)]

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::clock::{Clock, SystemClock};
 use crate::events::Recorder;
 use futures::{FutureExt, StreamExt, future};
 use k8s_openapi::api::core::v1::{ObjectReference, Pod, Service};
@@ -56,6 +57,8 @@ pub struct Settings {
     pub reporter: String,
     /// Whether this replica leads: only the leader reconciles (the caches stay warm anyway).
     pub leader: crate::leader::Leadership,
+    /// Where the decision step's time comes from (virtual in tests).
+    pub clock: Arc<dyn Clock>,
 }
 
 impl Default for Settings {
@@ -68,6 +71,7 @@ impl Default for Settings {
             concurrency: 32,
             reporter: labels::OPERATOR_NAME.to_string(),
             leader: crate::leader::Leadership::always(),
+            clock: Arc::new(SystemClock),
         }
     }
 }
@@ -522,7 +526,7 @@ async fn reconcile_inner(job: &DIJob, ctx: &Context) -> Result<Requeue, Error> {
         .services
         .get(&ObjectRef::new(&naming::service_name(&name)).within(&namespace));
     let admission = ctx.placement.consult(job).await;
-    let now = Time(jiff::Timestamp::now());
+    let now = Time(ctx.settings.clock.wall());
     let decision = step::decide(
         &step::Input {
             job,
@@ -532,7 +536,7 @@ async fn reconcile_inner(job: &DIJob, ctx: &Context) -> Result<Requeue, Error> {
                 admission: admission.as_ref(),
             },
             memory: &ctx.recall(&key),
-            now: Instant::now(),
+            now: ctx.settings.clock.now(),
             wall: &now,
         },
         &ctx.settings.build,
@@ -722,7 +726,8 @@ async fn write_status<'a>(
     let patch = Patch::Merge(&patch);
     match bounded(jobs.patch_status(name, &params, &patch)).await {
         Ok(written) => {
-            ctx.remember(&job_key(job), |m| m.status_written = Some(Instant::now()));
+            let at = ctx.settings.clock.now();
+            ctx.remember(&job_key(job), |m| m.status_written = Some(at));
             Ok(Some(Cow::Owned(DIJob {
                 metadata: written.metadata,
                 // Unchanged: a status write cannot change the spec.
@@ -873,7 +878,8 @@ async fn execute(ctx: &Context, job: &DIJob, key: &ObjectKey, plan: &Plan) -> Ou
                     let name = svc.metadata.name.clone().unwrap_or_default();
                     let result = bounded(services.create(&crate::writes::post_params(), svc)).await;
                     if result.is_ok() {
-                        ctx.remember(key, |m| m.service_created = Some(Instant::now()));
+                        let at = ctx.settings.clock.now();
+                        ctx.remember(key, |m| m.service_created = Some(at));
                     }
                     Write {
                         verb: Verb::Create,

@@ -3,8 +3,11 @@
 //! reconcile planner (statuses, pods, phases), with the API server, the kubelet and the
 //! workload played here.
 //!
-//! Each reconcile is what the controller's executor does without I/O: ask the allocator, plan,
-//! apply the status and the pod writes, again until nothing changes. Pods start `pod_start`
+//! Each reconcile is the controller's own decision step (`diorch_core::step`, as the executor
+//! calls it) with the writes performed here instead of by the API server: ask the allocator,
+//! decide, apply the status and the pod writes, settle their outcomes, again until nothing
+//! changes; a job is woken again when its decision can change with no event (held counts, a
+//! deadline). Pods start `pod_start`
 //! after they are created; a job does work at its throughput while it is Running, and its pods
 //! succeed when the work is done. Re-plans run every `optimize_period` of virtual time, and with
 //! `replan_after_end` also a second after a job ends, as the operator's re-plan loop does. Jobs that ended are deleted at
@@ -29,7 +32,8 @@ use kube::runtime::watcher::Event;
 use serde_json::json;
 
 use super::input::{Cluster, Trace};
-use crate::allocator::{Allocator, Clock, Policies, Settings};
+use crate::allocator::{Allocator, Policies, Settings};
+use crate::clock::Clock;
 use crate::metrics::Metrics;
 use crate::plugin::{Job, JobPlan, NativePolicy, PluginError, PolicyError, SchedulingPolicy};
 use diorch_core::api::{DIJob, Phase};
@@ -38,8 +42,9 @@ use diorch_core::cached::{CachedCondition, CachedJob, CachedPod, CachedPodStatus
 use diorch_core::key::ObjectKey;
 use diorch_core::model::UsagePod;
 use diorch_core::placement::{Admission, needs_allocation};
-use diorch_core::planner::{self, Action, Observed};
+use diorch_core::planner::{Action, Observed, Plan};
 use diorch_core::resources::{GPU, Resources};
+use diorch_core::step::{self, Decision, Ended, Memory, Target, Verb, Write};
 
 /// Most reconcile passes one job gets per wake-up: a planner that keeps changing its mind is a
 /// bug, and the run stops with it instead of looping.
@@ -102,6 +107,9 @@ pub struct Options {
     /// `optimize_period`). Off by default: on a large cluster that is a pass every few seconds
     /// of virtual time, most of a run's cost, for what the periodic pass mostly does anyway.
     pub replan_after_end: bool,
+    /// Keep every reconcile pass (what it saw and decided) in [`Run::passes`]: for the test that
+    /// the executor decides the same from the same observations.
+    pub record_passes: bool,
 }
 
 impl Default for Options {
@@ -113,6 +121,7 @@ impl Default for Options {
             fallback: NativePolicy::BinPack,
             sample_every: Duration::from_secs(60),
             replan_after_end: false,
+            record_passes: false,
         }
     }
 }
@@ -177,6 +186,25 @@ pub struct Run {
     /// Pods created on a node without room for them yet, which waited unbound (a job moving
     /// onto room another job of the same re-plan was leaving).
     pub bind_waits: u64,
+    /// Every reconcile pass, with [`Options::record_passes`].
+    pub passes: Vec<Pass>,
+}
+
+/// One reconcile pass of the simulation: what it observed and what the decision step made of it.
+#[derive(Clone, Debug)]
+pub struct Pass {
+    pub job: DIJob,
+    pub pods: Vec<CachedPod>,
+    pub service: Option<CachedService>,
+    pub admission: Option<Admission>,
+    pub memory: Memory,
+    pub now: Instant,
+    pub wall: Time,
+    pub decision: Decision,
+    /// How the pass's pod and service writes ended.
+    pub writes: Vec<Write>,
+    /// The plan that failed the job after a pod was refused as invalid.
+    pub refused: Option<Plan>,
 }
 
 /// Virtual time, read by the allocator through [`Clock`].
@@ -302,6 +330,8 @@ enum Ev {
     Optimize(bool),
     /// The trace's node event at this index.
     Node(usize),
+    /// A job whose decision can change with no event (held counts, a deadline) is looked at.
+    Wake(usize),
     Sample,
 }
 
@@ -310,7 +340,7 @@ impl Ev {
     fn drives(self) -> bool {
         matches!(
             self,
-            Ev::Arrive(_) | Ev::PodsUp(..) | Ev::Finish(..) | Ev::Node(_)
+            Ev::Arrive(_) | Ev::PodsUp(..) | Ev::Finish(..) | Ev::Node(_) | Ev::Wake(_)
         )
     }
 }
@@ -332,6 +362,10 @@ struct SimJob {
     generation: u64,
     /// Collector counts already reported as profilings.
     reported: BTreeSet<u32>,
+    /// What the decision step remembers of the job between passes.
+    memory: Memory,
+    /// When the next [`Ev::Wake`] of the job is due (a later one pending is stale).
+    wake_at: Option<u64>,
 }
 
 struct Sim<'a> {
@@ -380,6 +414,7 @@ struct Sim<'a> {
     /// When the re-plan a job's end asked for runs.
     replan_at: Option<u64>,
     ended: usize,
+    passes: Option<Vec<Pass>>,
 }
 
 /// Runs `trace` on `cluster` with `choice` and returns what happened.
@@ -502,6 +537,7 @@ pub async fn run_with_progress(
         open: 0,
         replan_at: None,
         ended: 0,
+        passes: options.record_passes.then(Vec::new),
     };
     for (i, tj) in trace.jobs.iter().enumerate() {
         let spec_json = serde_json::to_string(&tj.dijob.spec).map_err(|e| SimError::Job {
@@ -555,6 +591,7 @@ pub async fn run_with_progress(
         calls,
         overcommits: sim.overcommits,
         bind_waits: sim.bind_waits,
+        passes: sim.passes.unwrap_or_default(),
     })
 }
 
@@ -641,6 +678,12 @@ impl Sim<'_> {
                     self.allocator.optimize_once().await;
                     if periodic {
                         self.push(at + ms(self.options.optimize_period), Ev::Optimize(true));
+                    }
+                }
+                Ev::Wake(i) => {
+                    if self.jobs[i].wake_at == Some(at) && !self.jobs[i].ended {
+                        self.jobs[i].wake_at = None;
+                        self.reconcile(i).await?;
                     }
                 }
                 Ev::Node(index) => {
@@ -819,17 +862,35 @@ impl Sim<'_> {
                     r.fallbacks += 1;
                 }
             }
-            let now = Time(VirtualClock::wall_at(self.now));
-            let plan = {
+            let wall = Time(VirtualClock::wall_at(self.now));
+            let now = self.clock.now();
+            let decision = {
                 let sj = &self.jobs[i];
-                let observed = Observed {
-                    pods: sj.pods.values().collect(),
-                    service: sj.service.as_ref(),
-                    admission: admission.as_ref(),
+                let input = step::Input {
+                    job: &job,
+                    observed: Observed {
+                        pods: sj.pods.values().collect(),
+                        service: sj.service.as_ref(),
+                        admission: admission.as_ref(),
+                    },
+                    memory: &sj.memory,
+                    now,
+                    wall: &wall,
                 };
-                planner::plan(&job, &observed, &self.ctx, &now)
+                step::decide(&input, &self.ctx)
             };
-            if plan.spec_patch.is_some() {
+            let memory = self.jobs[i].memory.clone();
+            let seen = self.passes.is_some().then(|| {
+                let sj = &self.jobs[i];
+                (sj.pods.values().cloned().collect(), sj.service.clone())
+            });
+            if decision.forget_service {
+                self.jobs[i].memory.service_created = None;
+            }
+            if let Some(wake) = decision.wake() {
+                self.wake(i, wake);
+            }
+            if decision.plan.spec_patch.is_some() {
                 return Err(SimError::Job {
                     job: job.metadata.name.clone().unwrap_or_default(),
                     message:
@@ -838,36 +899,84 @@ impl Sim<'_> {
                 });
             }
             let mut changed = false;
-            if let Some(status) = plan.status {
+            if let Some(status) = decision.plan.status.clone() {
                 changed = true;
-                if let Some(j) = self.jobs[i].job.as_mut() {
-                    j.status = Some(status);
-                }
+                self.write_status(i, status, now);
             }
             let mut freed = false;
-            for action in plan.actions {
+            let mut writes = Vec::new();
+            for action in decision.plan.actions.iter().cloned() {
                 match action {
                     Action::CreatePod(pod) => {
-                        changed = true;
-                        self.create_pod(i, *pod).await;
+                        let name = pod.metadata.name.clone().unwrap_or_default();
+                        let ended = self.create_pod(i, *pod).await;
+                        changed |= ended == Ended::Done;
+                        writes.push(Write {
+                            verb: Verb::Create,
+                            target: Target::Pod(name),
+                            ended,
+                        });
                     }
                     Action::DeletePod { name, .. } => {
                         changed = true;
                         freed |= self.delete_pod(i, &name).await;
+                        writes.push(Write {
+                            verb: Verb::Delete,
+                            target: Target::Pod(name),
+                            ended: Ended::Done,
+                        });
                     }
                     Action::CreateService(svc) => {
                         changed = true;
+                        let name = svc.metadata.name.clone().unwrap_or_default();
                         self.jobs[i].service = Some(CachedService {
                             metadata: svc.metadata,
                         });
+                        self.jobs[i].memory.service_created = Some(now);
+                        writes.push(Write {
+                            verb: Verb::Create,
+                            target: Target::Service(name),
+                            ended: Ended::Done,
+                        });
                     }
-                    Action::DeleteService { .. } => {
+                    Action::DeleteService { name, .. } => {
                         changed = true;
                         self.jobs[i].service = None;
+                        writes.push(Write {
+                            verb: Verb::Delete,
+                            target: Target::Service(name),
+                            ended: Ended::Done,
+                        });
                     }
                     // No gang scheduler in the simulated cluster.
                     Action::EnsurePodGroup(_) => {}
                 }
+            }
+            let settled = step::settle(&job, &writes);
+            let mut refused = None;
+            if let Some(message) = settled.invalid {
+                // The job as this pass's status write left it, as the executor plans from.
+                let latest = self.jobs[i].job.clone().unwrap_or(job.clone());
+                let failed = step::refused(&latest, message, &wall);
+                if let Some(status) = failed.status.clone() {
+                    changed = true;
+                    self.write_status(i, status, now);
+                }
+                refused = Some(failed);
+            }
+            if let (Some(passes), Some((pods, service))) = (self.passes.as_mut(), seen) {
+                passes.push(Pass {
+                    job: job.clone(),
+                    pods,
+                    service,
+                    admission: admission.clone(),
+                    memory,
+                    now,
+                    wall: wall.clone(),
+                    decision: decision.clone(),
+                    writes,
+                    refused,
+                });
             }
             if changed {
                 self.store(i);
@@ -883,6 +992,24 @@ impl Sim<'_> {
         Err(SimError::NoFixpoint {
             job: self.jobs[i].result.name.clone(),
         })
+    }
+
+    /// The job's status written, as the API server would store it.
+    fn write_status(&mut self, i: usize, status: diorch_core::api::DIJobStatus, now: Instant) {
+        if let Some(j) = self.jobs[i].job.as_mut() {
+            j.status = Some(status);
+        }
+        self.jobs[i].memory.status_written = Some(now);
+    }
+
+    /// Looks at job `i` again `after` from now (the earliest such wake wins).
+    fn wake(&mut self, i: usize, after: Duration) {
+        let at = self.now.saturating_add(ms(after).max(1));
+        if self.jobs[i].wake_at.is_some_and(|pending| pending <= at) {
+            return;
+        }
+        self.jobs[i].wake_at = Some(at);
+        self.push(at, Ev::Wake(i));
     }
 
     /// Records what the reconcile left: start, end, progress.
@@ -996,7 +1123,12 @@ impl Sim<'_> {
         self.store(i);
     }
 
-    async fn create_pod(&mut self, i: usize, mut pod: Pod) {
+    /// Creates `pod` as the API server and the scheduler would; a pod the API server would
+    /// refuse as invalid (a container without an image) is refused here too.
+    async fn create_pod(&mut self, i: usize, mut pod: Pod) -> Ended {
+        if let Some(refusal) = invalid_pod(&pod) {
+            return refusal;
+        }
         self.next_uid += 1;
         pod.metadata.uid = Some(format!("pod-{}", self.next_uid));
         pod.metadata.creation_timestamp = Some(Time(VirtualClock::wall_at(self.now)));
@@ -1052,6 +1184,7 @@ impl Sim<'_> {
         }
         self.jobs[i].pods.insert(name, cached);
         self.restart_clock(i);
+        Ended::Done
     }
 
     /// The job's pods changed: its work pauses, and its pods are started `pod_start` from now
@@ -1340,6 +1473,22 @@ impl Sim<'_> {
 }
 
 /// Sets a job's work rate, keeping the count of running jobs (rate above 0) in step.
+/// The API server's answer to a pod with a container without an image (its validation's
+/// words): 422 Invalid.
+fn invalid_pod(pod: &Pod) -> Option<Ended> {
+    let containers = pod.spec.as_ref().map(|s| s.containers.as_slice())?;
+    let index = containers
+        .iter()
+        .position(|c| c.image.as_deref().is_none_or(str::is_empty))?;
+    let name = pod.metadata.name.as_deref().unwrap_or_default();
+    Some(Ended::Failed {
+        code: Some(422),
+        message: format!(
+            "Pod \"{name}\" is invalid: spec.containers[{index}].image: Required value"
+        ),
+    })
+}
+
 fn set_rate(running: &mut u64, rate: &mut f64, to: f64) {
     match (*rate > 0.0, to > 0.0) {
         (false, true) => *running += 1,

@@ -117,6 +117,7 @@ impl SimulateArgs {
             fallback: NativePolicy::from(self.fallback),
             sample_every: Duration::from_secs(self.sample_every),
             replan_after_end: self.replan_after_end,
+            record_passes: false,
         })
     }
 }

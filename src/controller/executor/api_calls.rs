@@ -47,6 +47,8 @@ use diorch_core::cached::{CachedPod, CachedService};
 use diorch_core::planner::{self, Action, Observed};
 use diorch_core::step::WAITING_RETRY;
 
+mod same_decisions;
+
 const JOB_UID: &str = "job-uid";
 const SVC_UID: &str = "svc-uid";
 const SYNC: Duration = Duration::from_secs(60);
