@@ -9,13 +9,13 @@ use std::sync::Arc;
 
 use tracing::{info, warn};
 
-use crate::allocator::Allocator;
+use crate::allocator::{Allocator, BuiltinPolicy};
 use crate::cluster::{ClusterArgs, Connection, preflight};
 use crate::controller::executor::{self, Settings};
 use crate::flags::{BindAddress, parse_bind_address, parse_duration};
 use crate::metrics::Metrics;
 use crate::plugin::registry::PluginRegistry;
-use crate::plugin::{HostConfig, Limits, NativePolicy, PluginHost};
+use crate::plugin::{HostConfig, Limits, PluginHost};
 use diorch_core::build::{BuildContext, Gang, GangKind};
 use futures::StreamExt as _;
 
@@ -185,32 +185,11 @@ pub struct RunArgs {
     pub leader: crate::leader::LeaderArgs,
 }
 
-/// The built-in policies.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum BuiltinPolicy {
-    /// Fill the fullest nodes first (keeps whole GPU nodes free).
-    Binpack,
-    /// One replica per node where possible.
-    Spread,
-    /// Bin-pack, and re-size collectors from reported throughput (docs/profilings.md).
-    Goodput,
-}
-
 /// `--gang-scheduler`'s values, listed in `--help` (the core's type has no clap derive).
 fn gang_kind_parser() -> impl clap::builder::TypedValueParser<Value = GangKind> {
     use clap::builder::TypedValueParser as _;
     clap::builder::PossibleValuesParser::new(GangKind::ALL.map(GangKind::as_str))
         .try_map(|name: String| name.parse::<GangKind>())
-}
-
-impl From<BuiltinPolicy> for NativePolicy {
-    fn from(p: BuiltinPolicy) -> NativePolicy {
-        match p {
-            BuiltinPolicy::Binpack => NativePolicy::BinPack,
-            BuiltinPolicy::Spread => NativePolicy::Spread,
-            BuiltinPolicy::Goodput => NativePolicy::Goodput,
-        }
-    }
 }
 
 impl RunArgs {

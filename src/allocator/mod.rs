@@ -58,6 +58,28 @@ const PLUGIN_TRIES: usize = 3;
 /// The fallback reason (`diorch_allocator_fallbacks_total{result}`) when every try went stale.
 const CONTENDED: &str = "Contended";
 
+/// The built-in policies, as the `--builtin-policy` and `diorch simulate --fallback` flags
+/// name them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum BuiltinPolicy {
+    /// Fill the fullest nodes first (keeps whole GPU nodes free).
+    Binpack,
+    /// One replica per node where possible.
+    Spread,
+    /// Bin-pack, and re-size collectors from reported throughput (docs/profilings.md).
+    Goodput,
+}
+
+impl From<BuiltinPolicy> for NativePolicy {
+    fn from(p: BuiltinPolicy) -> NativePolicy {
+        match p {
+            BuiltinPolicy::Binpack => NativePolicy::BinPack,
+            BuiltinPolicy::Spread => NativePolicy::Spread,
+            BuiltinPolicy::Goodput => NativePolicy::Goodput,
+        }
+    }
+}
+
 /// How the allocator chooses a policy and re-plans.
 #[derive(Clone, Debug)]
 pub struct Settings {

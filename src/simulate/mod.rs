@@ -60,8 +60,8 @@ pub struct SimulateArgs {
     pub pod_start: u64,
     /// The built-in policy that serves when a component fails, as the operator's
     /// --builtin-policy.
-    #[arg(long, value_enum, default_value_t = crate::operator::BuiltinPolicy::Binpack)]
-    pub fallback: crate::operator::BuiltinPolicy,
+    #[arg(long, value_enum, default_value_t = crate::allocator::BuiltinPolicy::Binpack)]
+    pub fallback: crate::allocator::BuiltinPolicy,
     /// Also re-plan a second after each job ends, as the operator does. Closer to the
     /// operator, and much slower on large clusters (a pass every few seconds of virtual time).
     #[arg(long)]
