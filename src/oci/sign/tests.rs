@@ -241,8 +241,7 @@ fn openssl_p256_sec1_key_loads_and_matches_its_signature() {
 #[test]
 fn fingerprint_is_sha256_of_spki() {
     let key = PublicKey::from_pem(OPENSSL_P256_PUB.as_bytes()).expect("parse");
-    let der =
-        SubjectPublicKeyInfoDer::from_pem_slice(OPENSSL_P256_PUB.as_bytes()).expect("der");
+    let der = SubjectPublicKeyInfoDer::from_pem_slice(OPENSSL_P256_PUB.as_bytes()).expect("der");
     assert_eq!(
         key.fingerprint(),
         format!("sha256:{}", hex(&Sha256::digest(der.as_ref())))
@@ -436,8 +435,7 @@ fn payload_naming_another_digest_refused() {
 
 #[test]
 fn payload_with_wrong_type_or_shape_refused() {
-    let payload =
-        String::from_utf8(simple_signing_payload("ghcr.io/a/b", DIGEST)).expect("utf8");
+    let payload = String::from_utf8(simple_signing_payload("ghcr.io/a/b", DIGEST)).expect("utf8");
     let wrong_type = payload.replace(
         "cosign container image signature",
         "atomic container signature",

@@ -59,8 +59,7 @@ fn the_default_set_needs_no_grant() {
         s["topologySpreadConstraints"] = json!([{"maxSkew": 1}]);
         // Another term, still pinned.
         s["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
-            [0]["matchExpressions"] =
-            json!([{"key": "zone", "operator": "In", "values": ["a"]}]);
+            [0]["matchExpressions"] = json!([{"key": "zone", "operator": "In", "values": ["a"]}]);
         s["volumes"].as_array_mut().unwrap().extend([
             json!({"name": "data", "persistentVolumeClaim": {"claimName": "d"}}),
             json!({"name": "cfg", "configMap": {"name": "c"}}),
@@ -180,10 +179,7 @@ fn each_dangerous_field_needs_its_grant_and_is_named() {
         ),
         (
             // Dropping fewer capabilities gives some back.
-            |p| {
-                p["spec"]["containers"][0]["securityContext"]["capabilities"]["drop"] =
-                    json!([])
-            },
+            |p| p["spec"]["containers"][0]["securityContext"]["capabilities"]["drop"] = json!([]),
             Grant::Capabilities,
             "capabilities.drop",
         ),
@@ -207,8 +203,7 @@ fn each_dangerous_field_needs_its_grant_and_is_named() {
         ),
         (
             |p| {
-                p["spec"]["containers"][0]["ports"] =
-                    json!([{"containerPort": 80, "hostPort": 80}])
+                p["spec"]["containers"][0]["ports"] = json!([{"containerPort": 80, "hostPort": 80}])
             },
             Grant::HostNetwork,
             "spec.containers[di-container].ports[80]",
@@ -249,10 +244,7 @@ fn each_dangerous_field_needs_its_grant_and_is_named() {
             "changed spec.containers[di-container].command",
         ),
         (
-            |p| {
-                p["spec"]["containers"][0]["livenessProbe"] =
-                    json!({"exec": {"command": ["sh"]}})
-            },
+            |p| p["spec"]["containers"][0]["livenessProbe"] = json!({"exec": {"command": ["sh"]}}),
             Grant::Command,
             "livenessProbe",
         ),
@@ -341,10 +333,7 @@ fn the_operators_fields_need_a_grant_nobody_has() {
             "removed metadata.annotations[diengine/rank]",
         ),
         (
-            |p| {
-                p["metadata"]["annotations"]["scheduling.k8s.io/group-name"] =
-                    json!("other-job")
-            },
+            |p| p["metadata"]["annotations"]["scheduling.k8s.io/group-name"] = json!("other-job"),
             "scheduling.k8s.io/group-name",
         ),
         (

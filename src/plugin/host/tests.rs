@@ -3,8 +3,8 @@
 use super::*;
 use wasm_encoder::{
     CodeSection, ComponentBuilder, ComponentExportKind, ExportKind, ExportSection, Function,
-    FunctionSection, Instruction, MemorySection, MemoryType, Module, PrimitiveValType,
-    TypeSection, ValType,
+    FunctionSection, Instruction, MemorySection, MemoryType, Module, PrimitiveValType, TypeSection,
+    ValType,
 };
 
 /// A component of `instances` core instances of one module, each with its own memory
