@@ -1,0 +1,144 @@
+//! The planner's allocation rules: the allocation a preemptible job is planned from, the
+//! `Allocated` condition, and the Events of a placement, a resize or a wait for capacity.
+//!
+//! Owns: how an admission shows in the status. Must not touch: the admission itself (the
+//! allocator's) or the phase machine (the parent's).
+
+use super::*;
+
+impl Planner<'_> {
+    /// The allocation `status.allocation` holds (empty when none).
+    pub(super) fn status_allocation(&self) -> RankNodes {
+        RankNodes::new(self.status.allocation.clone().unwrap_or_default())
+    }
+
+    /// Records a new allocation with its condition and Event.
+    pub(super) fn allocated(
+        &mut self,
+        allocation: RankNodes,
+        by: &str,
+        fallback: Option<&str>,
+        replan: bool,
+    ) {
+        let mut per_node: BTreeMap<&str, usize> = BTreeMap::new();
+        for node in allocation.as_slice().iter().filter(|n| !n.is_empty()) {
+            *per_node.entry(node).or_default() += 1;
+        }
+        let spread = per_node
+            .iter()
+            .map(|(node, n)| format!("{node}×{n}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let message = if replan {
+            let before = self.status_allocation();
+            let moved = allocation
+                .as_slice()
+                .iter()
+                .enumerate()
+                .filter(|(r, n)| !n.is_empty() && before.as_slice().get(*r) != Some(n))
+                .count();
+            format!("re-planned by {by}: {moved} replicas move; now on {spread}")
+        } else {
+            format!("placed by {by} on {spread}")
+        };
+        self.status.allocation = Some(allocation.into());
+        self.plan.allocated = true;
+        if let Some(why) = fallback {
+            // The plugin's error text: bounded before it reaches the Event.
+            self.plan.events.push(JobEvent {
+                type_: EventType::Warning,
+                reason: "PolicyFallback",
+                message: clip(
+                    &format!("{why}; the built-in policy {by} placed the job instead"),
+                    MAX_MESSAGE_BYTES,
+                ),
+            });
+        }
+        self.plan.events.push(JobEvent {
+            type_: EventType::Normal,
+            reason: if replan {
+                "JobReallocated"
+            } else {
+                "JobAllocated"
+            },
+            message: message.clone(),
+        });
+        self.set_allocated_condition("True", "Allocated", message);
+    }
+
+    /// Says what an elastic policy resized the job to.
+    pub(super) fn resized_event(&mut self) {
+        let sizes = self
+            .job
+            .spec
+            .tasks
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                format!(
+                    "{}×{}",
+                    build::task_name(t),
+                    build::task_replicas(self.job, i)
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        self.plan.events.push(JobEvent {
+            type_: EventType::Normal,
+            reason: "JobResized",
+            message: format!("replicas per task are now {sizes}"),
+        });
+    }
+
+    /// Keeps a job that does not fit waiting, saying why (the Event only when the reason changes).
+    pub(super) fn waiting(&mut self, message: &str, by: &str) {
+        // A policy's no-fit text is as long as the policy made it; the policy's name stays
+        // readable at the end however long that is.
+        let by = clip(by, MAX_MESSAGE_BYTES / 4);
+        let suffix = format!(" (policy {by})");
+        let message = format!(
+            "{}{suffix}",
+            clip(message, MAX_MESSAGE_BYTES.saturating_sub(suffix.len()))
+        );
+        let same = self
+            .status
+            .conditions
+            .iter()
+            .flatten()
+            .any(|c| c.type_ == ALLOCATED_CONDITION && c.message.as_deref() == Some(&message));
+        if !same {
+            self.plan.events.push(JobEvent {
+                type_: EventType::Warning,
+                reason: "FailedAllocation",
+                message: message.clone(),
+            });
+            self.set_allocated_condition("False", "Unschedulable", message);
+        }
+    }
+
+    pub(super) fn set_allocated_condition(&mut self, status: &str, reason: &str, message: String) {
+        let message = clip(&message, MAX_MESSAGE_BYTES);
+        let conditions = self.status.conditions.get_or_insert_with(Vec::new);
+        let old = conditions
+            .iter()
+            .position(|c| c.type_ == ALLOCATED_CONDITION)
+            .map(|i| conditions.remove(i));
+        let transitioned = old.as_ref().is_none_or(|c| c.status != status);
+        conditions.insert(
+            0,
+            JobCondition {
+                type_: ALLOCATED_CONDITION.to_string(),
+                status: status.to_string(),
+                reason: Some(reason.to_string()),
+                message: Some(message),
+                last_update_time: Some(self.now.clone()),
+                last_transition_time: if transitioned {
+                    Some(self.now.clone())
+                } else {
+                    old.and_then(|c| c.last_transition_time)
+                },
+                observed_generation: self.job.metadata.generation,
+            },
+        );
+    }
+}
