@@ -22,7 +22,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use super::kubelet::{ClusterArgs, node_name};
+use super::sim_config::{ClusterArgs, node_name};
 use super::sim_pod::{IpPool, PodRun, Script, rfc3339};
 use super::sim_sched::{
     NodeUnfit, Resources, Usage, filter_node, fit_error_message, least_allocated_score,
@@ -1023,7 +1023,7 @@ fn execute(client: kube::Client, req: Req) -> Pin<Box<dyn Future<Output = Done> 
                     .create_subresource::<Binding, Value>(
                         "binding",
                         name,
-                        &crate::post_params(),
+                        &crate::field_manager::post_params(),
                         &binding,
                     )
                     .await
@@ -1039,7 +1039,11 @@ fn execute(client: kube::Client, req: Req) -> Pin<Box<dyn Future<Output = Done> 
                 let (ns, name) = split_key(&key);
                 let api: Api<Pod> = Api::namespaced(client, ns);
                 let result = api
-                    .patch_status(name, &crate::patch_params(), &Patch::Merge(&body))
+                    .patch_status(
+                        name,
+                        &crate::field_manager::patch_params(),
+                        &Patch::Merge(&body),
+                    )
                     .await
                     .map(|_| ());
                 if kubelet {
@@ -1056,7 +1060,10 @@ fn execute(client: kube::Client, req: Req) -> Pin<Box<dyn Future<Output = Done> 
             Req::Event(event) => {
                 let ns = event.metadata.namespace.clone().unwrap_or_default();
                 let api: Api<Event> = Api::namespaced(client, &ns);
-                if let Err(error) = api.create(&crate::post_params(), &event).await {
+                if let Err(error) = api
+                    .create(&crate::field_manager::post_params(), &event)
+                    .await
+                {
                     tracing::debug!(%error, "sandbox cluster: event not written");
                 }
                 Done::Other
