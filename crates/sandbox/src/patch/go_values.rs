@@ -4,8 +4,9 @@
 //!
 //! Formatting and body parsing only: must not know any patch semantics.
 
-use crate::gofmt::go_float;
 use serde_json::Value;
+
+use crate::gofmt::go_float;
 
 /// `%v` of a decoded JSON value.
 pub(super) fn go_v(v: &Value) -> String {

@@ -1,8 +1,9 @@
 //! Tests of PATCH: content types, strategic merge patch of the built-in kinds with every
 //! directive, merge patch and JSON patch with the apiserver's errors.
 
-use super::*;
 use serde_json::{Value, json};
+
+use super::*;
 
 fn smp(kind: &str, original: Value, patch: Value) -> Result<Value, PatchError> {
     let api_version = match kind {

@@ -3,8 +3,9 @@
 //!
 //! Plain data and message rendering; must not validate anything itself.
 
-use serde_json::Value;
 use std::fmt;
+
+use serde_json::Value;
 
 use super::render::render_bad_value;
 

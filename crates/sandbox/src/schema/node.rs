@@ -3,8 +3,9 @@
 //!
 //! Data only: parsing is `compile.rs`, each pass over objects has its own file.
 
-use serde_json::Value;
 use std::collections::BTreeMap;
+
+use serde_json::Value;
 
 #[derive(Debug, Clone)]
 pub(super) enum Additional {

@@ -3,8 +3,9 @@
 //!
 //! Formatting only: must not depend on anything else in the schema engine.
 
-use crate::gofmt::go_float;
 use serde_json::Value;
+
+use crate::gofmt::go_float;
 
 pub(super) fn is_json_integer(f: f64) -> bool {
     f.is_finite() && f.fract() == 0.0 && f.abs() <= 9_007_199_254_740_992.0

@@ -3,8 +3,9 @@
 //!
 //! Leaf checks only: must not recurse into nested values.
 
-use crate::gofmt::go_float;
 use serde_json::Value;
+
+use crate::gofmt::go_float;
 
 use super::formats::format_ok;
 use super::node::Node;

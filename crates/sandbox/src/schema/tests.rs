@@ -1,8 +1,9 @@
 //! Tests of the structural-schema engine: messages, pruning, defaulting, list types, embedded
 //! resources, metadata rules, non-structural schemas, and property tests of the formats.
 
-use super::*;
 use serde_json::json;
+
+use super::*;
 
 fn job_schema() -> StructuralSchema {
     StructuralSchema::compile(&json!({

@@ -3,9 +3,10 @@
 //!
 //! Must not know any kind's columns.
 
+use std::collections::BTreeMap;
+
 use jiff::Timestamp;
 use serde_json::{Map, Value};
-use std::collections::BTreeMap;
 
 use super::duration::human_duration_nanos;
 

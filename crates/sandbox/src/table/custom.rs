@@ -3,10 +3,11 @@
 //!
 //! Must not parse JSONPath itself: that is `jsonpath.rs`.
 
-use crate::gofmt::go_float;
-use crate::registry::PrinterColumn;
 use jiff::Timestamp;
 use serde_json::Value;
+
+use crate::gofmt::go_float;
+use crate::registry::PrinterColumn;
 
 use super::cell::{name, since_ts};
 use super::jsonpath::{find_results, parse_jsonpath};

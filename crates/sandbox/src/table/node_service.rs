@@ -4,9 +4,10 @@
 //!
 //! Cells of these three kinds only.
 
+use std::collections::BTreeSet;
+
 use jiff::Timestamp;
 use serde_json::Value;
-use std::collections::BTreeSet;
 
 use super::cell::{age, format_labels, name, str_of};
 

@@ -4,9 +4,10 @@
 //!
 //! Pod cells only.
 
+use std::collections::BTreeSet;
+
 use jiff::Timestamp;
 use serde_json::Value;
-use std::collections::BTreeSet;
 
 use super::cell::{age, is_present, name, parse_time, since_ts, str_of};
 

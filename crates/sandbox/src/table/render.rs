@@ -4,9 +4,10 @@
 //!
 //! Assembles rows only: which columns and cells a kind has is `columns.rs` and the cell files.
 
-use crate::registry::{PrinterColumn, ResourceInfo};
 use jiff::Timestamp;
 use serde_json::{Map, Value, json};
+
+use crate::registry::{PrinterColumn, ResourceInfo};
 
 use super::cell::{age, map_len, name, rfc3339_or_zero, str_of};
 use super::columns::{Printer, columns_for, printer_for};

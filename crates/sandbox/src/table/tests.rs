@@ -1,14 +1,17 @@
 //! Tests of Table rendering: HumanDuration, the built-in printers' cells, includeObject, the
 //! default and CRD convertors, watch-event Tables and JSONPath.
 
+use std::sync::Arc;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use serde_json::{Value, json};
+
+use crate::registry::{CustomResourceInfo, PrinterColumn, ResourceInfo, builtin_resources};
+
 use super::duration::human_duration_nanos;
 use super::node_service::format_endpoints;
 use super::*;
-use crate::registry::{CustomResourceInfo, PrinterColumn, ResourceInfo, builtin_resources};
-use jiff::Timestamp;
-use serde_json::{Value, json};
-use std::sync::Arc;
-use std::time::Duration;
 
 fn now() -> Timestamp {
     "2025-01-01T12:00:00Z".parse().unwrap()
