@@ -1,6 +1,6 @@
 //! The field manager the simulated cluster (nodes, scheduler, kubelet) writes under, and the
 //! `kube` request parameters that carry it. Owns only these constants; it must not depend on any
-//! other module of the sandbox, so that `lib.rs`, `kubelet.rs` and `sim_loop.rs` can all use it.
+//! other module of the sandbox, so that `lib.rs`, `kubelet.rs` and `sim_loop` can all use it.
 
 /// The field manager of the simulated nodes', scheduler's and kubelet's writes, so that on a real
 /// API server (`serve --attach`) `managedFields` say who wrote what.

@@ -1,7 +1,7 @@
 //! The simulated cluster's configuration and the node objects built from it: `ClusterArgs` (the
 //! `diorch-sandbox serve` flags for nodes and timing) with its label and taint parsers, node
 //! names, manifests and statuses, and `SimError`. Shared by `kubelet.rs` (which registers the
-//! nodes) and `sim_loop.rs` (which runs them), so that neither imports the other's items.
+//! nodes) and `sim_loop` (which runs them), so that neither imports the other's items.
 //!
 //! Pure data and formatting: it must not call the API server or touch the event loop.
 

@@ -1,6 +1,6 @@
-//! `Api`, the REST layer's state (store, registry, compiled CRD schemas and CEL rules, the ClusterIP
-//! pool), its construction with the start-up namespaces and `kubernetes` service, and lookups of
-//! resources and schemas.
+//! `Api`, the REST layer's state (store, registry, compiled CRD schemas and CEL rules, the
+//! ClusterIP pool), its construction with the start-up namespaces and `kubernetes` service, and
+//! lookups of resources and schemas.
 //!
 //! The verbs are `impl Api` blocks in their own files; this one must not implement any.
 
