@@ -1,7 +1,7 @@
 //! CustomResourceDefinition rules of the sandbox API server: defaulting, validation (with the
 //! apiextensions-apiserver's messages), the status its controllers would write (NamesAccepted,
 //! Established, acceptedNames, storedVersions) and the `ResourceInfo`s plus compiled schemas a
-//! CRD serves. Pure functions; registration happens in `api_core.rs`.
+//! CRD serves. Pure functions; registration happens in `api_core` (`api_core/hooks.rs`).
 
 use std::sync::Arc;
 

@@ -4,7 +4,7 @@
 //! events.k8s.io/v1 Event conversion, Secret `stringData`, pod QoS and small validations.
 //!
 //! Pure functions over `serde_json::Value`; no store, no HTTP. Custom resources are handled by
-//! `schema.rs` through `api_core.rs`.
+//! `schema` through `api_core`.
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;

@@ -1,6 +1,6 @@
 //! Kubernetes `Status` errors of the sandbox API server, with the kube-apiserver's exact
 //! reasons, codes and messages (k8s.io/apimachinery/pkg/api/errors). Owns only error values;
-//! HTTP rendering is in `server.rs`.
+//! HTTP rendering is in `server` (`server/response.rs`).
 
 use serde_json::{Map, Value, json};
 

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use crate::{SandboxError, SandboxOptions, auth, kubelet};
+use crate::{SandboxError, SandboxOptions, auth, sim_config};
 
 /// Flags of `diorch-sandbox serve` and `diorch-sandbox demo`.
 #[derive(clap::Args, Clone, Debug)]
@@ -33,7 +33,7 @@ pub struct ServeArgs {
     #[arg(long)]
     pub auth_file: Option<PathBuf>,
     #[command(flatten)]
-    pub cluster: kubelet::ClusterArgs,
+    pub cluster: sim_config::ClusterArgs,
 }
 
 /// `ServeArgs` parsed on their own (as `diorch-sandbox serve` would), for tests.

@@ -20,6 +20,7 @@ pub mod auth;
 pub mod cel;
 pub mod cli;
 pub mod demo;
+mod field_manager;
 pub mod gc;
 pub mod gofmt;
 pub mod kubelet;
@@ -31,6 +32,7 @@ pub mod registry;
 pub mod schema;
 pub mod selector;
 pub mod server;
+mod sim_config;
 pub mod sim_loop;
 pub mod sim_pod;
 pub mod sim_sched;
@@ -40,24 +42,6 @@ pub mod table;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-
-/// The field manager of the simulated nodes', scheduler's and kubelet's writes, so that on a real
-/// API server (`serve --attach`) `managedFields` say who wrote what.
-pub(crate) const FIELD_MANAGER: &str = "diorch-sandbox";
-
-pub(crate) fn post_params() -> kube::api::PostParams {
-    kube::api::PostParams {
-        field_manager: Some(FIELD_MANAGER.to_string()),
-        ..Default::default()
-    }
-}
-
-pub(crate) fn patch_params() -> kube::api::PatchParams {
-    kube::api::PatchParams {
-        field_manager: Some(FIELD_MANAGER.to_string()),
-        ..Default::default()
-    }
-}
 
 /// Why the sandbox could not start.
 #[derive(Debug, thiserror::Error)]
@@ -75,7 +59,7 @@ pub enum SandboxError {
         source: std::io::Error,
     },
     #[error("cannot start the simulated cluster: {0}")]
-    Cluster(#[source] kubelet::SimError),
+    Cluster(#[source] sim_config::SimError),
     #[error("invalid sandbox URL {url}: {reason}")]
     BadUrl { url: String, reason: String },
     #[error("cannot build a client for the sandbox: {0}")]
@@ -127,7 +111,7 @@ pub struct SandboxOptions {
     /// Where to write a kubeconfig for it, if anywhere.
     pub kubeconfig_out: Option<PathBuf>,
     /// The simulated cluster; `None` serves the API alone.
-    pub cluster: Option<kubelet::ClusterArgs>,
+    pub cluster: Option<sim_config::ClusterArgs>,
     /// Tokens and rules TokenReview and SubjectAccessReview answer from (`auth.rs`).
     pub auth: auth::AuthConfig,
 }

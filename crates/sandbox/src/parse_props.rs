@@ -1,5 +1,5 @@
 //! Property tests: every parser of text a client sends the sandbox (selectors, durations in
-//! annotations, quantities, format checks in `schema.rs`) answers any Unicode string with a
+//! annotations, quantities, format checks in `schema/formats.rs`) answers any Unicode string with a
 //! value or an error, never a panic. Strings are drawn both from all of Unicode and from each
 //! parser's own alphabet mixed with multi-byte characters, so the deeper branches are reached.
 

@@ -2,7 +2,7 @@
 //! pod's life, durations, pod IP pools, a running pod's container states and the pod status the
 //! kubelet writes (conditions, container statuses, phases) with real kubelet reasons.
 //!
-//! Owns no I/O; `kubelet.rs` drives these types from watches and timers. Must not touch the API
+//! Owns no I/O; `sim_loop` drives these types from watches and timers. Must not touch the API
 //! server or the sandbox's store.
 
 use std::collections::{BTreeMap, HashSet};

@@ -3,7 +3,7 @@
 //! NodeUnschedulable, TaintToleration, NodeAffinity, NodeResourcesFit), least-allocated scoring
 //! and the `FailedScheduling` message, all over k8s-openapi types.
 //!
-//! Owns no state and does no I/O: the cluster loop in `kubelet.rs` keeps the per-node usage and
+//! Owns no state and does no I/O: the cluster loop in `sim_loop` keeps the per-node usage and
 //! calls these functions. Must not touch the API server or the sandbox's store.
 
 use std::collections::BTreeMap;
