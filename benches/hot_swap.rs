@@ -44,7 +44,7 @@ async fn main() -> anyhow::Result<()> {
         NativePolicy::BinPack,
     ));
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let watcher = tokio::spawn(diorch::plugin::watch::run(
+    let watcher = tokio::spawn(diorch::controller::plugins::run(
         client.clone(),
         "default",
         registry.clone(),

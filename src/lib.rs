@@ -13,6 +13,7 @@ pub mod cluster;
 pub mod controller;
 pub mod events;
 pub mod flags;
+pub mod http;
 pub mod leader;
 pub mod metrics;
 pub mod oci;

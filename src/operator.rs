@@ -97,7 +97,7 @@ pub struct RunArgs {
     #[arg(long, value_enum, default_value_t = crate::server::auth::ServerAuth::None)]
     pub server_auth: crate::server::auth::ServerAuth,
     #[command(flatten)]
-    pub http: crate::server::listen::HttpLimits,
+    pub http: crate::http::listen::HttpLimits,
     /// Address of the HTTPS admission webhooks (defaulting and validation of DIJobs; `0`
     /// disables them).
     #[arg(long, default_value = ":9443", value_parser = parse_bind_address)]
@@ -259,7 +259,7 @@ impl RunArgs {
                 client,
                 namespace: namespace.to_string(),
                 keys: self.plugin_trusted_keys.clone(),
-                timeout: crate::plugin::watch::ApiLimits::default().call_timeout,
+                timeout: crate::controller::plugins::ApiLimits::default().call_timeout,
             }),
             require_signatures: self.require_plugin_signatures,
             allowed_registries: self.plugin_allowed_registries.clone(),
@@ -378,7 +378,7 @@ pub async fn run(
     let metrics_router =
         crate::server::auth::guard_routes(metrics.clone().metrics_router(), &guard, "/metrics")
             .merge(crate::server::auth::guard_routes(
-                crate::plugin::status::router(plugins.clone()),
+                crate::http::plugins::router(plugins.clone()),
                 &guard,
                 "/plugins",
             ));
@@ -394,7 +394,7 @@ pub async fn run(
         info!(what, address = %bound, "serving");
         let limits = args.http.clone();
         tokio::spawn(async move {
-            crate::server::listen::serve(listener, router, limits, std::future::pending()).await;
+            crate::http::listen::serve(listener, router, limits, std::future::pending()).await;
             warn!(what, "endpoint stopped");
         });
     }
@@ -457,8 +457,8 @@ pub async fn run(
         let fetcher = Arc::new(args.plugin_fetcher(client.clone(), &namespace)?);
         info!(namespace = %namespace, "loading plugins from ConfigMaps labelled diorch.io/plugin");
         tokio::spawn(async move {
-            let limits = crate::plugin::watch::ApiLimits::default();
-            crate::plugin::watch::run_with(
+            let limits = crate::controller::plugins::ApiLimits::default();
+            crate::controller::plugins::run_with(
                 client,
                 &namespace,
                 plugins,
@@ -531,7 +531,7 @@ pub async fn run(
         });
         let limits = args.http.clone();
         tokio::spawn(async move {
-            crate::server::listen::serve(listener, router, limits, std::future::pending()).await;
+            crate::http::listen::serve(listener, router, limits, std::future::pending()).await;
             warn!("the replica API stopped");
         });
     }

@@ -1154,7 +1154,7 @@ async fn registry_metrics_and_status_follow_calls_loads_and_versions() {
     );
 
     // The status endpoint says the same.
-    let response = diorch::plugin::status::router(reg.clone())
+    let response = diorch::http::plugins::router(reg.clone())
         .oneshot(http::Request::get("/plugins").body(Body::empty()).unwrap())
         .await
         .unwrap();

@@ -108,7 +108,7 @@ async fn configmaps_load_swap_keep_last_good_and_unload() {
         NativePolicy::BinPack,
     ));
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let watcher = tokio::spawn(diorch::plugin::watch::run(
+    let watcher = tokio::spawn(diorch::controller::plugins::run(
         client.clone(),
         "default",
         registry.clone(),
@@ -300,7 +300,7 @@ async fn a_mutator_configmap_without_the_grants_its_change_needs_is_rejected() {
         NativePolicy::BinPack,
     ));
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let watcher = tokio::spawn(diorch::plugin::watch::run(
+    let watcher = tokio::spawn(diorch::controller::plugins::run(
         client.clone(),
         "default",
         registry.clone(),
@@ -433,7 +433,7 @@ async fn fail_mutators_block_their_pods_and_budgets_are_enforced() {
         "a mutation must wait for the first load"
     );
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let watcher = tokio::spawn(diorch::plugin::watch::run(
+    let watcher = tokio::spawn(diorch::controller::plugins::run(
         client.clone(),
         "default",
         registry.clone(),
@@ -629,8 +629,8 @@ async fn forward(
 }
 
 /// Short bounds, so a stall shows within the test.
-fn short_limits() -> diorch::plugin::watch::ApiLimits {
-    diorch::plugin::watch::ApiLimits {
+fn short_limits() -> diorch::controller::plugins::ApiLimits {
+    diorch::controller::plugins::ApiLimits {
         call_timeout: Duration::from_secs(1),
         watch_timeout: Duration::from_secs(2),
         retry: Duration::from_millis(100),
@@ -660,7 +660,7 @@ async fn behind_a_stall() -> (
         NativePolicy::BinPack,
     ));
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(diorch::plugin::watch::run_with(
+    tokio::spawn(diorch::controller::plugins::run_with(
         stall.client(),
         "default",
         registry.clone(),
@@ -742,7 +742,7 @@ async fn a_list_that_stalls_is_given_up_and_the_watcher_lists_again() {
         NativePolicy::BinPack,
     ));
     let (_stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(diorch::plugin::watch::run_with(
+    tokio::spawn(diorch::controller::plugins::run_with(
         stall.client(),
         "default",
         registry.clone(),
@@ -804,13 +804,13 @@ fn watch_with(
         .awaiting_first_load(),
     );
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(diorch::plugin::watch::run_with(
+    tokio::spawn(diorch::controller::plugins::run_with(
         client.clone(),
         "default",
         registry.clone(),
         Arc::new(fetcher),
         diorch::leader::Leadership::always(),
-        diorch::plugin::watch::ApiLimits::default(),
+        diorch::controller::plugins::ApiLimits::default(),
         async move {
             let _ = stopped.await;
         },

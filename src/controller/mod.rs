@@ -1,5 +1,7 @@
-//! The DIJob lifecycle controller: DIJob → pods and a headless service, phases, restarts,
-//! rescheduling and cleanup, compatible with DI-orchestrator v2.
+//! The operator's controllers. The DIJob lifecycle controller (`executor`): DIJob → pods and a
+//! headless service, phases, restarts, rescheduling and cleanup, compatible with
+//! DI-orchestrator v2. The plugin controller (`plugins`): plugin ConfigMaps → the plugin
+//! registry, with their status written back.
 //!
 //! Owns reconciliation's I/O: the watches and reflector caches, the executor that carries out
 //! `diorch_core::planner`'s plans, expectations, the write throttle and the work queue. It reads
@@ -10,5 +12,6 @@
 pub mod cache;
 pub mod executor;
 pub mod expectations;
+pub mod plugins;
 pub mod queue;
 pub mod throttle;

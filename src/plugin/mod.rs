@@ -19,8 +19,6 @@ pub mod sample;
 pub mod scaffold;
 pub mod snapshot;
 pub mod spec;
-pub mod status;
-pub mod watch;
 
 use std::sync::Arc;
 use std::time::Duration;

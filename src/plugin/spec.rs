@@ -225,6 +225,42 @@ fn valid_object_name(name: &str) -> bool {
         })
 }
 
+/// `data[key]`, trimmed; `None` when absent or blank.
+fn field<'a>(cm: &'a ConfigMap, key: &str) -> Option<&'a str> {
+    cm.data
+        .as_ref()?
+        .get(key)
+        .map(|v| v.trim())
+        .filter(|v| !v.is_empty())
+}
+
+/// `data.taskTypes` as a list (empty, or `*` alone, means all).
+fn task_types(cm: &ConfigMap) -> Vec<String> {
+    field(cm, "taskTypes")
+        .map(|v| {
+            v.split(',')
+                .map(str::trim)
+                .filter(|t| !t.is_empty() && *t != "*")
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// For a ConfigMap [`from_configmap`] refused: the mutator name and task types it asks for, if
+/// its `data` says `kind: mutator` and not `failurePolicy: Ignore` (read leniently, by the same
+/// field rules): whose pods must wait while it is invalid (fail closed).
+pub fn fail_closed_target(cm: &ConfigMap) -> Option<(String, Vec<String>)> {
+    if field(cm, "kind") != Some("mutator") || field(cm, "failurePolicy") == Some("Ignore") {
+        return None;
+    }
+    let name = field(cm, "name")
+        .map(str::to_string)
+        .or_else(|| cm.metadata.name.clone())
+        .unwrap_or_default();
+    Some((name, task_types(cm)))
+}
+
 /// Parses a plugin ConfigMap; the component is returned as it is (decoded and checked on load).
 pub fn from_configmap(cm: &ConfigMap) -> Result<(PluginSpec, ComponentSource), SpecError> {
     let labelled = cm
@@ -235,9 +271,7 @@ pub fn from_configmap(cm: &ConfigMap) -> Result<(PluginSpec, ComponentSource), S
     if !labelled {
         return Err(SpecError::NotAPlugin);
     }
-    let empty = BTreeMap::new();
-    let data = cm.data.as_ref().unwrap_or(&empty);
-    let get = |k: &str| data.get(k).map(|v| v.trim()).filter(|v| !v.is_empty());
+    let get = |k: &str| field(cm, k);
     let kind: PluginKind = get("kind").ok_or(SpecError::Missing("kind"))?.parse()?;
     let name = match get("name") {
         Some(n) => n.to_string(),
@@ -255,15 +289,7 @@ pub fn from_configmap(cm: &ConfigMap) -> Result<(PluginSpec, ComponentSource), S
     {
         return Err(invalid("name", format!("{name:?} is not a DNS label")));
     }
-    let task_types: Vec<String> = get("taskTypes")
-        .map(|v| {
-            v.split(',')
-                .map(str::trim)
-                .filter(|t| !t.is_empty() && *t != "*")
-                .map(str::to_string)
-                .collect()
-        })
-        .unwrap_or_default();
+    let task_types = task_types(cm);
     if kind == PluginKind::Policy && !task_types.is_empty() {
         return Err(invalid("taskTypes", "only mutators have task types"));
     }
@@ -404,7 +430,12 @@ pub fn from_configmap(cm: &ConfigMap) -> Result<(PluginSpec, ComponentSource), S
             task_types,
             order,
             // The config is passed verbatim (not trimmed): it is the plugin's to interpret.
-            config: data.get("config").cloned().unwrap_or_default(),
+            config: cm
+                .data
+                .as_ref()
+                .and_then(|d| d.get("config"))
+                .cloned()
+                .unwrap_or_default(),
             deadline,
             memory_bytes,
             failure_policy,

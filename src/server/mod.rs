@@ -21,7 +21,6 @@ use std::time::{Duration, Instant};
 
 pub mod auth;
 pub mod client;
-pub mod listen;
 
 use axum::Router;
 use axum::body::Bytes;
@@ -588,7 +587,7 @@ fn replica_addresses(job: &CachedJob, replicas: Vec<Replica>) -> Value {
 fn json_body(body: Result<Bytes, BytesRejection>) -> Result<Value, ApiError> {
     let bytes = body.map_err(|rejection| {
         let status = rejection.status();
-        if listen::is_body_timeout(&rejection) {
+        if crate::http::listen::is_body_timeout(&rejection) {
             return fail(StatusCode::REQUEST_TIMEOUT, rejection.body_text());
         }
         let message = if status == StatusCode::PAYLOAD_TOO_LARGE {

@@ -3,7 +3,7 @@
 //! rotated certificate (cert-manager, `diorch webhook-cert`, the kubelet refreshing a mounted
 //! Secret) is used by the next handshake without a restart.
 //!
-//! The listener has the limits of every operator listener (`server::listen`: connection cap,
+//! The listener has the limits of every operator listener (`http::listen`: connection cap,
 //! handshake and header timeouts, body and request timeouts, in-flight cap) and speaks
 //! HTTP/1.1 only, so ALPN offers only `http/1.1`.
 //!
@@ -23,8 +23,8 @@ use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use tracing::{info, warn};
 
+use crate::http::listen::HttpLimits;
 use crate::metrics::Metrics;
-use crate::server::listen::HttpLimits;
 
 /// Why a certificate could not be loaded or the listener could not start.
 #[derive(Debug, thiserror::Error)]
@@ -240,7 +240,7 @@ pub async fn serve(
     let config = Arc::new(server_config(cert)?);
     listener.set_nonblocking(true).map_err(TlsError::Serve)?;
     let listener = tokio::net::TcpListener::from_std(listener).map_err(TlsError::Serve)?;
-    crate::server::listen::serve_tls(listener, config, router, limits, shutdown).await;
+    crate::http::listen::serve_tls(listener, config, router, limits, shutdown).await;
     watcher.abort();
     Ok(())
 }

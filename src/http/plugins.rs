@@ -1,6 +1,6 @@
 //! The plugin status endpoint: `GET /plugins` answers the registry's [`PluginStatus`] list as
 //! JSON (camelCase), one entry per plugin the registry knows, sorted by name. Meant to be merged
-//! into the operator's metrics/probe server (`Router::merge`).
+//! into the operator's metrics server (`Router::merge`), behind the same guard as `/metrics`.
 //!
 //! Owns: the route and its JSON shape (the fields of [`PluginStatus`]). Must not touch: the
 //! registry's state (it only reads) and the server that hosts the route.
@@ -11,7 +11,7 @@ use axum::extract::State;
 use axum::routing::get;
 use axum::{Json, Router};
 
-use super::registry::{PluginRegistry, PluginStatus};
+use crate::plugin::registry::{PluginRegistry, PluginStatus};
 
 /// `GET /plugins`: a JSON array of plugin statuses.
 pub fn router(registry: Arc<PluginRegistry>) -> Router {

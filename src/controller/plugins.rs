@@ -59,9 +59,9 @@ use kube::{Api, Client, Resource as _, ResourceExt as _};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
-use super::fetch::Fetcher;
-use super::registry::PluginRegistry;
-use super::spec::{
+use crate::plugin::fetch::Fetcher;
+use crate::plugin::registry::PluginRegistry;
+use crate::plugin::spec::{
     self, ComponentSource, PLUGIN_LABEL, PluginSpec, STATE_LABEL, STATUS_ANNOTATION, VERSION_LABEL,
 };
 
@@ -836,29 +836,6 @@ fn publish_event(
     out.events.publish(event, seen.object_ref(&()));
 }
 
-/// For an invalid ConfigMap: the mutator name and task types it asks for, if its `data` says
-/// `kind: mutator` and not `failurePolicy: Ignore` (the spec parser's rules, read leniently).
-fn failing_closed(cm: &ConfigMap) -> Option<(String, Vec<String>)> {
-    let data = cm.data.as_ref()?;
-    let get = |k: &str| data.get(k).map(|v| v.trim()).filter(|v| !v.is_empty());
-    if get("kind") != Some("mutator") || get("failurePolicy") == Some("Ignore") {
-        return None;
-    }
-    let name = get("name")
-        .map(str::to_string)
-        .unwrap_or_else(|| cm.name_any());
-    let task_types = get("taskTypes")
-        .map(|v| {
-            v.split(',')
-                .map(str::trim)
-                .filter(|t| !t.is_empty() && *t != "*")
-                .map(str::to_string)
-                .collect()
-        })
-        .unwrap_or_default();
-    Some((name, task_types))
-}
-
 /// Has the ConfigMap's status keys written if it does not show them yet (leader only).
 fn publish_status(ctx: &Ctx<'_>, writes: &mut StatusWrites, entry: &Tracked, cm_name: &str) {
     if !ctx.leader.is_leader() {
@@ -914,7 +891,7 @@ async fn apply(
                     ctx.registry.remove(&plugin).await;
                 }
                 entry.invalid = Some((digest, e.to_string()));
-                let blocks = failing_closed(cm);
+                let blocks = spec::fail_closed_target(cm);
                 if let Some(previous) = entry.blocked.take()
                     && blocks.as_ref().map(|(n, _)| n) != Some(&previous)
                 {
