@@ -258,5 +258,16 @@ fn no_file_of_any_crate_imports_a_file_that_imports_it_back() {
         let graph = file_imports(&root.join(src));
         assert!(graph.len() > 5, "{src}: {graph:#?}");
         assert_eq!(find_cycle(&graph), None, "{src}: a circle of files");
+        if src == "src" {
+            // The DIJob controller asks placement and pod mutation through the core's ports:
+            // it knows neither the allocator nor the plugins.
+            let executor = &graph["controller::executor"];
+            assert!(
+                !executor
+                    .iter()
+                    .any(|m| m.starts_with("plugin") || m.starts_with("allocator")),
+                "{executor:#?}"
+            );
+        }
     }
 }

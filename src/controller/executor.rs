@@ -30,13 +30,12 @@ use super::cache::PodIndex;
 use super::expectations::Expectations;
 use super::throttle::Throttle;
 use crate::metrics::{ActionLabels, ErrorLabels, Metrics, PhaseLabels};
-use crate::plugin::registry::PluginRegistry;
-use crate::plugin::{PluginError, TaskContext};
 use diorch_core::api::{DIJob, labels};
 use diorch_core::build::{BuildContext, PodGroup};
 use diorch_core::cached::{self as cache, CachedJob, CachedPod, CachedService};
 use diorch_core::key::ObjectKey;
 use diorch_core::merge_patch;
+use diorch_core::mutation::PodMutation;
 use diorch_core::naming;
 use diorch_core::placement::Placement;
 use diorch_core::planner::{self, Action, EventType, Observed, Plan};
@@ -151,7 +150,8 @@ pub struct Context {
     /// recorded, its own status and service writes), forgotten with the job.
     memory: std::sync::Mutex<HashMap<ObjectKey, Memory>>,
     placement: Arc<dyn Placement>,
-    plugins: Arc<PluginRegistry>,
+    /// The pod mutators (the plugin registry), asked through the core's port.
+    mutation: Arc<dyn PodMutation>,
     /// Jobs triggered and waiting for a worker (the queue depth metric).
     queue: Arc<super::queue::Queue>,
 }
@@ -224,7 +224,7 @@ pub fn start(
     client: Client,
     settings: Settings,
     metrics: Arc<Metrics>,
-    plugins: Arc<PluginRegistry>,
+    mutation: Arc<dyn PodMutation>,
     place: impl FnOnce(Store<CachedJob>) -> Placer,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) -> (Caches, futures::future::BoxFuture<'static, ()>) {
@@ -270,7 +270,7 @@ pub fn start(
         memory: std::sync::Mutex::new(HashMap::new()),
         placement: placement.clone(),
         queue,
-        plugins,
+        mutation,
     });
 
     let forget = ctx.clone();
@@ -831,7 +831,7 @@ async fn execute(ctx: &Context, job: &DIJob, key: &ObjectKey, plan: &Plan) -> Ou
             let write = match action {
                 Action::CreatePod(pod) => {
                     let name = pod.metadata.name.clone().unwrap_or_default();
-                    let ended = match mutate(ctx, job, pod).await {
+                    let ended = match ctx.mutation.mutate(job, (**pod).clone()).await {
                         Ok(pod) => {
                             match bounded(pods.create(&crate::writes::post_params(), &pod)).await {
                                 Ok(_) => Ended::Done,
@@ -1047,52 +1047,6 @@ async fn ensure_pod_group(
 
 /// What a mutator is told about the pod: read back from the labels and annotations the
 /// builder put on it, so the planner's actions stay plain pods.
-fn task_context(job: &DIJob, pod: &Pod) -> TaskContext {
-    let label = |k: &str| {
-        pod.metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(k))
-            .cloned()
-            .unwrap_or_default()
-    };
-    let annotation = |k: &str| {
-        pod.metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(k))
-            .cloned()
-            .unwrap_or_default()
-    };
-    let number = |k: &str| annotation(k).parse::<u32>().unwrap_or(0);
-    let pairs = |m: &Option<std::collections::BTreeMap<String, String>>| {
-        m.iter()
-            .flatten()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect()
-    };
-    TaskContext {
-        job_key: job_key(job),
-        task_name: label(labels::TASK_NAME),
-        task_type: label(labels::TASK_TYPE),
-        rank: number(labels::ANNOTATION_RANK),
-        task_rank: number(labels::ANNOTATION_TASK_RANK),
-        world_size: number(labels::ANNOTATION_REPLICAS),
-        node: Some(annotation(labels::ANNOTATION_NODE)).filter(|n| !n.is_empty()),
-        job_labels: pairs(&job.metadata.labels),
-        job_annotations: pairs(&job.metadata.annotations),
-        config: String::new(),
-    }
-}
-
-/// `pod` after the loaded mutators that apply to its task type, in their order (checked by
-/// the plugin host; failurePolicy Ignore skips a failing one).
-async fn mutate(ctx: &Context, job: &DIJob, pod: &Pod) -> Result<Pod, PluginError> {
-    ctx.plugins
-        .mutate_pod(&task_context(job, pod), pod.clone())
-        .await
-}
-
 fn api_message(err: &kube::Error) -> String {
     match err {
         kube::Error::Api(status) => status.message.clone(),

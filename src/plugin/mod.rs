@@ -23,6 +23,7 @@ pub mod spec;
 use std::sync::Arc;
 use std::time::Duration;
 
+use diorch_core::api::{DIJob, labels};
 use diorch_core::key::ObjectKey;
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Pod;
@@ -66,6 +67,48 @@ pub struct TaskContext {
     pub job_annotations: Vec<(String, String)>,
     /// The plugin's config string (filled in by the registry from the plugin's spec).
     pub config: String,
+}
+
+impl TaskContext {
+    /// The context of `pod`, to be created for `job`, from the labels and annotations the
+    /// core gave it (rank, task, node).
+    pub fn of(job: &DIJob, pod: &Pod) -> TaskContext {
+        let label = |k: &str| {
+            pod.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(k))
+                .cloned()
+                .unwrap_or_default()
+        };
+        let annotation = |k: &str| {
+            pod.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(k))
+                .cloned()
+                .unwrap_or_default()
+        };
+        let number = |k: &str| annotation(k).parse::<u32>().unwrap_or(0);
+        let pairs = |m: &Option<std::collections::BTreeMap<String, String>>| {
+            m.iter()
+                .flatten()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect()
+        };
+        TaskContext {
+            job_key: ObjectKey::of(&job.metadata),
+            task_name: label(labels::TASK_NAME),
+            task_type: label(labels::TASK_TYPE),
+            rank: number(labels::ANNOTATION_RANK),
+            task_rank: number(labels::ANNOTATION_TASK_RANK),
+            world_size: number(labels::ANNOTATION_REPLICAS),
+            node: Some(annotation(labels::ANNOTATION_NODE)).filter(|n| !n.is_empty()),
+            job_labels: pairs(&job.metadata.labels),
+            job_annotations: pairs(&job.metadata.annotations),
+            config: String::new(),
+        }
+    }
 }
 
 /// Places jobs. Inputs are shared (`Arc`) so a call can move to a blocking thread without a copy.

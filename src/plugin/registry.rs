@@ -691,3 +691,18 @@ async fn smoke_once(spec: &PluginSpec, plugin: &Either) -> Result<(), PluginErro
         }
     }
 }
+/// The controller's port for pod mutation: the mutators that apply to the pod's task type.
+impl diorch_core::mutation::PodMutation for PluginRegistry {
+    fn mutate<'a>(
+        &'a self,
+        job: &'a diorch_core::api::DIJob,
+        pod: Pod,
+    ) -> BoxFuture<'a, Result<Pod, diorch_core::mutation::MutationRefused>> {
+        Box::pin(async move {
+            let ctx = TaskContext::of(job, &pod);
+            self.mutate_pod(&ctx, pod)
+                .await
+                .map_err(|e| diorch_core::mutation::MutationRefused(e.to_string()))
+        })
+    }
+}

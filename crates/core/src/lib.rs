@@ -19,6 +19,7 @@ mod fixtures;
 pub mod key;
 pub mod merge_patch;
 pub mod model;
+pub mod mutation;
 pub mod naming;
 pub mod placement;
 pub mod planner;

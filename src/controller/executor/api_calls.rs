@@ -591,7 +591,7 @@ impl Harness {
             metrics,
             memory: Mutex::new(HashMap::new()),
             placement: allocator,
-            plugins,
+            mutation: plugins,
         };
         Harness {
             ctx,
