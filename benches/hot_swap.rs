@@ -6,6 +6,7 @@
 //! call".
 //!
 //! `cargo bench --bench hot_swap` (env: SWAPS=20). Needs `scripts/build-plugins.sh` first.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a measurement program: a panic is its report
 
 mod common;
 

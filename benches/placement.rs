@@ -8,6 +8,7 @@
 //! SIZES), NODES=100, CONCURRENCY=32, ROUNDS=3;
 //! PLACEMENT_METRICS=1 prints each run's policy-call histogram and CPU seconds). Needs
 //! `scripts/build-plugins.sh` first for the Wasm run.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a measurement program: a panic is its report
 
 mod common;
 

@@ -3,6 +3,7 @@
 //!
 //! Needs the components: `bash scripts/build-plugins.sh`, then
 //! `cargo bench --bench plugin_calls`.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a measurement program: a panic is its report
 
 use std::hint::black_box;
 use std::time::Duration;

@@ -12,6 +12,7 @@
 //!   the runs, each a fresh instance and a call, as the operator makes them).
 //!
 //! Prints one Markdown table row per component (docs/performance.md keeps the last run's).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a measurement program: a panic is its report
 
 mod common;
 

@@ -5,6 +5,7 @@
 //! `PLUGIN_LOAD_COMPONENT=path.wasm PLUGIN_LOAD_WORLD=policy|mutator cargo bench --bench
 //! plugin_load` (default: target/plugins/binpack.wasm, a policy). Prints one line per case with
 //! the wall time and the process's peak RSS so far (VmHWM).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a measurement program: a panic is its report
 
 mod common;
 

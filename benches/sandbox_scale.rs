@@ -4,6 +4,7 @@
 //! resident memory.
 //!
 //! `cargo bench --bench sandbox_scale` (env: JOBS, PODS, WATCHERS, CONCURRENCY to change sizes).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a measurement program: a panic is its report
 
 mod common;
 

@@ -24,6 +24,7 @@
 //! `bench_report heap <stacks> [<csv>]` sorts a heaptrack peak flamegraph (`heaptrack_print
 //! -F <stacks> --flamegraph-cost-type peak`) into the operator's owners of memory, prints them
 //! and appends them to `<csv>` as `heap-owner` rows (`scripts/heap-owners.sh`).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a measurement program: a panic is its report
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;

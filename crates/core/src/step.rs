@@ -430,7 +430,7 @@ pub fn settle(job: &DIJob, writes: &[Write]) -> Settled {
             Some(target.reference(job)),
         ));
     }
-    out.error = !out.failed.is_empty() && !(out.invalid.is_some() && out.failed.len() == 1);
+    out.error = !out.failed.is_empty() && (out.invalid.is_none() || out.failed.len() != 1);
     out.events = coalesce_successes(events);
     out
 }
