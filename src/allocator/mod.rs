@@ -12,9 +12,6 @@
 //! Must not touch: DIJob status or pods (the controller writes them), Wasm (the plugin
 //! registry runs policies).
 
-mod book;
-pub mod optimize;
-
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -29,7 +26,9 @@ use crate::clock::{Clock, SystemClock};
 use crate::metrics::{AllocationLabels, Metrics};
 use crate::plugin::registry::PluginRegistry;
 use crate::plugin::{self, NativePolicy, PluginError, PolicyError, SchedulingPolicy};
-use book::{Book, Held};
+use diorch_core::allocation::admit::{self, AfterCall, Answer};
+use diorch_core::allocation::book::{Book, Held};
+use diorch_core::allocation::optimize;
 use diorch_core::api::DIJob;
 use diorch_core::cached::CachedJob;
 use diorch_core::key::{BoxFuture, ObjectKey};
@@ -45,18 +44,6 @@ pub use diorch_core::placement::Admission;
 
 /// Annotation on a DIJob naming the policy plugin that places it (overrides `--default-policy`).
 pub const POLICY_ANNOTATION: &str = "diorch.io/policy";
-
-/// A reservation not confirmed by the job's status within this long is dropped (its status
-/// write never landed, e.g. the job was edited meanwhile); the next reconcile asks again.
-const UNCONFIRMED_TTL: Duration = Duration::from_secs(120);
-
-/// Policy plugin answers one admission asks for while other admissions keep taking the room
-/// each answer needs; then the built-in policy decides under the lock (always terminates, and
-/// the job is placed if anything fits, as when a plugin fails).
-const PLUGIN_TRIES: usize = 3;
-
-/// The fallback reason (`diorch_allocator_fallbacks_total{result}`) when every try went stale.
-const CONTENDED: &str = "Contended";
 
 /// The built-in policies, as the `--builtin-policy` and `diorch simulate --fallback` flags
 /// name them.
@@ -863,30 +850,15 @@ impl Allocator {
             self.seed(&mut ledger);
         }
         let now = self.settings.clock.now();
-        ledger
-            .book
-            .retain(|h| h.confirmed || now.duration_since(h.since) < UNCONFIRMED_TTL);
-        if let Some(h) = ledger.book.get(&key)
-            && h.uid == uid
-            && !h.confirmed
-            && h.slots.len() == want
-        {
-            return Admission::Placed {
-                nodes: h.slots.clone(),
-                by: "reservation".to_string(),
-                fallback: None,
-                replan: false,
-                replicas: None,
-            };
+        ledger.book.retain(|h| admit::keep(h, now));
+        if let Some(answer) = admit::reservation(ledger.book.get(&key), &uid, want) {
+            return answer;
         }
 
         if let Some(policy) = plugin {
             let by = policy.describe();
             let mut tries = 0;
             let failed = loop {
-                if tries == PLUGIN_TRIES {
-                    break None;
-                }
                 tries += 1;
                 let nodes = self.model_nodes(&ledger, &key);
                 let node_index = view::node_index(&nodes);
@@ -900,56 +872,48 @@ impl Allocator {
 
                 let started = Instant::now();
                 let answer = policy.allocate(model.clone(), nodes.clone()).await;
-                let answer = self.checked(&by, &model, &nodes, answer, started);
+                let answer = answer_of(self.checked(&by, &model, &nodes, answer, started));
 
                 ledger = self.ledger.lock().await;
-                if ledger.calling.remove(&key) == Some(true) {
-                    // Deleted or finished during the call: nothing to place, nothing to hold.
-                    ledger.waiting.remove(&key);
-                    return Admission::Waiting {
-                        message: "the job ended or was deleted during placement".to_string(),
-                        by,
-                    };
-                }
-                match answer {
-                    Ok(slots) => {
-                        if ledger.book.version() != version
-                            && let Err(e) = self.fits_now(&ledger, &key, &by, &model, &slots)
-                        {
-                            // Another admission took room this answer needs: ask again.
-                            tracing::debug!(job = %key, policy = %by, tries, error = %e,
-                                "the cluster changed during the policy call; asking again");
-                            continue;
-                        }
+                let released = ledger.calling.remove(&key) == Some(true);
+                let next = admit::after_call(released, answer, tries, &by, |slots| {
+                    if ledger.book.version() == version {
+                        return None;
+                    }
+                    self.fits_now(&ledger, &key, &by, &model, slots)
+                        .err()
+                        .map(|e| e.to_string())
+                });
+                match next {
+                    AfterCall::Ended => {
+                        ledger.waiting.remove(&key);
+                        return admit::ended(&by);
+                    }
+                    AfterCall::Place(slots) => {
                         return self.place(&mut ledger, job, slots, &by, None);
                     }
-                    Err(e) if is_no_fit(&e) => {
-                        return self.wait(&mut ledger, job, &model, &nodes, &e, &by);
+                    AfterCall::Wait(why) => {
+                        return self.wait(&mut ledger, job, &model, &nodes, &why, &by);
                     }
-                    Err(e) => break Some(e),
+                    AfterCall::AskAgain { why } => {
+                        // Another admission took room this answer needs: ask again.
+                        tracing::debug!(job = %key, policy = %by, tries, error = %why,
+                            "the cluster changed during the policy call; asking again");
+                    }
+                    AfterCall::Fallback(f) => break f,
                 }
             };
             // A failing plugin must not stall admission, nor one whose answers keep going
             // stale: the built-in policy answers.
-            let error = match failed {
-                Some(e) => {
-                    self.count_fallback(&by, e.reason());
-                    let error = clip(&e.to_string(), MAX_MESSAGE_BYTES);
-                    tracing::warn!(job = %key, policy = %by, reason = e.reason(), %error,
-                        "policy failed; the built-in policy places this job");
-                    error
-                }
-                None => {
-                    // Not the plugin's fault: a burst of admissions racing for the same room.
-                    self.count_fallback(&by, CONTENDED);
-                    tracing::info!(job = %key, policy = %by, tries = PLUGIN_TRIES,
-                        "other jobs took the room of each policy answer; the built-in policy places this job");
-                    format!(
-                        "policy plugin {by}: other jobs took the room of each of its {PLUGIN_TRIES} answers"
-                    )
-                }
-            };
-            fallback = Some(error);
+            self.count_fallback(&by, failed.reason);
+            if failed.reason == admit::CONTENDED {
+                tracing::info!(job = %key, policy = %by, tries,
+                    "other jobs took the room of each policy answer; the built-in policy places this job");
+            } else {
+                tracing::warn!(job = %key, policy = %by, reason = failed.reason, error = %failed.message,
+                    "policy failed; the built-in policy places this job");
+            }
+            fallback = Some(failed.message);
         }
 
         // The built-in policy, under the lock: what it sees cannot change under it.
@@ -959,10 +923,11 @@ impl Allocator {
         let by = builtin.describe();
         let started = Instant::now();
         let answer = builtin.allocate_now(&model, &nodes);
-        let answer = self.checked(&by, &model, &nodes, answer, started);
-        match answer {
-            Ok(slots) => self.place(&mut ledger, job, slots, &by, fallback),
-            Err(e) => self.wait(&mut ledger, job, &model, &nodes, &e, &by),
+        match answer_of(self.checked(&by, &model, &nodes, answer, started)) {
+            Answer::Slots(slots) => self.place(&mut ledger, job, slots, &by, fallback),
+            Answer::NoFit(why) | Answer::Failed { message: why, .. } => {
+                self.wait(&mut ledger, job, &model, &nodes, &why, &by)
+            }
         }
     }
 
@@ -1001,52 +966,32 @@ impl Allocator {
         };
         ledger.book.hold(key.clone(), held);
         ledger.waiting.remove(&key);
-        let result = if fallback.is_none() {
-            "placed"
-        } else {
-            "placed_by_fallback"
-        };
+        let (answer, result) = admit::placed(slots, by, fallback);
         self.count_decision(by, result);
         tracing::info!(job = %key, policy = %by, result, "allocation decided");
-        Admission::Placed {
-            nodes: slots,
-            by: by.to_string(),
-            fallback,
-            replan: false,
-            replicas: None,
-        }
+        answer
     }
 
-    /// Tells `job` to wait for capacity (`e` says why; `nodes` is what the policy saw).
+    /// Tells `job` to wait for capacity (`why`, the policy's words; `nodes` is what it saw).
     fn wait(
         &self,
         ledger: &mut Ledger,
         job: &DIJob,
         model: &plugin::Job,
         nodes: &[plugin::Node],
-        e: &PluginError,
+        why: &str,
         by: &str,
     ) -> Admission {
-        // The policy's own words: bounded here, and again where they are written.
-        let why = match e {
-            PluginError::Refused {
-                error: PolicyError::NoFit(m),
-                ..
-            } => clip(m, MAX_MESSAGE_BYTES),
-            other => clip(&other.to_string(), MAX_MESSAGE_BYTES),
-        };
         let key = job_key(job);
         ledger.waiting.insert(key.clone());
         self.count_decision(by, "waiting");
         tracing::info!(job = %key, policy = %by, result = "waiting", "allocation decided");
-        Admission::Waiting {
-            message: format!(
-                "waiting for capacity: {} do not all fit ({}); {why}",
-                view::describe_need(model),
-                view::describe_free(nodes)
-            ),
-            by: by.to_string(),
-        }
+        admit::waiting(
+            &view::describe_need(model),
+            &view::describe_free(nodes),
+            why,
+            by,
+        )
     }
 
     /// Fills the ledger from the cached jobs once, so allocations made before a restart count.
@@ -1163,14 +1108,19 @@ fn builtin_plan(
     Ok(plan)
 }
 
-fn is_no_fit(e: &PluginError) -> bool {
-    matches!(
-        e,
-        PluginError::Refused {
-            error: PolicyError::NoFit(_),
+/// A checked policy answer, as the admission rules read it (texts bounded).
+fn answer_of(answer: Result<SlotNodes, PluginError>) -> Answer {
+    match answer {
+        Ok(slots) => Answer::Slots(slots),
+        Err(PluginError::Refused {
+            error: PolicyError::NoFit(why),
             ..
-        }
-    )
+        }) => Answer::NoFit(clip(&why, MAX_MESSAGE_BYTES)),
+        Err(e) => Answer::Failed {
+            reason: e.reason(),
+            message: clip(&e.to_string(), MAX_MESSAGE_BYTES),
+        },
+    }
 }
 
 /// Policy label values without the version hash, so series stay few across uploads.

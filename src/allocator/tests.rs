@@ -1,6 +1,7 @@
 //! Unit tests of `src/allocator/mod.rs`.
 
 use super::*;
+use diorch_core::allocation::admit::PLUGIN_TRIES;
 use futures::FutureExt as _;
 use futures::future::BoxFuture;
 use kube::runtime::watcher::Event as WatchEvent;

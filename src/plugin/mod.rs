@@ -38,19 +38,7 @@ pub use host::{
 };
 pub use native::NativePolicy;
 
-/// A job's placement in a plan: node names in rank order (tasks in spec order, then local
-/// rank), for the task replica counts `replicas` gives.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct JobPlan {
-    /// `namespace/name`.
-    pub job: String,
-    pub nodes: Vec<String>,
-    /// New replica count of each task in spec order, within its min/max (an elastic policy
-    /// resizing the job); `None` keeps the job's counts.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub replicas: Option<Vec<u32>>,
-}
+pub use diorch_core::allocation::JobPlan;
 
 /// What a mutator is told about the pod it mutates (the WIT `task-context`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

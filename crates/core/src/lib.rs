@@ -11,6 +11,7 @@
 //! Where this sits among the crates, and how a DIJob watch event becomes a created pod:
 #![doc = include_str!("../../../docs/design/crates.md")]
 
+pub mod allocation;
 pub mod api;
 pub mod build;
 pub mod cached;

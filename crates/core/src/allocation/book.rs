@@ -16,10 +16,10 @@ use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 
-use diorch_core::key::ObjectKey;
-use diorch_core::model::UsagePod;
-use diorch_core::placement::SlotNodes;
-use diorch_core::resources::Resources;
+use crate::key::ObjectKey;
+use crate::model::UsagePod;
+use crate::placement::SlotNodes;
+use crate::resources::Resources;
 
 /// An allocation the allocator counts as taken.
 #[derive(Clone, Debug)]
@@ -289,7 +289,7 @@ impl Used<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use diorch_core::model as view;
+    use crate::model as view;
     use proptest::prelude::*;
     use serde_json::json;
 
@@ -300,7 +300,7 @@ mod tests {
         gpus: u8,
         terminal: bool,
     ) -> UsagePod {
-        let labels = job.map(|j| json!({ diorch_core::api::labels::JOB: j }));
+        let labels = job.map(|j| json!({ crate::api::labels::JOB: j }));
         serde_json::from_value(json!({
             "metadata": {"name": name, "namespace": "ns", "labels": labels},
             "spec": {"nodeName": node, "containers": [{"name": "c", "image": "i",

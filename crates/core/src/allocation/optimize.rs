@@ -7,9 +7,9 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use crate::plugin::JobPlan;
-use diorch_core::key::ObjectKey;
-use diorch_core::placement::SlotNodes;
+use super::JobPlan;
+use crate::key::ObjectKey;
+use crate::placement::SlotNodes;
 
 /// What happens to one job after an optimize pass.
 #[derive(Clone, Debug, PartialEq, Eq)]
