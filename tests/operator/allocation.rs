@@ -4,7 +4,7 @@
 //! change pods, and oversized jobs wait for capacity. The same scenarios run against a real
 //! cluster in `tests/e2e.rs`.
 
-mod common;
+use crate::common;
 
 use common::allocation as scenario;
 use common::controller::OperatorProcess;
