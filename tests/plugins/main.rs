@@ -1,0 +1,15 @@
+//! The plugin tests, in one test binary (linked once, not once per file): the Wasm plugin host
+//! and its capabilities, the plugins in every language, `diorch plugin`, the ConfigMap watcher,
+//! and components in OCI registries. Run one file's tests with its module name as the filter,
+//! e.g. `cargo test --test plugins plugin_host::`.
+
+/// The real OCI registry harness, stand-alone (the rest of tests/common is not needed here).
+#[path = "../common/registry.rs"]
+mod registry;
+
+mod oci_registry;
+mod plugin_capabilities;
+mod plugin_host;
+mod plugin_languages;
+mod plugin_run;
+mod plugin_watch;
