@@ -89,8 +89,8 @@ if [ "$#" -eq 0 ]; then
         fi
     fi
     if command -v "$chromium" >/dev/null 2>&1; then
-        DIORCH_CHROMIUM="$chromium" cargo test --locked --test simulate -- --ignored --exact \
-            the_report_renders_every_chart_in_headless_chromium
+        DIORCH_CHROMIUM="$chromium" cargo test --locked --test plugins -- --ignored --exact \
+            simulate::the_report_renders_every_chart_in_headless_chromium
     else
         echo "note: the HTML report check was SKIPPED: no chromium, and it cannot be installed here"
     fi
