@@ -1,6 +1,6 @@
 # The diorch image: the same release binary the tests use, on a distroless non-root base.
 # Build: docker build -t diorch:0.1.0 .   (no Docker engine runs on the project's machines, so
-# this file is kept plain and is not built in CI; tests/deploy.rs checks what it promises).
+# this file is kept plain and is not built in CI; tests/operator/deploy.rs checks what it promises).
 #
 # Base images are pinned by exact tag: the project's machines cannot reach the registries, so
 # no digest could be verified here, and none is written down unverified. A release build pins

@@ -3,7 +3,7 @@
 # configmap` per plugin plus a kustomization, so `kubectl apply -k deploy/plugins` installs them.
 #   bash scripts/pack-plugins.sh [NAMESPACE (diorch-system)] [OUT_DIR (deploy/plugins)]
 # It builds the plugins and the binary first, unless DIORCH names a built `diorch` binary and
-# target/plugins holds the plugins already (tests/deploy.rs runs it that way).
+# target/plugins holds the plugins already (tests/operator/deploy.rs runs it that way).
 # deploy/plugins/ is generated, not checked in.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -11,8 +11,8 @@ if ! command -v kubectl >/dev/null 2>&1; then
     exit 1
 fi
 
-# tests/deploy.rs validates the install manifests offline against the Kubernetes schemas with
-# the kubernetes-validate package: install it into target/ (quick when it is already there).
+# tests/operator/deploy.rs validates the install manifests offline against the Kubernetes schemas
+# with the kubernetes-validate package: install it into target/ (quick when it is already there).
 # Only a machine without Python skips that check; a failed install fails the run.
 if command -v python3 >/dev/null 2>&1; then
     venv=target/validate-venv
@@ -25,12 +25,12 @@ if command -v python3 >/dev/null 2>&1; then
         fi
     fi
 else
-    echo "note: python3 is missing: tests/deploy.rs will skip the offline schema validation of deploy/"
+    echo "note: python3 is missing: tests/operator/deploy.rs will skip the offline schema validation of deploy/"
 fi
 
-# tests/oci_registry.rs pulls plugins from a real OCI registry: Debian's docker-registry (the
-# CNCF distribution registry), started by the tests on 127.0.0.1. Installed here when missing and
-# apt-get can (as root); elsewhere those tests say they were skipped.
+# tests/plugins/oci_registry.rs pulls plugins from a real OCI registry: Debian's docker-registry
+# (the CNCF distribution registry), started by the tests on 127.0.0.1. Installed here when missing
+# and apt-get can (as root); elsewhere those tests say they were skipped.
 if ! command -v docker-registry >/dev/null 2>&1; then
     if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
         echo "installing docker-registry for the OCI registry tests (apt-get)"
@@ -45,8 +45,8 @@ if ! command -v docker-registry >/dev/null 2>&1; then
     fi
 fi
 
-# tests/oci_registry.rs checks interop with ORAS through its Python SDK (`oras` on PyPI), in a
-# venv under target/ (quick when it is already there); without Python those tests are skipped.
+# tests/plugins/oci_registry.rs checks interop with ORAS through its Python SDK (`oras` on PyPI), in
+# a venv under target/ (quick when it is already there); without Python those tests are skipped.
 if command -v python3 >/dev/null 2>&1; then
     oras_venv=target/oras-venv
     if [ ! -x "$oras_venv/bin/python" ] || ! "$oras_venv/bin/python" -c 'import oras.client' 2>/dev/null; then
@@ -70,7 +70,7 @@ bash scripts/build-plugins.sh
 # The Python and JavaScript SDKs (plugins/sdk-python, plugins/sdk-js): their pinned toolchains
 # go under target/lang (a venv, and npm ci from scripts/lang-tools), their own tests run, and
 # the examples and hostile twins are built into target/plugins (skipped when unchanged). The
-# language tests (tests/plugin_languages.rs) compare them with the Rust guests.
+# language tests (tests/plugins/plugin_languages.rs) compare them with the Rust guests.
 bash scripts/build-lang-plugins.sh
 
 # tests/e2e.rs is #[ignore]d here (reported as ignored): scripts/e2e.sh runs it below.
@@ -89,8 +89,8 @@ if [ "$#" -eq 0 ]; then
         fi
     fi
     if command -v "$chromium" >/dev/null 2>&1; then
-        DIORCH_CHROMIUM="$chromium" cargo test --locked --test simulate -- --ignored --exact \
-            the_report_renders_every_chart_in_headless_chromium
+        DIORCH_CHROMIUM="$chromium" cargo test --locked --test plugins -- --ignored --exact \
+            simulate::the_report_renders_every_chart_in_headless_chromium
     else
         echo "note: the HTML report check was SKIPPED: no chromium, and it cannot be installed here"
     fi

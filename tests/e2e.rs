@@ -110,7 +110,7 @@ fn e2e_foundation() {
 
 /// Graceful deletion on a real API server, with the nodes played by `diorch-sandbox serve --attach`
 /// (the scenario scripts its pods with `sandbox.diorch.io/*` annotations): the behaviour the
-/// in-process sandbox must match (`tests/sandbox_cli.rs`).
+/// in-process sandbox must match (`tests/operator/sandbox_cli.rs`).
 #[test]
 #[ignore = "needs a real cluster: set DIORCH_E2E_KUBECONFIG and run with --include-ignored (scripts/e2e.sh)"]
 fn e2e_sandbox_kubelet() {
@@ -185,8 +185,8 @@ impl Drop for ClusterObjectGuard<'_> {
     }
 }
 
-/// The sandbox API scenarios (`tests/sandbox_api.rs`, from `tests/common/api.rs`) against the
-/// real API server: the sandbox must answer as it does. Each scenario gets its own namespace
+/// The sandbox API scenarios (`tests/operator/sandbox_api.rs`, from `tests/common/api.rs`) against
+/// the real API server: the sandbox must answer as it does. Each scenario gets its own namespace
 /// and CRD group.
 #[test]
 #[ignore = "needs a real cluster: set DIORCH_E2E_KUBECONFIG and run with --include-ignored (scripts/e2e.sh)"]
@@ -253,7 +253,7 @@ fn e2e_sandbox_api_scenarios() {
     let crd = ClusterObjectGuard(&k, "crd", format!("widgets.{group}"));
     let proto = ClusterObjectGuard(&k, "namespace", format!("{ns}-proto"));
     // The unknown field's message is kubectl's own here: kube-apiserver 1.24 has no server-side
-    // field validation (the sandbox's exact message is checked in tests/sandbox_api.rs).
+    // field validation (the sandbox's exact message is checked in tests/operator/sandbox_api.rs).
     api::kubectl_end_to_end(&k, &ns, &group, scratch.path());
     drop((proto, crd, guard));
     passed("kubectl");
@@ -354,7 +354,7 @@ impl Drop for WebhookGuard<'_> {
 /// The admission scenarios with the webhooks registered by URL to a `diorch run` started here on
 /// 127.0.0.1 (`examples/webhook-local.yaml`, caBundle from `diorch webhook-cert`): the API
 /// server must reach 127.0.0.1, so the cluster's API server must run on this machine. For a
-/// cluster that cannot, install `deploy/` and run `tests/webhook.rs`'s scenarios by hand.
+/// cluster that cannot, install `deploy/` and run `tests/operator/webhook.rs`'s scenarios by hand.
 #[test]
 #[ignore = "needs a real cluster: set DIORCH_E2E_KUBECONFIG and run with --include-ignored (scripts/e2e.sh)"]
 fn e2e_admission() {
@@ -512,7 +512,7 @@ fn e2e_gpu_placement() {
     allocation::flapping_policy_is_rate_limited(&k, &ns, &plugins);
 }
 
-/// Leader election on a real API server (`tests/ha.rs` runs the same on the sandbox): two
+/// Leader election on a real API server (`tests/operator/ha.rs` runs the same on the sandbox): two
 /// `diorch run --leader-elect` with their Lease in the scenario's namespace (so it goes with
 /// it); exactly one leads and reconciles, a SIGKILLed leader's work goes to the standby once
 /// the lease expires with no pod re-created or lost, SIGTERM releases the lease and exits 0;

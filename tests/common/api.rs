@@ -1,9 +1,9 @@
 //! The API server scenarios (CRUD, watch order and resumption, conflicts, dry run, the 410 of a
 //! too old resourceVersion, custom resources, garbage collection, namespace termination,
 //! kubectl end to end), written against a `kube::Client` or a `Kubectl` and names chosen by the
-//! caller, so `tests/sandbox_api.rs` runs them on the in-process sandbox and `tests/e2e.rs` on a
-//! real kube-apiserver: the same assertions on both. Cluster-wide names (CRD groups, namespaces)
-//! come from the caller, so runs against a shared cluster do not collide.
+//! caller, so `tests/operator/sandbox_api.rs` runs them on the in-process sandbox and
+//! `tests/e2e.rs` on a real kube-apiserver: the same assertions on both. Cluster-wide names (CRD
+//! groups, namespaces) come from the caller, so runs against a shared cluster do not collide.
 //!
 //! Waits follow the mechanism with generous bounds: on a real cluster garbage collection,
 //! namespace and CRD finalisation are done by controllers, asynchronously.

@@ -122,7 +122,7 @@ pub fn assert_says(err: &str, needles: &[&str]) {
 /// their message: kube-apiserver before 1.28 has no `fieldPath` or `reason` and reports a rule
 /// on its object (`spec.tasks[0]: Invalid value: …: <message>`); the exact 1.28+ form
 /// (`spec.tasks[0].name: Required value: <message>`) is asserted against the sandbox in
-/// `tests/crd_schema.rs`. Where the server has no field validation (before 1.25) kubectl
+/// `tests/operator/crd_schema.rs`. Where the server has no field validation (before 1.25) kubectl
 /// validates types itself and words it its own way (`expected "integer"`).
 pub fn invalid_dijobs_are_refused(k: &Kubectl, ns: &str) {
     let k = k.in_namespace(ns);

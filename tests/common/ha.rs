@@ -1,6 +1,6 @@
 //! Production-operation scenarios of the real `diorch run`, written against a `Kubectl`, a
-//! namespace and the kubeconfig the operators use, so the sandbox tests (`tests/ha.rs`) and the
-//! real-cluster e2e suite (`tests/e2e.rs`) share them: leader election between two
+//! namespace and the kubeconfig the operators use, so the sandbox tests (`tests/operator/ha.rs`)
+//! and the real-cluster e2e suite (`tests/e2e.rs`) share them: leader election between two
 //! `--leader-elect` processes, and the RBAC check (every API call the operator makes through a
 //! set of scenarios, compared with `src/rbac.rs`).
 

@@ -1,5 +1,5 @@
 //! Issue 21's job controls as a user drives them with kubectl, on the sandbox
-//! (`tests/controller.rs`) and on a real API server (`tests/e2e.rs`): `spec.suspend`,
+//! (`tests/operator/controller.rs`) and on a real API server (`tests/e2e.rs`): `spec.suspend`,
 //! `spec.activeDeadlineSeconds` and `spec.ttlSecondsAfterFinished`.
 
 use std::collections::BTreeMap;

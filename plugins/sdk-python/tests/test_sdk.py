@@ -1,6 +1,7 @@
 """The SDK on CPython: views over a hand-built columnar record (including columns out of range),
 pod helpers, the placement loop on the repository's sample snapshot, and the build command's
-arguments. The Wasm side is tested by the host (tests/plugin_languages.rs in the repository)."""
+arguments. The Wasm side is tested by the host (tests/plugins/plugin_languages.rs in the
+repository)."""
 
 import json
 import sys

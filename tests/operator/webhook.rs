@@ -2,7 +2,7 @@
 //! TLS, with the certificate made and the caBundle patched by the real `diorch webhook-cert`,
 //! driven with kubectl. The refusal scenarios also run against a real cluster in `tests/e2e.rs`.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -4,7 +4,7 @@
 //! change pods, and oversized jobs wait for capacity. The same scenarios run against a real
 //! cluster in `tests/e2e.rs`.
 
-mod common;
+use crate::common;
 
 use common::allocation as scenario;
 use common::controller::OperatorProcess;
@@ -223,8 +223,8 @@ fn a_mutator_without_grants_cannot_take_over_the_pods_of_the_next_job() {
         assert!(note.contains(needle), "{needle}: {note}");
     }
     // Refused with failurePolicy Fail (the default), it would block the pods of its task types
-    // until it loads (fail closed, tested in tests/plugin_watch.rs); deleting it lifts that. The
-    // watcher applies the deletion before the next upload below.
+    // until it loads (fail closed, tested in tests/plugins/plugin_watch.rs); deleting it lifts
+    // that. The watcher applies the deletion before the next upload below.
     k.ok(&["delete", "configmap", "plugin-owner"]);
 
     // `later:` passes the load-time smoke call (rank 0) and asks on pods of rank 1 and above.

@@ -148,9 +148,9 @@ async fn raw_manifest(
 // ---------------------------------------------------------------------------------------------
 // The real registry.
 
-/// The shared registry harness, plus what these tests ask of it.
-#[path = "common/registry.rs"]
-mod harness;
+// The shared registry harness (tests/common/registry.rs, the binary's `registry`), plus what these
+// tests ask of it.
+use crate::registry as harness;
 use harness::Registry;
 
 impl Registry {

@@ -4,7 +4,7 @@
 //! lease stops the process, and a leader cut off from the API server stops before a standby
 //! can take over. And what operators watch: JSON logs with the reconcile span, and the metrics.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

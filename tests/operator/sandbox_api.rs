@@ -1,7 +1,7 @@
 //! Integration tests of the sandbox API server core, started in-process on 127.0.0.1:0 and
 //! driven with the real `kube` client and the real `kubectl`.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -15,7 +15,7 @@ fn checked_in_crd_is_up_to_date() {
     let checked_in = std::fs::read_to_string(&path).expect("read checked-in CRD");
     assert!(
         checked_in == generated,
-        "{CRD_PATH} is stale: regenerate it with `cargo run -- crd > {CRD_PATH}` (or DIORCH_BLESS=1 cargo test --test crd)"
+        "{CRD_PATH} is stale: regenerate it with `cargo run -- crd > {CRD_PATH}` (or DIORCH_BLESS=1 cargo test --test operator crd::)"
     );
     // kustomize reads no file outside a kustomization's directory, so deploy/ carries a copy
     // (and `kubectl apply -f crds/` must keep finding only the CRD there).
@@ -26,7 +26,7 @@ fn checked_in_crd_is_up_to_date() {
     }
     assert!(
         std::fs::read_to_string(&copy).expect("read the deploy/ copy") == generated,
-        "{DEPLOY_COPY} differs from the CRD: DIORCH_BLESS=1 cargo test --test crd"
+        "{DEPLOY_COPY} differs from the CRD: DIORCH_BLESS=1 cargo test --test operator crd::"
     );
     let files: Vec<String> = std::fs::read_dir(path.parent().expect("crds/"))
         .expect("list crds/")

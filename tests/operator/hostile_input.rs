@@ -6,7 +6,7 @@
 //! its resident memory stays within 20 MiB of what it was, other jobs keep running and a normal
 //! job created afterwards starts.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

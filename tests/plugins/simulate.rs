@@ -525,8 +525,7 @@ fn a_wasm_policy_runs_through_the_plugin_host_and_matches_its_native_build() {
     assert!(calls.contains("binpack.wasm,allocate,3"), "{calls}");
 }
 
-#[path = "common/registry.rs"]
-mod registry;
+use crate::registry;
 
 /// `--policy` takes an OCI reference: the bin-pack component pushed to a real registry and
 /// pulled by digest places every job as the built-in bin-pack does.

@@ -2,7 +2,7 @@
 //! would, the demo running the real `diorch` binary on it, and `diorch run` against it. The
 //! `diorch-sandbox` binary's own flags are tested in crates/sandbox/tests/cli.rs.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

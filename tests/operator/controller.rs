@@ -2,7 +2,7 @@
 //! (the sandbox, in-process, with its simulated kubelet), driven with kubectl. The same
 //! scenarios run against a real cluster in `tests/e2e.rs`.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};

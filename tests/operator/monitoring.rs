@@ -5,7 +5,7 @@
 //! through what the rules watch (a refusing mutator, a trapping policy, a rejected upload,
 //! webhook reviews, replica API calls), so every queried family has series to check labels on.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -204,7 +204,7 @@ fn every_rendered_manifest_validates_against_the_kubernetes_schemas() {
         );
         assert!(out.status.success(), "{variant}: {report}");
         // Every object was checked; only cert-manager's and the Prometheus Operator's kinds
-        // have no schema there (tests/monitoring.rs checks those).
+        // have no schema there (tests/operator/monitoring.rs checks those).
         let passed = report.matches(" passed for resource ").count();
         let unknown: Vec<&str> = report
             .lines()

@@ -1,0 +1,19 @@
+//! The operator's integration tests, in one test binary (linked once, not once per file): the
+//! sandbox in-process, the real `diorch` binary and kubectl, the CRD and the install manifests.
+//! Run one file's tests with its module name as the filter, e.g.
+//! `cargo test --test operator controller::`.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod allocation;
+mod controller;
+mod crd;
+mod crd_schema;
+mod deploy;
+mod ha;
+mod hostile_input;
+mod monitoring;
+mod sandbox_api;
+mod sandbox_cli;
+mod webhook;
