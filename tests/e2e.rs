@@ -11,6 +11,7 @@
 //! and says how to skip it. The suite installs `crds/` itself, works in its own namespaces, and
 //! deletes them at the end. One test at a time (`--test-threads=1`): the admission test
 //! registers cluster-wide webhooks while it runs.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a panic is its report
 
 mod common;
 

@@ -2,6 +2,7 @@
 //! sandbox in-process, the real `diorch` binary and kubectl, the CRD and the install manifests.
 //! Run one file's tests with its module name as the filter, e.g.
 //! `cargo test --test operator controller::`.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a panic is its report
 
 #[path = "../common/mod.rs"]
 mod common;

@@ -5,6 +5,7 @@
 //!
 //! simulate.rs's proptest regressions are in tests/proptest-regressions/simulate.txt: proptest
 //! puts them beside the directory holding this binary's main.rs.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a panic is its report
 
 /// The real OCI registry harness, stand-alone (the rest of tests/common is not needed here).
 #[path = "../common/registry.rs"]

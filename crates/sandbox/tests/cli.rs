@@ -2,6 +2,7 @@
 //! kubeconfig kubectl uses, `serve --attach` plays nodes on another API server, and `demo`
 //! refuses clearly when the operator binary is missing. The sandbox's behaviour under the
 //! operator is tested from the operator's own tests (tests/ at the repository root).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a panic is its report
 
 #[path = "../../../tests/common/kubectl.rs"]
 #[allow(dead_code)]
