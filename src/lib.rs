@@ -19,7 +19,6 @@ pub mod metrics;
 pub mod oci;
 pub mod operator;
 pub mod plugin;
-pub mod rbac;
 pub mod server;
 pub mod simulate;
 pub mod webhook;

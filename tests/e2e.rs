@@ -754,7 +754,7 @@ fn e2e_rbac_least_privilege() {
         .collect();
     assert!(
         refused.is_empty(),
-        "API calls refused with deploy/base's RBAC (fix deploy/base/rbac.yaml and src/rbac.rs): {refused:?}"
+        "API calls refused with deploy/base's RBAC (fix deploy/base/rbac.yaml and tests/common/rbac.rs): {refused:?}"
     );
     let forbidden: Vec<String> = operator
         .lines()

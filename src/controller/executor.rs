@@ -964,7 +964,7 @@ async fn already_exists(
     job_uid: &str,
     conflict: kube::Error,
 ) -> Ended {
-    // A list by name, not a get: the operator's RBAC (deploy/, src/rbac.rs) grants pods only
+    // A list by name, not a get: the operator's RBAC (deploy/, tests/common/rbac.rs) grants pods only
     // list, watch, create and delete.
     let by_name = ListParams::default().fields(&format!("metadata.name={name}"));
     let holder = match bounded(pods.list(&by_name)).await {

@@ -2,7 +2,7 @@
 //! namespace and the kubeconfig the operators use, so the sandbox tests (`tests/operator/ha.rs`)
 //! and the real-cluster e2e suite (`tests/e2e.rs`) share them: leader election between two
 //! `--leader-elect` processes, and the RBAC check (every API call the operator makes through a
-//! set of scenarios, compared with `src/rbac.rs`).
+//! set of scenarios, compared with `tests/common/rbac.rs`).
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -349,13 +349,13 @@ pub const EXERCISED: &[(&str, &str, &str)] = &[
     ("coordination.k8s.io", "leases", "watch"),
 ];
 
-/// Every call in `calls` is granted by `src/rbac.rs` (which a unit test keeps equal to
+/// Every call in `calls` is granted by `tests/common/rbac.rs` (which a unit test keeps equal to
 /// `deploy/base/rbac.yaml`), and every call of [`EXERCISED`] and `also_expected` was made.
 pub fn assert_calls_granted_and_seen(
     calls: &BTreeSet<ApiCall>,
     also_expected: &[(&str, &str, &str)],
 ) {
-    let granted: BTreeSet<ApiCall> = diorch::rbac::PERMISSIONS
+    let granted: BTreeSet<ApiCall> = super::rbac::PERMISSIONS
         .iter()
         .flat_map(|p| {
             p.verbs
@@ -366,7 +366,7 @@ pub fn assert_calls_granted_and_seen(
     let refused: Vec<_> = calls.difference(&granted).collect();
     assert!(
         refused.is_empty(),
-        "calls a cluster would refuse (add them to src/rbac.rs and deploy/base/rbac.yaml): {refused:?}"
+        "calls a cluster would refuse (add them to tests/common/rbac.rs and deploy/base/rbac.yaml): {refused:?}"
     );
     let unexercised: Vec<_> = granted.difference(calls).collect();
     println!("granted, not exercised by these scenarios: {unexercised:?}");

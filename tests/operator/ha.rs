@@ -281,7 +281,7 @@ fn a_leader_cut_off_from_the_api_server_stops_before_a_standby_takes_over() {
 
 /// The RBAC check that needs no reading of the code: run the operator through the controller,
 /// allocator, replica API, plugin watcher and leader election scenarios, and compare every API
-/// call its client made with `src/rbac.rs` (which a unit test keeps equal to
+/// call its client made with `tests/common/rbac.rs` (which a unit test keeps equal to
 /// `deploy/base/rbac.yaml`). `tests/e2e.rs` runs the same scenarios on a real API server with
 /// the operator holding only those rights.
 #[test]

@@ -1,5 +1,5 @@
 //! The Kubernetes API permissions `diorch run` needs: one entry per (group, resource), with the
-//! verbs the code calls and where. `deploy/base/rbac.yaml` grants exactly these (a test compares the
+//! verbs the code calls and where. Test-only: the operator does not read it. `deploy/base/rbac.yaml` grants exactly these (a test compares the
 //! two both ways), and a scan of the source checks that every API handle the operator builds is
 //! for a resource listed here, and that every listed resource is used.
 //!
@@ -383,7 +383,7 @@ mod tests {
         });
         assert!(bound, "diorch-plugin-sources is bound to the operator");
         // The default key object is the one the Role names.
-        assert!(crate::operator::DEFAULT_TRUSTED_KEYS.ends_with("/diorch-plugin-keys"));
+        assert!(diorch::operator::DEFAULT_TRUSTED_KEYS.ends_with("/diorch-plugin-keys"));
     }
 
     #[test]
@@ -547,7 +547,7 @@ mod tests {
         let extra: Vec<&Grant> = granted.difference(&code).collect();
         assert!(
             missing.is_empty() && extra.is_empty(),
-            "deploy/base/rbac.yaml differs from src/rbac.rs:\n  used but not granted: {missing:?}\n  granted but not used: {extra:?}"
+            "deploy/base/rbac.yaml differs from tests/common/rbac.rs:\n  used but not granted: {missing:?}\n  granted but not used: {extra:?}"
         );
     }
 
@@ -633,12 +633,12 @@ mod tests {
         let mut used = BTreeSet::new();
         for (ty, file) in &found {
             let resources = resources_of(ty).unwrap_or_else(|| {
-                panic!("src/{file} builds an Api<{ty}>: add its resource and verbs to src/rbac.rs and deploy/base/rbac.yaml")
+                panic!("src/{file} builds an Api<{ty}>: add its resource and verbs to tests/common/rbac.rs and deploy/base/rbac.yaml")
             });
             for r in resources {
                 assert!(
                     listed.contains(r),
-                    "src/{file} uses {r}, not in src/rbac.rs"
+                    "src/{file} uses {r}, not in tests/common/rbac.rs"
                 );
                 used.insert(*r);
             }
