@@ -45,7 +45,7 @@ enum Command {
     /// Wasm plugin tools: check a component, print its ConfigMap.
     Plugin {
         #[command(subcommand)]
-        command: diorch::plugin::cli::PluginCommand,
+        command: diorch::cli::plugin::PluginCommand,
     },
     /// Run a workload trace against a cluster in virtual time with one or more scheduling
     /// policies and compare them (see docs/simulator.md).
@@ -173,7 +173,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             print!("{}", diorch_core::api::crd::dijob_crd_yaml()?);
             Ok(())
         }
-        Command::Plugin { command } => diorch::plugin::cli::run(command).await,
+        Command::Plugin { command } => diorch::cli::plugin::run(command).await,
         Command::Simulate(args) => diorch::simulate::run(args).await,
         Command::Run { cluster, args } => {
             let conn = diorch::cluster::connect(&cluster.target()).await?;

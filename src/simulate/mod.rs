@@ -48,7 +48,7 @@ pub struct SimulateArgs {
     #[arg(long, required = true)]
     pub out: Option<PathBuf>,
     #[command(flatten)]
-    pub registry: crate::plugin::publish::RegistryArgs,
+    pub registry: crate::cli::plugin::publish::RegistryArgs,
     /// Seconds between re-plans (`optimize`), as the operator's --optimize-period; 0 = never.
     #[arg(long, default_value_t = 60)]
     pub optimize_period: u64,
@@ -135,10 +135,10 @@ async fn policies(args: &SimulateArgs) -> anyhow::Result<Vec<PolicyChoice>> {
             continue;
         }
         let path = Path::new(spec);
-        let bytes = match crate::plugin::publish::ComponentArg::parse(spec)? {
-            crate::plugin::publish::ComponentArg::File(_) => read_component(path)?,
-            crate::plugin::publish::ComponentArg::Image(_) => {
-                crate::plugin::publish::read_component(spec, &args.registry)
+        let bytes = match crate::cli::plugin::publish::ComponentArg::parse(spec)? {
+            crate::cli::plugin::publish::ComponentArg::File(_) => read_component(path)?,
+            crate::cli::plugin::publish::ComponentArg::Image(_) => {
+                crate::cli::plugin::publish::read_component(spec, &args.registry)
                     .await
                     .with_context(|| format!("--policy {spec}"))?
                     .0

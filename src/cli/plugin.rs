@@ -10,20 +10,24 @@
 //! Owns: the subcommand arguments and their output. Must not touch: cluster state (`snapshot`
 //! only reads, through the allocator's view; every other command is offline).
 
+pub mod publish;
+pub mod record;
+pub mod scaffold;
+
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 
-use super::capabilities::{self, Capability, Grants};
-use super::publish::RegistryArgs;
-use super::snapshot::{self, Snapshot};
-use super::spec::{self, FailurePolicy, PluginKind, PluginSpec};
-use super::{
+use crate::plugin::capabilities::{self, Capability, Grants};
+use crate::plugin::snapshot::{self, Snapshot};
+use crate::plugin::spec::{self, FailurePolicy, PluginKind, PluginSpec};
+use crate::plugin::{
     HostConfig, Job, JobPlan, Limits, NativePolicy, Node, PluginError, PluginHost,
     SchedulingPolicy as _, TaskContext, WasmPolicy, World, checks, sample,
 };
+use publish::RegistryArgs;
 
 /// The policy entry point `plugin run` calls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -95,7 +99,7 @@ pub enum PluginCommand {
         pull_secret: Option<String>,
         /// Compress the inline component (`gzip` or `zstd`), so up to ~3 MB fits a ConfigMap.
         #[arg(long, conflicts_with = "image")]
-        compress: Option<super::compress::Encoding>,
+        compress: Option<crate::plugin::compress::Encoding>,
         /// Sign the inline component with this private key (`diorch plugin keygen`).
         #[arg(long, conflicts_with = "image")]
         sign: Option<PathBuf>,
@@ -208,9 +212,9 @@ pub enum PluginCommand {
         /// The plugin's name (a DNS label): the project folder and the component's file name.
         name: String,
         #[arg(long, value_enum)]
-        lang: super::scaffold::Lang,
+        lang: scaffold::Lang,
         #[arg(long, value_enum, default_value = "policy")]
-        world: super::scaffold::Kind,
+        world: scaffold::Kind,
         /// Where to write the project (default: ./NAME); it must not hold files yet.
         #[arg(long)]
         dir: Option<PathBuf>,
@@ -236,7 +240,7 @@ pub async fn run(command: PluginCommand) -> anyhow::Result<()> {
             memory_mib,
             grants,
         } => {
-            let (bytes, _) = super::publish::read_component(&component, &registry).await?;
+            let (bytes, _) = publish::read_component(&component, &registry).await?;
             let limits = Limits {
                 deadline: Duration::from_millis(deadline_ms),
                 memory_bytes: memory_mib << 20,
@@ -315,8 +319,7 @@ pub async fn run(command: PluginCommand) -> anyhow::Result<()> {
             sign,
             registry,
         } => {
-            let pinned =
-                super::publish::push(&file, &reference, sign.as_deref(), &registry).await?;
+            let pinned = publish::push(&file, &reference, sign.as_deref(), &registry).await?;
             emit(&format!("{pinned}\n"))
         }
         PluginCommand::Sign {
@@ -324,7 +327,7 @@ pub async fn run(command: PluginCommand) -> anyhow::Result<()> {
             key,
             registry,
         } => {
-            let pinned = super::publish::sign(&reference, &key, &registry).await?;
+            let pinned = publish::sign(&reference, &key, &registry).await?;
             emit(&format!("{pinned}\n"))
         }
         PluginCommand::New {
@@ -335,8 +338,8 @@ pub async fn run(command: PluginCommand) -> anyhow::Result<()> {
             sdk,
         } => {
             let dir = dir.unwrap_or_else(|| PathBuf::from(&name));
-            let sdk = sdk.unwrap_or_else(super::scaffold::default_sdk);
-            let written = super::scaffold::create(&name, lang, world, &dir, &sdk)?;
+            let sdk = sdk.unwrap_or_else(scaffold::default_sdk);
+            let written = scaffold::create(&name, lang, world, &dir, &sdk)?;
             for path in written {
                 println!("wrote {}", path.display());
             }
@@ -347,7 +350,7 @@ pub async fn run(command: PluginCommand) -> anyhow::Result<()> {
             );
             Ok(())
         }
-        PluginCommand::Keygen { out } => super::publish::keygen(&out).map(|_| ()),
+        PluginCommand::Keygen { out } => publish::keygen(&out).map(|_| ()),
         PluginCommand::Snapshot {
             kubeconfig,
             context,
@@ -358,7 +361,7 @@ pub async fn run(command: PluginCommand) -> anyhow::Result<()> {
                 context,
             })
             .await?;
-            let snapshot = crate::plugin::record::record(conn.client)
+            let snapshot = record::record(conn.client)
                 .await
                 .with_context(|| format!("cannot read the cluster at {}", conn.url))?;
             let text = snapshot.to_json()?;
@@ -439,7 +442,7 @@ pub const CONFIGMAP_INLINE_CAP: usize = 768 << 10;
 
 /// Whether a component can travel inline in its ConfigMap, and how; else what to do instead.
 pub fn inline_advice(bytes: &[u8]) -> String {
-    use super::compress::{Encoding, encode};
+    use crate::plugin::compress::{Encoding, encode};
     if bytes.len() <= CONFIGMAP_INLINE_CAP {
         return "fits a ConfigMap as it is".to_string();
     }
@@ -475,7 +478,7 @@ pub fn inline_advice(bytes: &[u8]) -> String {
 /// refusal when it cannot fit a ConfigMap, saying what to do instead.
 fn inline_component(
     file: &std::path::Path,
-    compress: Option<super::compress::Encoding>,
+    compress: Option<crate::plugin::compress::Encoding>,
     sign: Option<&std::path::Path>,
 ) -> anyhow::Result<spec::ComponentSource> {
     let raw = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
@@ -488,8 +491,8 @@ fn inline_component(
             spec::INLINE_MAX_BYTES
         );
     }
-    let encoding = compress.unwrap_or(super::compress::Encoding::Identity);
-    let bytes = super::compress::encode(encoding, &raw)?;
+    let encoding = compress.unwrap_or(crate::plugin::compress::Encoding::Identity);
+    let bytes = crate::plugin::compress::encode(encoding, &raw)?;
     if bytes.len() > CONFIGMAP_INLINE_CAP {
         let hint = match compress {
             None => {
