@@ -49,7 +49,7 @@ enum Command {
     },
     /// Run a workload trace against a cluster in virtual time with one or more scheduling
     /// policies and compare them (see docs/simulator.md).
-    Simulate(diorch::simulate::SimulateArgs),
+    Simulate(diorch::cli::simulate::SimulateArgs),
     /// Run the operator against a cluster (the current kubeconfig context by default).
     Run {
         #[command(flatten)]
@@ -174,7 +174,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Plugin { command } => diorch::cli::plugin::run(command).await,
-        Command::Simulate(args) => diorch::simulate::run(args).await,
+        Command::Simulate(args) => diorch::cli::simulate::run(args).await,
         Command::Run { cluster, args } => {
             let conn = diorch::cluster::connect(&cluster.target()).await?;
             operator::run(conn, args, shutdown_signal()).await?;

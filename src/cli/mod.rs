@@ -4,3 +4,4 @@
 //! no other module imports it (only the binary, `src/main.rs`).
 
 pub mod plugin;
+pub mod simulate;
