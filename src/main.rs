@@ -63,7 +63,7 @@ enum Command {
         #[command(flatten)]
         cluster: diorch::cluster::ClusterArgs,
         #[command(flatten)]
-        args: diorch::webhook::cert::CertArgs,
+        args: diorch::cli::webhook_cert::CertArgs,
     },
     /// Call the replica API (di-server compatible) of a running operator.
     Replicas {
@@ -181,11 +181,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::WebhookCert { cluster, args } => {
-            let conn = diorch::cluster::connect(&cluster.target()).await?;
-            for line in diorch::webhook::cert::run(conn.client, &args).await? {
-                say!("{line}");
-            }
-            Ok(())
+            diorch::cli::webhook_cert::run(cluster, args).await
         }
         Command::Replicas {
             server,
