@@ -7,16 +7,12 @@
 
 pub mod capabilities;
 pub mod checks;
-pub mod cli;
 pub mod compress;
 pub mod fetch;
 mod host;
 pub mod native;
-pub mod publish;
-pub mod record;
 pub mod registry;
 pub mod sample;
-pub mod scaffold;
 pub mod snapshot;
 pub mod spec;
 

@@ -46,40 +46,31 @@ pub enum CertError {
     NoConfiguration(String),
 }
 
-/// Options of `diorch webhook-cert`.
-#[derive(clap::Args, Debug, Clone)]
-pub struct CertArgs {
+/// What `run` keeps or makes, and where: the flags of `diorch webhook-cert` (`cli::webhook_cert`
+/// parses them).
+#[derive(Debug, Clone)]
+pub struct CertOptions {
     /// Namespace of the webhook Service and of the Secret.
-    #[arg(long, default_value = "diorch-system")]
     pub namespace: String,
     /// Name of the webhook Service: the certificate names `<service>.<namespace>.svc` and its
     /// shorter and longer forms.
-    #[arg(long, default_value = "diorch-webhook")]
     pub service: String,
     /// The `kubernetes.io/tls` Secret that holds tls.crt, tls.key and ca.crt.
-    #[arg(long, default_value = "diorch-webhook-cert")]
     pub secret: String,
-    /// Write tls.crt, tls.key and ca.crt into this directory instead of the Secret (for
-    /// `diorch run --webhook-cert-dir` outside the cluster).
-    #[arg(long)]
+    /// A directory to hold tls.crt, tls.key and ca.crt instead of the Secret.
     pub out_dir: Option<PathBuf>,
     /// Name of the MutatingWebhookConfiguration and ValidatingWebhookConfiguration whose
     /// webhooks get the CA in `caBundle`.
-    #[arg(long, default_value = "diorch")]
     pub webhook_configuration: String,
-    /// Extra DNS names or IP addresses the certificate is valid for (repeatable), e.g.
-    /// 127.0.0.1 for a webhook reached by URL.
-    #[arg(long = "host")]
+    /// Extra DNS names or IP addresses the certificate is valid for.
     pub hosts: Vec<String>,
     /// Validity of a new certificate, in days.
-    #[arg(long, default_value_t = 365)]
     pub validity_days: u32,
     /// Renew a kept certificate that expires within this many days.
-    #[arg(long, default_value_t = 30)]
     pub renew_before_days: u32,
 }
 
-impl CertArgs {
+impl CertOptions {
     /// Every name the serving certificate must cover.
     pub fn names(&self) -> Vec<String> {
         let (s, ns) = (&self.service, &self.namespace);
@@ -251,13 +242,13 @@ fn issued_by(bundle: &Bundle) -> bool {
 pub type Report = Vec<String>;
 
 /// Keeps or replaces the certificate, then patches the CA into the webhook configurations.
-pub async fn run(client: Client, args: &CertArgs) -> Result<Report, CertError> {
-    let names = args.names();
+pub async fn run(client: Client, options: &CertOptions) -> Result<Report, CertError> {
+    let names = options.names();
     let now = jiff::Timestamp::now().as_second();
     let mut report = Vec::new();
     // The bundle this run replaces, if it does: its CA stays trusted a while (`ca_bundle`).
     let mut replaced = None;
-    let bundle = match &args.out_dir {
+    let bundle = match &options.out_dir {
         Some(dir) => {
             let existing = read_dir_bundle(dir);
             replaced.clone_from(&existing);
@@ -265,7 +256,7 @@ pub async fn run(client: Client, args: &CertArgs) -> Result<Report, CertError> {
                 existing,
                 &names,
                 now,
-                args,
+                options,
                 &mut report,
                 &format!("directory {}", dir.display()),
             )
@@ -279,11 +270,11 @@ pub async fn run(client: Client, args: &CertArgs) -> Result<Report, CertError> {
             })?
         }
         None => {
-            let secrets: Api<Secret> = Api::namespaced(client.clone(), &args.namespace);
-            let what = format!("secret {}/{}", args.namespace, args.secret);
+            let secrets: Api<Secret> = Api::namespaced(client.clone(), &options.namespace);
+            let what = format!("secret {}/{}", options.namespace, options.secret);
             let current =
                 secrets
-                    .get_opt(&args.secret)
+                    .get_opt(&options.secret)
                     .await
                     .map_err(|source| CertError::Kube {
                         what: format!("cannot read {what}"),
@@ -291,9 +282,10 @@ pub async fn run(client: Client, args: &CertArgs) -> Result<Report, CertError> {
                     })?;
             let existing = current.as_ref().and_then(secret_bundle);
             replaced.clone_from(&existing);
-            let (bundle, changed) = keep_or_make(existing, &names, now, args, &mut report, &what)?;
+            let (bundle, changed) =
+                keep_or_make(existing, &names, now, options, &mut report, &what)?;
             if changed {
-                write_secret(&secrets, current, &args.secret, &bundle)
+                write_secret(&secrets, current, &options.secret, &bundle)
                     .await
                     .map_err(|source| CertError::Kube {
                         what: format!("cannot write {what}"),
@@ -326,15 +318,15 @@ pub async fn run(client: Client, args: &CertArgs) -> Result<Report, CertError> {
             client.clone(),
             &ApiResource::from_gvk_with_plural(&gvk, plural),
         );
-        let what = format!("{} {}", kind.to_lowercase(), args.webhook_configuration);
-        if let Some(n) = patch_ca(&api, &args.webhook_configuration, &ca, &what).await? {
+        let what = format!("{} {}", kind.to_lowercase(), options.webhook_configuration);
+        if let Some(n) = patch_ca(&api, &options.webhook_configuration, &ca, &what).await? {
             found += 1;
             report.push(format!("{what}: caBundle {n}"));
         }
     }
     if found == 0 {
         return Err(CertError::NoConfiguration(
-            args.webhook_configuration.clone(),
+            options.webhook_configuration.clone(),
         ));
     }
     Ok(report)
@@ -369,12 +361,12 @@ fn keep_or_make(
     existing: Option<Bundle>,
     names: &[String],
     now: i64,
-    args: &CertArgs,
+    options: &CertOptions,
     report: &mut Report,
     what: &str,
 ) -> Result<(Bundle, bool), CertError> {
     let why = match &existing {
-        Some(b) => needs_renewal(b, names, now, args.renew_before_days),
+        Some(b) => needs_renewal(b, names, now, options.renew_before_days),
         None => Some("there is none".into()),
     };
     match (existing, why) {
@@ -384,11 +376,11 @@ fn keep_or_make(
         }
         (_, why) => {
             let why = why.unwrap_or_else(|| "there is none".into());
-            let bundle = generate(names, args.validity_days)?;
+            let bundle = generate(names, options.validity_days)?;
             report.push(format!(
                 "{what}: new certificate for {} valid {} days ({why})",
                 names.join(", "),
-                args.validity_days
+                options.validity_days
             ));
             Ok((bundle, true))
         }

@@ -770,18 +770,18 @@ async fn components_of_the_0_2_contract_are_still_loaded_and_called() {
 
     // `plugin check` names the version a component was built against.
     let limits = roomy();
-    let report = diorch::plugin::cli::check(&wasm("legacy_policy"), limits, "", "learner").unwrap();
+    let report = diorch::cli::plugin::check(&wasm("legacy_policy"), limits, "", "learner").unwrap();
     assert!(
         report.contains("world:    diorch:plugins/scheduling-policy@0.2.0"),
         "{report}"
     );
-    let report = diorch::plugin::cli::check(&wasm("binpack"), limits, "", "learner").unwrap();
+    let report = diorch::cli::plugin::check(&wasm("binpack"), limits, "", "learner").unwrap();
     assert!(
         report.contains("world:    diorch:plugins/scheduling-policy@0.3.0"),
         "{report}"
     );
     let report =
-        diorch::plugin::cli::check(&wasm("legacy_mutator"), limits, "", "learner").unwrap();
+        diorch::cli::plugin::check(&wasm("legacy_mutator"), limits, "", "learner").unwrap();
     assert!(
         report.contains("world:    diorch:plugins/pod-mutator@0.2.0"),
         "{report}"
@@ -1036,7 +1036,7 @@ async fn thousand_calls_during_twenty_hot_swaps_all_succeed() {
 #[test]
 fn plugin_check_reports_world_exports_and_results() {
     let limits = roomy();
-    let report = diorch::plugin::cli::check(&wasm("binpack"), limits, "", "learner").unwrap();
+    let report = diorch::cli::plugin::check(&wasm("binpack"), limits, "", "learner").unwrap();
     for needle in [
         "scheduling-policy",
         "exports:  allocate, optimize",
@@ -1045,7 +1045,7 @@ fn plugin_check_reports_world_exports_and_results() {
     ] {
         assert!(report.contains(needle), "{needle}: {report}");
     }
-    let report = diorch::plugin::cli::check(
+    let report = diorch::cli::plugin::check(
         &wasm("node_placement"),
         limits,
         r#"{"*": {"nodeSelector": {"pool": "a"}}}"#,
@@ -1056,10 +1056,10 @@ fn plugin_check_reports_world_exports_and_results() {
         report.contains("pod-mutator") && report.contains("/spec/nodeSelector"),
         "{report}"
     );
-    let err = diorch::plugin::cli::check(b"nope", limits, "", "learner").unwrap_err();
+    let err = diorch::cli::plugin::check(b"nope", limits, "", "learner").unwrap_err();
     assert!(err.to_string().contains("not a valid component"), "{err}");
     // A mutator whose sample run breaks the rules fails the check.
-    let err = diorch::plugin::cli::check(&wasm("hostile_mutator"), limits, "drop-rank", "learner")
+    let err = diorch::cli::plugin::check(&wasm("hostile_mutator"), limits, "drop-rank", "learner")
         .unwrap_err();
     assert!(err.to_string().contains("DI_RANK"), "{err}");
 }

@@ -735,7 +735,7 @@ fn check_says_how_each_language_travels() {
         ("python", "plugin configmap --image"),
     ] {
         for name in ["binpack", "spread", "accel_env"] {
-            let advice = diorch::plugin::cli::inline_advice(&bytes(&component(lang, name)));
+            let advice = diorch::cli::plugin::inline_advice(&bytes(&component(lang, name)));
             println!("{lang} {name}: {advice}");
             assert!(advice.contains(expected), "{lang} {name}: {advice}");
         }

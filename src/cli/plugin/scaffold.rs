@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::sample;
+use crate::plugin::sample;
 
 /// The languages a project can be written in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
