@@ -1,9 +1,12 @@
 //! WebAssembly plugins: scheduling policies and pod mutators as components of `wit/plugins.wit`.
 //!
 //! Owns: the typed traits callers use ([`SchedulingPolicy`], [`PodMutator`]), their plain input
-//! and output types, the error type, and the submodules (Wasm host, output checks, mutator
-//! capabilities, native fallback, registry with ConfigMap specs, status endpoint, snapshot
-//! files, `diorch plugin` CLI). Must not touch: the controller and the sandbox; callers never see wasmtime types.
+//! and output types, the error type, and the submodules of one kind of I/O each: the Wasm host
+//! (`host`), registry pulls (`fetch`), the registry of loaded plugins with its ConfigMap format
+//! (`registry`, `spec`), output checks and mutator capabilities (`checks`, `capabilities`), the
+//! native fallback, snapshot files. Must not touch: the controllers that feed it
+//! (`controller::plugins`), the HTTP routes that show it (`http::plugins`), the CLI (`cli`) or
+//! the sandbox; callers never see wasmtime types.
 
 pub mod capabilities;
 pub mod checks;
