@@ -5,9 +5,11 @@
 //! Hand-written (a token bucket is a dozen lines) rather than pulling a rate-limiting crate and
 //! its dependencies into every build.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::sync::Mutex;
+// tokio's clock, so that tests run the bucket in virtual time (`tokio::time::pause`).
+use tokio::time::Instant;
 
 /// A token bucket shared by all writers; `qps <= 0` disables it.
 pub struct Throttle {
@@ -87,5 +89,26 @@ mod tests {
             assert_eq!(b.reserve(later), Duration::ZERO);
         }
         assert!(b.reserve(later) > Duration::ZERO);
+    }
+
+    /// The bucket as writers see it, in virtual time: the burst goes at once, then one write
+    /// per 1/qps, and a writer waits exactly its turn.
+    #[tokio::test(start_paused = true)]
+    async fn acquire_lets_the_burst_through_then_spaces_writers_at_qps() {
+        let throttle = Throttle::new(10.0, 3);
+        let start = Instant::now();
+        let mut done = Vec::new();
+        for _ in 0..6 {
+            throttle.acquire().await;
+            done.push(start.elapsed().as_millis());
+        }
+        assert_eq!(done, [0, 0, 0, 100, 200, 300]);
+        // Disabled: never waits.
+        let free = Throttle::new(0.0, 1);
+        let start = Instant::now();
+        for _ in 0..100 {
+            free.acquire().await;
+        }
+        assert_eq!(start.elapsed(), Duration::ZERO);
     }
 }
