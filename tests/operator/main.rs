@@ -15,6 +15,7 @@ mod deploy;
 mod ha;
 mod hostile_input;
 mod monitoring;
+mod rbac;
 mod sandbox_api;
 mod sandbox_cli;
 mod webhook;
