@@ -28,7 +28,7 @@ use crate::plugin::registry::PluginRegistry;
 use crate::plugin::{self, NativePolicy, PluginError, PolicyError, SchedulingPolicy};
 use diorch_core::allocation::admit::{self, AfterCall, Answer};
 use diorch_core::allocation::book::{Book, Held};
-use diorch_core::allocation::optimize;
+use diorch_core::allocation::{optimize, replan};
 use diorch_core::api::DIJob;
 use diorch_core::cached::CachedJob;
 use diorch_core::key::{BoxFuture, ObjectKey};
@@ -526,12 +526,8 @@ impl Allocator {
                     continue;
                 }
                 let key = job_key(&job);
-                let placed = ledger.book.get(&key).is_some_and(|h| h.confirmed);
-                if !holds_placement(&job)
-                    || needs_allocation(&job)
-                    || !placed
-                    || ledger.proposals.contains_key(&key)
-                {
+                let in_flight = ledger.proposals.contains_key(&key);
+                if !replan::candidate(&job, ledger.book.get(&key), in_flight) {
                     continue;
                 }
                 let high = job.spec.priority == diorch_core::api::Priority::High;
@@ -543,7 +539,7 @@ impl Allocator {
         }
         let mut groups: Vec<(Option<String>, Vec<Candidate>)> = groups.into_iter().collect();
         let top = |jobs: &[Candidate]| jobs.iter().any(|(_, high)| *high);
-        groups.sort_by(|a, b| top(&b.1).cmp(&top(&a.1)).then(a.0.cmp(&b.0)));
+        groups.sort_by(|a, b| replan::group_first((&a.0, top(&a.1)), (&b.0, top(&b.1))));
 
         let mut decisions = Vec::new();
         for (requested, jobs) in groups {
@@ -581,12 +577,7 @@ impl Allocator {
             })
             .collect();
         // Highest priority first, then oldest.
-        models.sort_by(|a, b| {
-            b.0.priority
-                .cmp(&a.0.priority)
-                .then(b.0.age_seconds.cmp(&a.0.age_seconds))
-                .then(a.0.key.cmp(&b.0.key))
-        });
+        models.sort_by(|a, b| replan::policy_order(&a.0, &b.0));
         let current: HashMap<ObjectKey, SlotNodes> = models
             .iter()
             .map(|(_, key, _, slots)| (key.clone(), slots.clone()))
@@ -624,14 +615,9 @@ impl Allocator {
             ledger = self.ledger.lock().await;
             // Every job where the plan started from: held as confirmed, on the same nodes, no
             // re-plan in flight (a job that ended, was deleted or resized meanwhile is not).
-            let moved_on = current.iter().any(|(key, slots)| {
+            if replan::moved_on(&current, &ledger.book, |key| {
                 ledger.proposals.contains_key(key)
-                    || !ledger
-                        .book
-                        .get(key)
-                        .is_some_and(|h| h.confirmed && &h.slots == slots)
-            });
-            if moved_on {
+            }) {
                 return self.stale_group(&by, "a job of the group changed during the call");
             }
             if ledger.book.version() != version {

@@ -9,6 +9,7 @@
 pub mod admit;
 pub mod book;
 pub mod optimize;
+pub mod replan;
 
 /// A job's placement in a plan: node names in rank order (tasks in spec order, then local
 /// rank), for the task replica counts `replicas` gives.
