@@ -12,7 +12,7 @@
 //! Must not touch: DIJob status or pods (the controller writes them), Wasm (the plugin
 //! registry runs policies).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -25,7 +25,7 @@ use kube::{Api, Client};
 use crate::clock::{Clock, SystemClock};
 use crate::metrics::{AllocationLabels, Metrics};
 use crate::plugin::registry::PluginRegistry;
-use crate::plugin::{self, NativePolicy, PluginError, PolicyError, SchedulingPolicy};
+use crate::plugin::{self, Checked, NativePolicy, PluginError, PolicyError, SchedulingPolicy};
 use diorch_core::allocation::admit::{self, AfterCall, Answer};
 use diorch_core::allocation::book::{Book, Held};
 use diorch_core::allocation::{optimize, replan};
@@ -598,104 +598,97 @@ impl Allocator {
             .into();
         let mut nodes = nodes;
 
-        let builtin = self.policies.builtin();
+        let builtin = Checked::builtin(self.policies.builtin());
         let mut answer = None;
         if let Some(policy) = requested.and_then(|name| self.policies.named(name)) {
-            let by = policy.describe();
+            let policy = Checked::plugin(policy);
+            let by = policy.by().to_string();
             let version = ledger.book.version();
             drop(ledger);
-            let mut plan = policy
+            let plan = policy
                 .optimize(job_models.clone(), nodes.clone(), previous.clone())
                 .await;
-            if let Ok(p) = &plan
-                && let Err(e) = plugin::checks::plan_capacity(&by, &job_models, &nodes, p)
-            {
-                plan = Err(e);
-            }
             ledger = self.ledger.lock().await;
-            // Every job where the plan started from: held as confirmed, on the same nodes, no
-            // re-plan in flight (a job that ended, was deleted or resized meanwhile is not).
-            if replan::moved_on(&current, &ledger.book, |key| {
+            let moved_on = replan::moved_on(&current, &ledger.book, |key| {
                 ledger.proposals.contains_key(key)
-            }) {
-                return self.stale_group(&by, "a job of the group changed during the call");
-            }
-            if ledger.book.version() != version {
-                if let Ok(p) = &plan {
-                    let named = p.iter().flat_map(|e| e.nodes.iter().map(String::as_str));
-                    let fresh = self.model_nodes_named(&ledger, &keys, named);
-                    if let Err(e) = plugin::checks::plan_capacity(&by, &job_models, &fresh, p) {
-                        return self.stale_group(&by, &e.to_string());
-                    }
-                }
-                // A fallback below plans on what is free now.
-                nodes = self.model_nodes_without(&ledger, &keys);
-            }
-            match plan {
-                Ok(plan) => answer = Some((by, plan)),
-                Err(e) => {
+            });
+            let book_changed = ledger.book.version() != version;
+            let still_fits = |p: &[plugin::JobPlan]| {
+                let named = p.iter().flat_map(|e| e.nodes.iter().map(String::as_str));
+                let fresh = self.model_nodes_named(&ledger, &keys, named);
+                policy.plan_fits(&job_models, &fresh, p)
+            };
+            match replan::after_call(moved_on, book_changed, plan, still_fits) {
+                replan::AfterCall::Stale(why) => return self.stale_group(&by, &why),
+                replan::AfterCall::Plan(plan) => answer = Some((by, plan)),
+                replan::AfterCall::Fallback(e) => {
                     self.count_fallback(&by, e.reason());
                     let error = clip(&e.to_string(), MAX_MESSAGE_BYTES);
                     tracing::warn!(policy = %by, reason = e.reason(), %error,
                         "optimize failed; the built-in policy re-plans instead");
                 }
             }
+            if book_changed {
+                // A fallback below plans on what is free now.
+                nodes = self.model_nodes_without(&ledger, &keys);
+            }
         }
         // The built-in policy (by choice or as the fallback), under the lock.
         let (by, plan) = match answer {
             Some(answer) => answer,
-            None => match builtin_plan(builtin, &job_models, &nodes, &previous) {
-                Ok(plan) => (builtin.describe(), plan),
+            None => match builtin.optimize_now(&job_models, &nodes, &previous) {
+                Ok(plan) => (builtin.by().to_string(), plan),
                 Err(e) => {
                     tracing::warn!(error = %e, "the built-in policy cannot re-plan either; nothing moves");
                     return Vec::new();
                 }
             },
         };
-        // A job the plan leaves out keeps its allocation (`optimize::decide`), but the policy
-        // was shown the whole group's room as free, its room included: the plan must fit
-        // around the jobs it keeps. One that does not (a policy that could not place a job
-        // stranded on a failed node, and grew others into its room) is made again by the
-        // built-in policy for the jobs it moves, around the kept ones, until it fits.
-        let (by, plan) = {
-            let (mut by, mut plan) = (by, plan);
-            let mut planned_models = job_models.to_vec();
-            loop {
-                let planned: HashSet<&str> = plan.iter().map(|e| e.job.as_str()).collect();
-                let moving: HashSet<ObjectKey> = models
-                    .iter()
-                    .filter(|(m, _, _, _)| planned.contains(m.key.as_str()))
-                    .map(|(_, key, _, _)| key.clone())
-                    .collect();
-                if moving.len() == keys.len() {
-                    break (by, plan);
-                }
-                let around = self.model_nodes_without(&ledger, &moving);
-                let Err(e) = plugin::checks::plan_capacity(&by, &planned_models, &around, &plan)
-                else {
-                    break (by, plan);
-                };
-                tracing::info!(policy = %by, kept = keys.len() - moving.len(),
+        // The plan must fit around the jobs it keeps where they are (`replan::around_kept`):
+        // the room around them is modelled for the jobs a plan moves.
+        let group_key = |model_key: &str| {
+            models
+                .iter()
+                .find(|(m, _, _, _)| m.key == model_key)
+                .map(|(_, key, _, _)| key.clone())
+        };
+        let room_around = |moving: &BTreeSet<String>| {
+            let moving: HashSet<ObjectKey> = moving.iter().filter_map(|k| group_key(k)).collect();
+            self.model_nodes_without(&ledger, &moving)
+        };
+        let planned_by = by.clone();
+        let fits = |moving: &BTreeSet<String>, plan: &[plugin::JobPlan]| {
+            let fit = Checked::new((), planned_by.clone()).plan_fits(
+                &job_models,
+                &room_around(moving),
+                plan,
+            );
+            if let Err(e) = &fit {
+                tracing::info!(policy = %planned_by, kept = keys.len() - moving.len(),
                     error = %clip(&e.to_string(), MAX_MESSAGE_BYTES),
                     "the plan takes room of jobs it keeps where they are; the built-in policy plans the others around them");
-                planned_models.retain(|m| planned.contains(m.key.as_str()));
-                let planned_previous: Vec<plugin::JobPlan> = previous
-                    .iter()
-                    .filter(|p| planned.contains(p.job.as_str()))
-                    .cloned()
-                    .collect();
-                match builtin_plan(builtin, &planned_models, &around, &planned_previous) {
-                    // Planned on `around`: the next round either finds it fits, or that it
-                    // leaves out more jobs (kept too). Kept jobs only grow, so this ends.
-                    Ok(p) => {
-                        by = builtin.describe();
-                        plan = p;
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "the built-in policy cannot re-plan around the kept jobs; nothing moves");
-                        return Vec::new();
-                    }
-                }
+            }
+            fit
+        };
+        let rebuild = |moving: &BTreeSet<String>| {
+            let jobs: Vec<plugin::Job> = job_models
+                .iter()
+                .filter(|m| moving.contains(&m.key))
+                .cloned()
+                .collect();
+            let previous: Vec<plugin::JobPlan> = previous
+                .iter()
+                .filter(|p| moving.contains(&p.job))
+                .cloned()
+                .collect();
+            builtin.optimize_now(&jobs, &room_around(moving), &previous)
+        };
+        let (by, plan) = match replan::around_kept(plan, keys.len(), fits, rebuild) {
+            Ok(fitted) if fitted.by_builtin => (builtin.by().to_string(), fitted.plan),
+            Ok(fitted) => (by, fitted.plan),
+            Err(e) => {
+                tracing::warn!(error = %e, "the built-in policy cannot re-plan around the kept jobs; nothing moves");
+                return Vec::new();
             }
         };
         let counts: HashMap<ObjectKey, Vec<u32>> = models
@@ -821,15 +814,14 @@ impl Allocator {
             u64::try_from(self.settings.clock.wall().duration_since(t.0).as_secs()).unwrap_or(0)
         });
         let requested = self.policy_name(job);
-        let builtin = self.policies.builtin();
-        let (plugin, mut fallback): (Option<Arc<dyn SchedulingPolicy>>, Option<String>) =
-            match requested.as_deref() {
-                None => (None, None),
-                Some(name) => match self.policies.named(name) {
-                    Some(p) => (Some(p), None),
-                    None => (None, Some(format!("policy plugin {name} is not loaded"))),
-                },
-            };
+        let builtin = Checked::builtin(self.policies.builtin());
+        let (plugin, mut fallback) = match requested.as_deref() {
+            None => (None, None),
+            Some(name) => match self.policies.named(name) {
+                Some(p) => (Some(Checked::plugin(p)), None),
+                None => (None, Some(format!("policy plugin {name} is not loaded"))),
+            },
+        };
 
         let mut ledger = self.ledger.lock().await;
         if !ledger.seeded {
@@ -842,7 +834,7 @@ impl Allocator {
         }
 
         if let Some(policy) = plugin {
-            let by = policy.describe();
+            let by = policy.by().to_string();
             let mut tries = 0;
             let failed = loop {
                 tries += 1;
@@ -858,7 +850,8 @@ impl Allocator {
 
                 let started = Instant::now();
                 let answer = policy.allocate(model.clone(), nodes.clone()).await;
-                let answer = answer_of(self.checked(&by, &model, &nodes, answer, started));
+                self.observe_call(started);
+                let answer = answer_of(answer);
 
                 ledger = self.ledger.lock().await;
                 let released = ledger.calling.remove(&key) == Some(true);
@@ -866,7 +859,7 @@ impl Allocator {
                     if ledger.book.version() == version {
                         return None;
                     }
-                    self.fits_now(&ledger, &key, &by, &model, slots)
+                    self.fits_now(&ledger, &key, &policy, &model, slots)
                         .err()
                         .map(|e| e.to_string())
                 });
@@ -906,31 +899,32 @@ impl Allocator {
         let nodes = self.model_nodes(&ledger, &key);
         let node_index = view::node_index(&nodes);
         let model = view::model_job(job, &node_index, age);
-        let by = builtin.describe();
+        let by = builtin.by();
         let started = Instant::now();
         let answer = builtin.allocate_now(&model, &nodes);
-        match answer_of(self.checked(&by, &model, &nodes, answer, started)) {
-            Answer::Slots(slots) => self.place(&mut ledger, job, slots, &by, fallback),
+        self.observe_call(started);
+        match answer_of(answer) {
+            Answer::Slots(slots) => self.place(&mut ledger, job, slots, by, fallback),
             Answer::NoFit(why) | Answer::Failed { message: why, .. } => {
-                self.wait(&mut ledger, job, &model, &nodes, &why, &by)
+                self.wait(&mut ledger, job, &model, &nodes, &why, by)
             }
         }
     }
 
     /// Whether `slots`, answered for `key`, still fit what is free now (only the nodes they
     /// name are modelled: O(slots + held by `key`)).
-    fn fits_now(
+    fn fits_now<P>(
         &self,
         ledger: &Ledger,
         key: &ObjectKey,
-        by: &str,
+        policy: &Checked<P>,
         model: &plugin::Job,
         slots: &SlotNodes,
     ) -> Result<(), PluginError> {
         let keys = HashSet::from([key.clone()]);
         let slots = slots.as_slice();
         let nodes = self.model_nodes_named(ledger, &keys, slots.iter().map(String::as_str));
-        plugin::checks::capacity(by, model, &nodes, slots)
+        policy.fits(model, &nodes, slots)
     }
 
     /// Records `slots` as `job`'s reservation.
@@ -1005,24 +999,12 @@ impl Allocator {
         ledger.seeded = true;
     }
 
-    /// A policy's answer checked against the capacity it was shown, with the call's time
-    /// (check included) recorded. A policy answers one node per slot, in slot order.
-    fn checked(
-        &self,
-        by: &str,
-        job: &plugin::Job,
-        nodes: &[plugin::Node],
-        answer: Result<Vec<String>, PluginError>,
-        started: Instant,
-    ) -> Result<SlotNodes, PluginError> {
-        let answer = answer.and_then(|slots| {
-            plugin::checks::capacity(by, job, nodes, &slots).map(|()| SlotNodes::new(slots))
-        });
+    /// Records a policy call's time (the capacity check of its answer included).
+    fn observe_call(&self, started: Instant) {
         self.metrics
             .allocator
             .call_duration
             .observe(started.elapsed().as_secs_f64());
-        answer
     }
 
     /// The cluster's nodes with free capacity as seen by `key`'s placement: allocatable minus
@@ -1080,18 +1062,6 @@ impl Allocator {
             })
             .collect()
     }
-}
-
-/// The built-in policy's re-plan of `jobs` on `nodes`, checked against their capacity.
-fn builtin_plan(
-    builtin: NativePolicy,
-    jobs: &[plugin::Job],
-    nodes: &[plugin::Node],
-    previous: &[plugin::JobPlan],
-) -> Result<Vec<plugin::JobPlan>, PluginError> {
-    let plan = builtin.optimize_now(jobs, nodes, previous)?;
-    plugin::checks::plan_capacity(&builtin.describe(), jobs, nodes, &plan)?;
-    Ok(plan)
 }
 
 /// A checked policy answer, as the admission rules read it (texts bounded).

@@ -141,8 +141,9 @@ pub fn plan(
 }
 
 /// Whether an allocation (node names, one per replica in rank order) fits the nodes' free
-/// capacity: a policy that over-commits a node would leave pods pending forever.
-pub fn capacity(
+/// capacity: a policy that over-commits a node would leave pods pending forever. Callers go
+/// through [`super::Checked`].
+pub(super) fn capacity(
     plugin: &str,
     job: &Job,
     nodes: &[Node],
@@ -214,8 +215,8 @@ pub fn replica_counts(
 
 /// Whether a whole plan fits: each entry one node per replica of its job (at its resized
 /// counts, if any), and every node's replicas of all the plan's jobs together within its free
-/// capacity.
-pub fn plan_capacity(
+/// capacity. Callers go through [`super::Checked`].
+pub(super) fn plan_capacity(
     plugin: &str,
     jobs: &[Job],
     nodes: &[Node],

@@ -3,12 +3,14 @@
 //! Owns: the typed traits callers use ([`SchedulingPolicy`], [`PodMutator`]), their plain input
 //! and output types, the error type, and the submodules of one kind of I/O each: the Wasm host
 //! (`host`), registry pulls (`fetch`), the registry of loaded plugins with its ConfigMap format
-//! (`registry`, `spec`), output checks and mutator capabilities (`checks`, `capabilities`), the
+//! (`registry`, `spec`), output checks and mutator capabilities (`checks`, `capabilities`; every
+//! scheduling answer passes [`Checked`]), the
 //! native fallback, snapshot files. Must not touch: the controllers that feed it
 //! (`controller::plugins`), the HTTP routes that show it (`http::plugins`), the CLI (`cli`) or
 //! the sandbox; callers never see wasmtime types.
 
 pub mod capabilities;
+pub mod checked;
 pub mod checks;
 pub mod compress;
 pub mod fetch;
@@ -27,6 +29,7 @@ use diorch_core::key::ObjectKey;
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Pod;
 
+pub use checked::Checked;
 pub use diorch_policies::{
     Job, JobAllocation, Node, PolicyError, Resources, Taint, TaintEffect, Task,
 };

@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use crate::plugin::snapshot::{self, Snapshot};
 use crate::plugin::{
-    HostConfig, Job, JobPlan, Limits, NativePolicy, Node, PluginError, PluginHost,
+    Checked, HostConfig, Job, JobPlan, Limits, NativePolicy, Node, PluginError, PluginHost,
     SchedulingPolicy as _, WasmPolicy, checks,
 };
 
@@ -128,6 +128,9 @@ pub fn run_snapshot(
     Ok(report)
 }
 
+/// What the capacity check of an answer that passed it says.
+const CAPACITY_OK: &str = "every node's replicas within its free capacity";
+
 fn run_allocate(
     policy: &WasmPolicy,
     snapshot: &Snapshot,
@@ -163,17 +166,23 @@ fn run_allocate(
         )?,
     }
     let (mut placed, mut refused) = (0, 0);
+    // The operator's own check of every answer (`plugin::Checked`): an answer that
+    // over-commits a node fails here as it would fall back there.
+    let checked = Checked::new(policy, policy.name().to_string());
     for job in jobs {
         writeln!(out)?;
         writeln!(out, "job {}: {}", job.key, describe_job(job))?;
         let (raw, time) = timed(RUN_REPEATS, || policy.allocate_raw(job, &nodes));
         report.calls += 1;
-        let answer = raw.and_then(|alloc| checks::allocation(policy.name(), job, &nodes, &alloc));
+        let answer = raw
+            .and_then(|alloc| checks::allocation(policy.name(), job, &nodes, &alloc))
+            .and_then(|names| checked.fits(job, &nodes, &names).map(|()| names));
         let before = nodes.clone();
         let ours = match answer {
             Ok(names) => {
                 write_placement(out, "  ", job, &names)?;
                 writeln!(out, "  check     ok: one ready node per replica")?;
+                writeln!(out, "  capacity  ok: {CAPACITY_OK}")?;
                 snapshot::take(&mut nodes, job, &names);
                 placed += 1;
                 Some(names)
@@ -238,7 +247,10 @@ fn run_optimize(
         policy.optimize_raw(&jobs, &nodes, &previous)
     });
     report.calls += 1;
-    let answer = raw.and_then(|plan| checks::plan(policy.name(), &jobs, &nodes, &plan));
+    let checked = Checked::new(policy, policy.name().to_string());
+    let answer = raw
+        .and_then(|plan| checks::plan(policy.name(), &jobs, &nodes, &plan))
+        .and_then(|plan| checked.plan_fits(&jobs, &nodes, &plan).map(|()| plan));
     let theirs = options.compare.map(|native| {
         (
             native,
@@ -306,6 +318,7 @@ fn run_optimize(
         out,
         "check     ok: known jobs, each once, one ready node per replica"
     )?;
+    writeln!(out, "capacity  ok: {CAPACITY_OK}")?;
     writeln!(
         out,
         "time      {} (best of {RUN_REPEATS}; fresh instance + call)",

@@ -1,15 +1,17 @@
 //! The periodic re-plan's rules besides applying a plan (`optimize`): which jobs are re-planned
-//! ([`candidate`]), in which groups and order ([`group_first`], [`policy_order`]), and whether a
-//! plan made without the lock went stale ([`moved_on`]).
+//! ([`candidate`]), in which groups and order ([`group_first`], [`policy_order`]), what a plan
+//! made without the lock leads to ([`moved_on`], [`after_call`]), and how a plan is made to fit
+//! around the jobs it keeps where they are ([`around_kept`]).
 //!
 //! Owns: those rules. Must not touch: policy calls, the ledger's lock or the node models (the
-//! allocator's).
+//! allocator's: it passes them in as functions).
 
 use std::cmp::Ordering;
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 use diorch_policies as plugin;
 
+use super::JobPlan;
 use super::book::{Book, Held};
 use crate::api::DIJob;
 use crate::key::ObjectKey;
@@ -52,6 +54,91 @@ pub fn moved_on(
                 .get(key)
                 .is_some_and(|h| h.confirmed && &h.slots == slots)
     })
+}
+
+/// What a plugin's plan, made without the lock, leads to.
+#[derive(Debug, PartialEq)]
+pub enum AfterCall<E> {
+    /// Nothing of the group moves in this pass; the next pass plans again at once.
+    Stale(String),
+    /// The plan stands.
+    Plan(Vec<JobPlan>),
+    /// The policy failed: the built-in policy plans the group, on what is free now.
+    Fallback(E),
+}
+
+/// What the plugin's `plan` leads to. `moved_on`: a job of the group changed during the call
+/// ([`moved_on`]). `book_changed`: other allocations changed during the call; then a plan must
+/// still fit what is free now (`still_fits`: the capacity check against the nodes it names).
+pub fn after_call<E: std::fmt::Display>(
+    moved_on: bool,
+    book_changed: bool,
+    plan: Result<Vec<JobPlan>, E>,
+    still_fits: impl FnOnce(&[JobPlan]) -> Result<(), E>,
+) -> AfterCall<E> {
+    if moved_on {
+        return AfterCall::Stale("a job of the group changed during the call".to_string());
+    }
+    match plan {
+        Ok(plan) => match book_changed.then(|| still_fits(&plan)) {
+            Some(Err(e)) => AfterCall::Stale(e.to_string()),
+            _ => AfterCall::Plan(plan),
+        },
+        Err(e) => AfterCall::Fallback(e),
+    }
+}
+
+/// A plan that fits around the jobs it keeps, and whether the built-in policy re-made it.
+#[derive(Debug, PartialEq)]
+pub struct Fitted {
+    pub plan: Vec<JobPlan>,
+    pub by_builtin: bool,
+}
+
+/// Makes `plan`, for a group of `group` jobs, fit around the jobs it leaves out.
+///
+/// A job a plan leaves out keeps its allocation (`optimize::decide`), but the policy was shown
+/// the whole group's room as free, that job's room included: the plan must fit around the jobs
+/// it keeps. One that does not (a policy that could not place a job stranded on a failed node,
+/// and grew others into its room) is made again by the built-in policy for the jobs it moves,
+/// around the kept ones, until it fits.
+///
+/// `fits(moving, plan)`: whether `plan` fits the room left by the group's jobs not in `moving`
+/// (plan keys). `builtin(moving)`: the built-in policy's plan for the `moving` jobs alone, on
+/// that same room. An error of either ends it: nothing of the group moves.
+pub fn around_kept<E>(
+    plan: Vec<JobPlan>,
+    group: usize,
+    mut fits: impl FnMut(&BTreeSet<String>, &[JobPlan]) -> Result<(), E>,
+    mut builtin: impl FnMut(&BTreeSet<String>) -> Result<Vec<JobPlan>, E>,
+) -> Result<Fitted, E> {
+    let mut fitted = Fitted {
+        plan,
+        by_builtin: false,
+    };
+    // Each round either fits, or re-plans the same or fewer jobs on the room it was checked
+    // against (so the next round fits, or moves fewer jobs; an empty plan fits): `group + 1`
+    // rounds suffice. A built-in plan not fitting the room it was given would loop: bounded.
+    let mut last_error = None;
+    for _ in 0..=group {
+        let moving: BTreeSet<String> = fitted.plan.iter().map(|e| e.job.clone()).collect();
+        if moving.len() >= group {
+            return Ok(fitted);
+        }
+        match fits(&moving, &fitted.plan) {
+            Ok(()) => return Ok(fitted),
+            Err(e) => last_error = Some(e),
+        }
+        fitted = Fitted {
+            plan: builtin(&moving)?,
+            by_builtin: true,
+        };
+    }
+    match last_error {
+        Some(e) => Err(e),
+        // Unreachable: a round that neither fits nor errs does not exist. Keep the plan.
+        None => Ok(fitted),
+    }
 }
 
 #[cfg(test)]

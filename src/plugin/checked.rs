@@ -1,0 +1,211 @@
+//! The one gate a scheduling policy's answer passes before anything uses it: [`Checked`] wraps
+//! a policy (a plugin, the built-in one, or a component `diorch plugin run` calls raw) and
+//! checks every answer against the capacity of the nodes it was shown, and a kept answer again
+//! against what is free later.
+//!
+//! Owns: when capacity is checked. The rules themselves are in [`super::checks`]; turning a
+//! component's node indices into names (and the shape checks that needs) is the host's and the
+//! native policy's. Must not touch: the allocator's ledger or node models (callers pass the
+//! nodes), Wasm.
+
+use std::sync::Arc;
+
+use diorch_core::placement::SlotNodes;
+
+use super::{Job, JobPlan, NativePolicy, Node, PluginError, SchedulingPolicy, checks};
+
+/// A policy whose answers are checked before they are returned. `by` names it in errors
+/// (its `describe()`).
+#[derive(Clone)]
+pub struct Checked<P> {
+    policy: P,
+    by: String,
+}
+
+impl<P> Checked<P> {
+    /// `policy`, named `by` in errors and logs.
+    pub fn new(policy: P, by: String) -> Checked<P> {
+        Checked { policy, by }
+    }
+
+    /// The policy's name and version, as errors name it.
+    pub fn by(&self) -> &str {
+        &self.by
+    }
+
+    /// Whether `slots`, an answer for `job`, fit `nodes`: the nodes it was shown, or what is
+    /// free now (an answer over-committing a node would leave pods pending forever).
+    pub fn fits(&self, job: &Job, nodes: &[Node], slots: &[String]) -> Result<(), PluginError> {
+        checks::capacity(&self.by, job, nodes, slots)
+    }
+
+    /// Whether a whole plan fits `nodes`: all its jobs' replicas together, per node.
+    pub fn plan_fits(
+        &self,
+        jobs: &[Job],
+        nodes: &[Node],
+        plan: &[JobPlan],
+    ) -> Result<(), PluginError> {
+        checks::plan_capacity(&self.by, jobs, nodes, plan)
+    }
+}
+
+impl Checked<Arc<dyn SchedulingPolicy>> {
+    /// A loaded policy plugin (or any [`SchedulingPolicy`]), named by its `describe()`.
+    pub fn plugin(policy: Arc<dyn SchedulingPolicy>) -> Self {
+        let by = policy.describe();
+        Checked::new(policy, by)
+    }
+
+    /// The policy's allocation of `job`, one node per slot, checked against `nodes`.
+    pub async fn allocate(
+        &self,
+        job: Arc<Job>,
+        nodes: Arc<[Node]>,
+    ) -> Result<SlotNodes, PluginError> {
+        let slots = self.policy.allocate(job.clone(), nodes.clone()).await?;
+        self.fits(&job, &nodes, &slots)?;
+        Ok(SlotNodes::new(slots))
+    }
+
+    /// The policy's plan for `jobs`, checked against `nodes`.
+    pub async fn optimize(
+        &self,
+        jobs: Arc<[Job]>,
+        nodes: Arc<[Node]>,
+        previous: Vec<JobPlan>,
+    ) -> Result<Vec<JobPlan>, PluginError> {
+        let plan = self
+            .policy
+            .optimize(jobs.clone(), nodes.clone(), previous)
+            .await?;
+        self.plan_fits(&jobs, &nodes, &plan)?;
+        Ok(plan)
+    }
+}
+
+impl Checked<NativePolicy> {
+    /// The built-in policy (it is checked too: the fallback must not over-commit either).
+    pub fn builtin(policy: NativePolicy) -> Self {
+        Checked::new(policy, policy.describe())
+    }
+
+    /// [`Checked::allocate`] in the caller's thread (microseconds).
+    pub fn allocate_now(&self, job: &Job, nodes: &[Node]) -> Result<SlotNodes, PluginError> {
+        let slots = self.policy.allocate_now(job, nodes)?;
+        self.fits(job, nodes, &slots)?;
+        Ok(SlotNodes::new(slots))
+    }
+
+    /// [`Checked::optimize`] in the caller's thread.
+    pub fn optimize_now(
+        &self,
+        jobs: &[Job],
+        nodes: &[Node],
+        previous: &[JobPlan],
+    ) -> Result<Vec<JobPlan>, PluginError> {
+        let plan = self.policy.optimize_now(jobs, nodes, previous)?;
+        self.plan_fits(jobs, nodes, &plan)?;
+        Ok(plan)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::FutureExt;
+    use futures::future::BoxFuture;
+
+    /// A policy that puts every replica on the first node, whatever it has free.
+    struct FirstNode;
+
+    impl SchedulingPolicy for FirstNode {
+        fn describe(&self) -> String {
+            "first-node@1".to_string()
+        }
+
+        fn allocate(
+            &self,
+            job: Arc<Job>,
+            nodes: Arc<[Node]>,
+        ) -> BoxFuture<'static, Result<Vec<String>, PluginError>> {
+            let name = nodes.first().map(|n| n.name.clone()).unwrap_or_default();
+            async move { Ok(vec![name; job.total_replicas()]) }.boxed()
+        }
+
+        fn optimize(
+            &self,
+            jobs: Arc<[Job]>,
+            nodes: Arc<[Node]>,
+            _previous: Vec<JobPlan>,
+        ) -> BoxFuture<'static, Result<Vec<JobPlan>, PluginError>> {
+            let name = nodes.first().map(|n| n.name.clone()).unwrap_or_default();
+            let plan = jobs
+                .iter()
+                .map(|j| JobPlan {
+                    job: j.key.clone(),
+                    nodes: vec![name.clone(); j.total_replicas()],
+                    replicas: None,
+                })
+                .collect();
+            async move { Ok(plan) }.boxed()
+        }
+    }
+
+    fn over_committed(e: &PluginError) -> bool {
+        matches!(e, PluginError::MalformedOutput { plugin, message }
+            if plugin == "first-node@1" && message.contains("over-committed"))
+    }
+
+    #[tokio::test]
+    async fn a_plugin_answer_over_committing_a_node_is_refused() {
+        // 12 learners of one GPU each; nodes of 8 GPUs: not all on the first.
+        let (job, nodes) = crate::plugin::sample::allocate_input(4, 12);
+        let policy = Checked::plugin(Arc::new(FirstNode));
+        let err = policy
+            .allocate(Arc::new(job.clone()), nodes.clone().into())
+            .await
+            .unwrap_err();
+        assert!(over_committed(&err), "{err}");
+
+        // 5 jobs of 2 one-GPU learners: 10 GPUs on the first node.
+        let (jobs, nodes) = crate::plugin::sample::optimize_input(5, 10);
+        let err = policy
+            .optimize(jobs.into(), nodes.into(), vec![])
+            .await
+            .unwrap_err();
+        assert!(over_committed(&err), "{err}");
+    }
+
+    #[tokio::test]
+    async fn an_answer_that_fits_is_returned_and_checked_again_later() {
+        let (job, nodes) = crate::plugin::sample::allocate_input(4, 2);
+        let policy = Checked::plugin(Arc::new(FirstNode));
+        let slots = policy
+            .allocate(Arc::new(job.clone()), nodes.clone().into())
+            .await
+            .unwrap();
+        assert_eq!(slots.len(), job.total_replicas());
+        assert!(policy.fits(&job, &nodes, slots.as_slice()).is_ok());
+        // Later the first node is full: the same answer no longer fits.
+        let mut full = nodes.clone();
+        full[0].free.gpus = 0;
+        full[0].free.cpu_millis = 0;
+        assert!(policy.fits(&job, &full, slots.as_slice()).is_err());
+    }
+
+    #[test]
+    fn the_builtin_policy_goes_through_the_same_checks() {
+        let (job, nodes) = crate::plugin::sample::allocate_input(10, 4);
+        let builtin = Checked::builtin(NativePolicy::BinPack);
+        assert_eq!(builtin.by(), "builtin-binpack");
+        let slots = builtin.allocate_now(&job, &nodes).unwrap();
+        assert!(builtin.fits(&job, &nodes, slots.as_slice()).is_ok());
+        // No room at all: the built-in policy refuses rather than over-commit.
+        let mut full = nodes.clone();
+        for n in &mut full {
+            n.free.gpus = 0;
+        }
+        assert!(builtin.allocate_now(&job, &full).is_err());
+    }
+}
