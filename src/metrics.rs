@@ -161,10 +161,40 @@ pub struct AllocationLabels {
     pub result: String,
 }
 
+/// A shadow policy's decision, beside the policy it shadows.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ShadowLabels {
+    /// The policy shadowed, as jobs ask for it.
+    pub policy: String,
+    /// The shadow's plugin name.
+    pub shadow: String,
+    /// Decisions: `same`, `different`, `failed`; drops: the call (`allocate`, `optimize`).
+    pub result: String,
+}
+
+/// A policy plugin's call, as the policy jobs ask for.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PolicyCallLabels {
+    /// The policy jobs ask for.
+    pub policy: String,
+    /// The plugin that was called (the policy itself, one promoted over it, or a shadow).
+    pub plugin: String,
+    /// `active` or `shadow`.
+    pub role: &'static str,
+    /// `allocate` or `optimize`.
+    pub call: &'static str,
+}
+
+type PolicyDurationFamily = Family<PolicyCallLabels, Histogram, fn() -> Histogram>;
+
 /// Metrics of the allocator.
 pub struct AllocatorMetrics {
+    /// Policy plugin call times, active and shadow side by side.
+    pub policy_call_duration: PolicyDurationFamily,
     pub decisions: Family<AllocationLabels, Counter>,
     pub fallbacks: Family<AllocationLabels, Counter>,
+    pub shadow_decisions: Family<ShadowLabels, Counter>,
+    pub shadow_dropped: Family<ShadowLabels, Counter>,
     pub call_duration: Histogram,
     pub optimize_duration: Histogram,
 }
@@ -458,6 +488,9 @@ impl Metrics {
         let allocator = AllocatorMetrics {
             decisions: Family::default(),
             fallbacks: Family::default(),
+            shadow_decisions: Family::default(),
+            shadow_dropped: Family::default(),
+            policy_call_duration: Family::new_with_constructor(plugin_call_histogram),
             call_duration: Histogram::new(exponential_buckets(0.000_01, 2.0, 16)),
             optimize_duration: Histogram::new(exponential_buckets(0.000_1, 2.0, 16)),
         };
@@ -470,6 +503,23 @@ impl Metrics {
             "allocator_fallbacks",
             "Policy calls answered by the built-in policy instead, by failed policy and reason",
             allocator.fallbacks.clone(),
+        );
+        registry.register(
+            "policy_shadow_decisions",
+            "Shadow policy answers compared with the active policy's (same, different, failed); \
+             call times in diorch_policy_call_duration_seconds{role=\"shadow\"}",
+            allocator.shadow_decisions.clone(),
+        );
+        registry.register(
+            "policy_call_duration_seconds",
+            "Policy plugin call latency by the policy jobs ask for, the plugin called and its \
+             role (active or shadow)",
+            allocator.policy_call_duration.clone(),
+        );
+        registry.register(
+            "policy_shadow_dropped",
+            "Shadow policy calls dropped because the shadow queue was full, by call",
+            allocator.shadow_dropped.clone(),
         );
         registry.register(
             "allocator_policy_call_duration_seconds",

@@ -367,18 +367,26 @@ pub async fn run(
             .awaiting_first_load(),
     );
     let client = conn.client.clone();
+    let shadow_reports = crate::allocator::shadow::Reports::default();
     // One token authoriser (and decision cache) for every guarded endpoint.
     let tokens = crate::server::auth::token_authorizer(args.server_auth, client.clone());
     let guard = crate::server::auth::Guard {
         auth: tokens.clone(),
         metrics: metrics.clone(),
     };
-    // The metrics address serves `/metrics` and `GET /plugins`, each guarded; the probe
+    // The metrics address serves `/metrics`, `GET /plugins` and the shadow reports, each
+    // guarded; the probe
     // address only what the kubelet needs.
     let metrics_router =
         crate::server::auth::guard_routes(metrics.clone().metrics_router(), &guard, "/metrics")
             .merge(crate::server::auth::guard_routes(
                 crate::http::plugins::router(plugins.clone()),
+                &guard,
+                "/plugins",
+            ))
+            // Authorised as `/plugins` is: both show what the loaded plugins do.
+            .merge(crate::server::auth::guard_routes(
+                crate::http::plugins::shadow_router(plugins.clone(), shadow_reports.clone()),
                 &guard,
                 "/plugins",
             ));
@@ -476,6 +484,7 @@ pub async fn run(
     settings.leader = leadership.clone();
     let mut allocator_settings = args.allocator_settings();
     allocator_settings.leader = leadership.clone();
+    allocator_settings.shadow_reports = shadow_reports;
     // The allocator runs over the controller's DIJob cache; the controller asks it through
     // the core's `Placement` contract and never names it.
     let place = {

@@ -23,7 +23,7 @@ use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Api, Client};
 
 use crate::clock::{Clock, SystemClock};
-use crate::metrics::{AllocationLabels, Metrics};
+use crate::metrics::{AllocationLabels, Metrics, PolicyCallLabels};
 use crate::plugin::registry::PluginRegistry;
 use crate::plugin::{self, Checked, NativePolicy, PluginError, PolicyError, SchedulingPolicy};
 use diorch_core::allocation::admit::{self, AfterCall, Answer};
@@ -81,6 +81,8 @@ pub struct Settings {
     /// Only the leader re-plans (a standby's proposals would never be carried out).
     pub leader: crate::leader::Leadership,
     pub clock: Arc<dyn Clock>,
+    /// Where shadow policies' decisions are recorded (shared with the HTTP route showing them).
+    pub shadow_reports: shadow::Reports,
 }
 
 impl Default for Settings {
@@ -91,6 +93,7 @@ impl Default for Settings {
             min_reschedule_interval: Duration::from_secs(300),
             leader: crate::leader::Leadership::always(),
             clock: Arc::new(SystemClock),
+            shadow_reports: shadow::Reports::default(),
         }
     }
 }
@@ -121,21 +124,29 @@ struct Ledger {
 
 /// Where the allocator gets its policies: the plugin registry (or a test double).
 pub trait Policies: Send + Sync {
-    /// The loaded policy plugin `name`, if any.
+    /// The loaded policy plugin that answers for `name`, if any.
     fn named(&self, name: &str) -> Option<Arc<dyn SchedulingPolicy>>;
     /// The built-in policy.
     fn builtin(&self) -> NativePolicy;
+    /// The shadows of `name`: given the inputs `name` answers, never applied.
+    fn shadows(&self, _name: &str) -> Vec<Arc<dyn SchedulingPolicy>> {
+        Vec::new()
+    }
 }
 
 impl Policies for PluginRegistry {
     fn named(&self, name: &str) -> Option<Arc<dyn SchedulingPolicy>> {
-        self.wasm_policy(name)
+        self.serving(name)
             .is_some()
             .then(|| self.policy(Some(name)))
     }
 
     fn builtin(&self) -> NativePolicy {
         self.fallback()
+    }
+
+    fn shadows(&self, name: &str) -> Vec<Arc<dyn SchedulingPolicy>> {
+        PluginRegistry::shadows(self, name)
     }
 }
 
@@ -157,6 +168,8 @@ pub struct Allocator {
     book_synced: tokio::sync::watch::Sender<bool>,
     /// The nodes' models, parsed once per node version.
     node_models: std::sync::Mutex<NodeModels>,
+    /// Shadow policies' calls, off the critical path.
+    shadows: shadow::Shadows,
 }
 
 /// The node cache's nodes as models, by name and in name order.
@@ -267,7 +280,9 @@ impl Allocator {
         futures::channel::mpsc::UnboundedReceiver<ObjectKey>,
     ) {
         let (retry, retries) = futures::channel::mpsc::unbounded();
+        let shadows = shadow::Shadows::new(metrics.clone(), settings.shadow_reports.clone());
         let allocator = Arc::new(Allocator {
+            shadows,
             policies,
             nodes,
             relisted: std::sync::Mutex::new(Vec::new()),
@@ -605,9 +620,23 @@ impl Allocator {
             let by = policy.by().to_string();
             let version = ledger.book.version();
             drop(ledger);
+            let started = Instant::now();
             let plan = policy
                 .optimize(job_models.clone(), nodes.clone(), previous.clone())
                 .await;
+            if let Some(name) = requested {
+                self.observe_policy_call(name, &by, "optimize", started);
+                let shadows = self.policies.shadows(name);
+                if !shadows.is_empty() {
+                    let call = shadow::Call::Optimize {
+                        jobs: job_models.clone(),
+                        nodes: nodes.clone(),
+                        previous: previous.clone(),
+                        active: plan.clone().map_err(|e| shadow::Failure(e.to_string())),
+                    };
+                    self.shadows.submit(name, &by, shadows, call);
+                }
+            }
             ledger = self.ledger.lock().await;
             let moved_on = replan::moved_on(&current, &ledger.book, |key| {
                 ledger.proposals.contains_key(key)
@@ -818,7 +847,10 @@ impl Allocator {
         let (plugin, mut fallback) = match requested.as_deref() {
             None => (None, None),
             Some(name) => match self.policies.named(name) {
-                Some(p) => (Some(Checked::plugin(p)), None),
+                Some(p) => (
+                    Some((name, Checked::plugin(p), self.policies.shadows(name))),
+                    None,
+                ),
                 None => (None, Some(format!("policy plugin {name} is not loaded"))),
             },
         };
@@ -833,7 +865,7 @@ impl Allocator {
             return answer;
         }
 
-        if let Some(policy) = plugin {
+        if let Some((name, policy, shadows)) = plugin {
             let by = policy.by().to_string();
             let mut tries = 0;
             let failed = loop {
@@ -851,7 +883,16 @@ impl Allocator {
                 let started = Instant::now();
                 let answer = policy.allocate(model.clone(), nodes.clone()).await;
                 self.observe_call(started);
+                self.observe_policy_call(name, &by, "allocate", started);
                 let answer = answer_of(answer);
+                if !shadows.is_empty() {
+                    let call = shadow::Call::Allocate {
+                        job: model.clone(),
+                        nodes: nodes.clone(),
+                        active: answer.clone(),
+                    };
+                    self.shadows.submit(name, &by, shadows.clone(), call);
+                }
 
                 ledger = self.ledger.lock().await;
                 let released = ledger.calling.remove(&key) == Some(true);
@@ -999,6 +1040,25 @@ impl Allocator {
         ledger.seeded = true;
     }
 
+    /// Records a policy plugin's call time beside its shadows' (see [`shadow`]).
+    fn observe_policy_call(&self, policy: &str, by: &str, call: &'static str, started: Instant) {
+        self.metrics
+            .allocator
+            .policy_call_duration
+            .get_or_create(&PolicyCallLabels {
+                policy: policy.to_string(),
+                plugin: policy_label(by),
+                role: "active",
+                call,
+            })
+            .observe(started.elapsed().as_secs_f64());
+    }
+
+    /// What the shadows of `policy` did (`GET /v1/policies/NAME/shadow`).
+    pub fn shadow_report(&self, policy: &str) -> Option<shadow::Report> {
+        self.shadows.report(policy)
+    }
+
     /// Records a policy call's time (the capacity check of its answer included).
     fn observe_call(&self, started: Instant) {
         self.metrics
@@ -1083,6 +1143,8 @@ fn answer_of(answer: Result<SlotNodes, PluginError>) -> Answer {
 fn policy_label(describe: &str) -> String {
     describe.split('@').next().unwrap_or(describe).to_string()
 }
+
+pub mod shadow;
 
 #[cfg(test)]
 mod tests;

@@ -53,7 +53,11 @@ impl SchedulingPolicy for Fixed {
     }
 }
 
-struct Fake(HashMap<String, Arc<dyn SchedulingPolicy>>);
+struct Fake(
+    HashMap<String, Arc<dyn SchedulingPolicy>>,
+    /// Shadows, by the policy they shadow.
+    HashMap<String, Vec<Arc<dyn SchedulingPolicy>>>,
+);
 
 impl Policies for Fake {
     fn named(&self, name: &str) -> Option<Arc<dyn SchedulingPolicy>> {
@@ -61,6 +65,9 @@ impl Policies for Fake {
     }
     fn builtin(&self) -> NativePolicy {
         NativePolicy::BinPack
+    }
+    fn shadows(&self, name: &str) -> Vec<Arc<dyn SchedulingPolicy>> {
+        self.1.get(name).cloned().unwrap_or_default()
     }
 }
 
@@ -81,6 +88,16 @@ impl Harness {
 
 /// `n` ready nodes of 8 GPUs and 32 CPUs; `named` policies loaded.
 fn harness(n: usize, named: Vec<(&str, Fixed)>, default_policy: Option<&str>) -> Harness {
+    harness_with_shadows(n, named, HashMap::new(), default_policy)
+}
+
+/// [`harness`] with `shadows` of the named policies.
+fn harness_with_shadows(
+    n: usize,
+    named: Vec<(&str, Fixed)>,
+    shadows: HashMap<String, Vec<Arc<dyn SchedulingPolicy>>>,
+    default_policy: Option<&str>,
+) -> Harness {
     let (nodes, mut node_writer) = reflector::store::<Node>();
     for i in 0..n {
         let node: Node = serde_json::from_value(json!({
@@ -99,6 +116,7 @@ fn harness(n: usize, named: Vec<(&str, Fixed)>, default_policy: Option<&str>) ->
             .into_iter()
             .map(|(k, v)| (k.to_string(), Arc::new(v) as Arc<dyn SchedulingPolicy>))
             .collect(),
+        shadows,
     );
     let metrics = Arc::new(Metrics::new());
     let (allocator, retries) = Allocator::new(
@@ -224,7 +242,7 @@ async fn pod_slots_count_so_cpu_only_replicas_do_not_overfill_a_node() {
     .expect("node");
     writer.apply_watcher_event(&WatchEvent::Apply(small));
     let (allocator, _) = Allocator::new(
-        Arc::new(Fake(HashMap::new())),
+        Arc::new(Fake(HashMap::new(), HashMap::new())),
         nodes,
         h.allocator.jobs.clone(),
         Settings::default(),
@@ -676,10 +694,13 @@ impl SchedulingPolicy for Gated {
 /// The harness with `policy` loaded as `gated`.
 fn gated_harness(n: usize, policy: Gated) -> Harness {
     let mut h = harness(n, vec![], None);
-    let policies = Fake(HashMap::from([(
-        "gated".to_string(),
-        Arc::new(policy) as Arc<dyn SchedulingPolicy>,
-    )]));
+    let policies = Fake(
+        HashMap::from([(
+            "gated".to_string(),
+            Arc::new(policy) as Arc<dyn SchedulingPolicy>,
+        )]),
+        HashMap::new(),
+    );
     let (allocator, retries) = Allocator::new(
         Arc::new(policies),
         h.allocator.nodes.clone(),
@@ -894,4 +915,171 @@ fn only_active_preemptible_jobs_short_of_an_allocation_need_one() {
     let mut k = job("k", 2, 1, None);
     k.spec.preemptible = false;
     assert!(!needs_allocation(&k));
+}
+
+/// A policy under another name (shadows are told apart by name).
+struct Renamed(&'static str, Fixed);
+
+impl SchedulingPolicy for Renamed {
+    fn describe(&self) -> String {
+        format!("{}@abcd", self.0)
+    }
+    fn allocate(
+        &self,
+        job: Arc<Job>,
+        nodes: Arc<[plugin::Node]>,
+    ) -> BoxFuture<'static, Result<Vec<String>, PluginError>> {
+        self.1.allocate(job, nodes)
+    }
+    fn optimize(
+        &self,
+        jobs: Arc<[Job]>,
+        nodes: Arc<[plugin::Node]>,
+        previous: Vec<JobPlan>,
+    ) -> BoxFuture<'static, Result<Vec<JobPlan>, PluginError>> {
+        self.1.optimize(jobs, nodes, previous)
+    }
+}
+
+/// A shadow that never answers (the host's deadline would end it; here nothing does).
+struct Hanging;
+
+impl SchedulingPolicy for Hanging {
+    fn describe(&self) -> String {
+        "hanging@abcd".into()
+    }
+    fn allocate(
+        &self,
+        _: Arc<Job>,
+        _: Arc<[plugin::Node]>,
+    ) -> BoxFuture<'static, Result<Vec<String>, PluginError>> {
+        std::future::pending().boxed()
+    }
+    fn optimize(
+        &self,
+        _: Arc<[Job]>,
+        _: Arc<[plugin::Node]>,
+        _: Vec<JobPlan>,
+    ) -> BoxFuture<'static, Result<Vec<JobPlan>, PluginError>> {
+        std::future::pending().boxed()
+    }
+}
+
+/// Waits until the shadows of `policy` made `decisions` decisions (the worker runs apart).
+async fn shadow_report(h: &Harness, policy: &str, decisions: u64) -> shadow::Report {
+    for _ in 0..500 {
+        if let Some(r) = h.allocator.shadow_report(policy)
+            && r.shadows
+                .values()
+                .map(|c| c.same + c.different + c.failed)
+                .sum::<u64>()
+                >= decisions
+        {
+            return r;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("the shadows of {policy} made fewer than {decisions} decisions");
+}
+
+#[tokio::test]
+async fn a_shadow_is_given_the_active_policys_input_and_its_answer_is_compared_never_applied() {
+    let shadows: Vec<Arc<dyn SchedulingPolicy>> = vec![
+        Arc::new(Renamed("agrees", Fixed::allocating(Ok(vec!["n0".into()])))),
+        Arc::new(Renamed("differs", Fixed::allocating(Ok(vec!["n1".into()])))),
+        Arc::new(Renamed(
+            "traps",
+            Fixed::allocating(Err(PluginError::Trap {
+                plugin: "traps".into(),
+                message: "unreachable".into(),
+            })),
+        )),
+        // Over-commits n0 (9 GPUs on 8): the same output checks refuse it.
+        Arc::new(Renamed(
+            "garbage",
+            Fixed::allocating(Ok(vec!["nowhere".into()])),
+        )),
+    ];
+    let h = harness_with_shadows(
+        2,
+        vec![("p", Fixed::allocating(Ok(vec!["n0".into()])))],
+        HashMap::from([("p".to_string(), shadows)]),
+        None,
+    );
+    let a = h.allocator.admit(&job("a", 1, 8, Some("p"))).await;
+    assert_eq!(
+        placed_nodes(&a),
+        ["n0"],
+        "the active policy's answer is applied"
+    );
+    let report = shadow_report(&h, "p", 4).await;
+    let counts = |name: &str| {
+        let c = &report.shadows[name];
+        (c.same, c.different, c.failed)
+    };
+    assert_eq!(counts("agrees"), (1, 0, 0));
+    assert_eq!(counts("differs"), (0, 1, 0));
+    assert_eq!(counts("traps"), (0, 0, 1));
+    assert_eq!(counts("garbage"), (0, 0, 1));
+    assert_eq!(report.divergences.len(), 3, "{report:?}");
+    let differs = report
+        .divergences
+        .iter()
+        .find(|d| d.shadow == "differs@abcd")
+        .expect("the divergent decision is recorded");
+    assert_eq!(differs.call, "allocate");
+    assert_eq!(differs.active, "fixed@1234");
+    assert_eq!(differs.comparison.jobs[0].job, "ns/a");
+    assert!(metric(
+        &h,
+        r#"diorch_policy_shadow_decisions_total{policy="p",shadow="differs",result="different"} 1"#
+    ));
+    assert!(metric(
+        &h,
+        r#"diorch_policy_call_duration_seconds_count{policy="p",plugin="fixed",role="active",call="allocate"} 1"#
+    ));
+    assert!(metric(
+        &h,
+        r#"diorch_policy_call_duration_seconds_count{policy="p",plugin="agrees",role="shadow",call="allocate"} 1"#
+    ));
+}
+
+#[tokio::test]
+async fn a_shadow_that_never_answers_delays_no_admission_and_a_full_queue_drops_its_calls() {
+    let h = harness_with_shadows(
+        40,
+        vec![("p", Fixed::allocating(Ok(vec!["n0".into()])))],
+        HashMap::from([(
+            "p".to_string(),
+            vec![Arc::new(Hanging) as Arc<dyn SchedulingPolicy>],
+        )]),
+        None,
+    );
+    // The worker holds the first call forever; the queue takes QUEUE_CAPACITY more; the rest
+    // are dropped. Every admission is answered meanwhile (by the active policy until n0's 32
+    // CPUs are taken, then by the built-in one).
+    let extra = 5;
+    for i in 0..shadow::QUEUE_CAPACITY + 1 + extra {
+        let a = h
+            .allocator
+            .admit(&job(&format!("j{i}"), 1, 0, Some("p")))
+            .await;
+        assert_eq!(placed_nodes(&a).len(), 1);
+    }
+    let dropped = h
+        .allocator
+        .shadow_report("p")
+        .map(|r| r.shadows["hanging"].dropped)
+        .unwrap_or_default();
+    // The worker may not have taken the first call off the queue yet: one more may drop.
+    assert!(
+        dropped == extra as u64 || dropped == extra as u64 + 1,
+        "{dropped} dropped"
+    );
+    assert!(metric(
+        &h,
+        &format!(
+            r#"diorch_policy_shadow_dropped_total{{policy="p",shadow="hanging",result="allocate"}} {dropped}"#
+        )
+    ));
 }

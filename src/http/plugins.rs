@@ -1,16 +1,20 @@
-//! The plugin status endpoint: `GET /plugins` answers the registry's [`PluginStatus`] list as
-//! JSON (camelCase), one entry per plugin the registry knows, sorted by name. Meant to be merged
-//! into the operator's metrics server (`Router::merge`), behind the same guard as `/metrics`.
+//! The plugin status endpoints: `GET /plugins` answers the registry's [`PluginStatus`] list as
+//! JSON (camelCase), one entry per plugin the registry knows, sorted by name; `GET
+//! /v1/policies/NAME/shadow` answers what NAME's shadow policies did ([`shadow::Report`]: counts
+//! per shadow, the latest divergent decisions). Meant to be merged into the operator's metrics
+//! server (`Router::merge`), behind the same guard as `/metrics`.
 //!
-//! Owns: the route and its JSON shape (the fields of [`PluginStatus`]). Must not touch: the
-//! registry's state (it only reads) and the server that hosts the route.
+//! Owns: the routes and their JSON shapes. Must not touch: the registry's state or the shadow
+//! reports (it only reads) and the server that hosts the routes.
 
 use std::sync::Arc;
 
-use axum::extract::State;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
 use axum::routing::get;
 use axum::{Json, Router};
 
+use crate::allocator::shadow;
 use crate::plugin::registry::{PluginRegistry, PluginStatus};
 
 /// `GET /plugins`: a JSON array of plugin statuses.
@@ -22,6 +26,41 @@ pub fn router(registry: Arc<PluginRegistry>) -> Router {
 
 async fn list(State(registry): State<Arc<PluginRegistry>>) -> Json<Vec<PluginStatus>> {
     Json(registry.status())
+}
+
+/// `GET /v1/policies/NAME/shadow`: what NAME's shadows did, as JSON; every loaded shadow is
+/// listed, with zero counts until it is first called. A NAME that is not a plugin name is a 400.
+pub fn shadow_router(registry: Arc<PluginRegistry>, reports: shadow::Reports) -> Router {
+    Router::new()
+        .route("/v1/policies/{name}/shadow", get(shadow_report))
+        .with_state((registry, reports))
+}
+
+async fn shadow_report(
+    State((registry, reports)): State<(Arc<PluginRegistry>, shadow::Reports)>,
+    Path(name): Path<String>,
+) -> Result<Json<shadow::Report>, (StatusCode, String)> {
+    let valid = !name.is_empty()
+        && name.len() <= 63
+        && name
+            .bytes()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-');
+    if !valid {
+        return Err((
+            StatusCode::BAD_REQUEST,
+            "a policy name is a DNS label: at most 63 of a-z, 0-9 and -".to_string(),
+        ));
+    }
+    let mut report = reports.get(&name).unwrap_or_else(|| shadow::Report {
+        policy: name.clone(),
+        ..shadow::Report::default()
+    });
+    for loaded in registry.shadows(&name) {
+        let describe = loaded.describe();
+        let plugin = describe.split('@').next().unwrap_or(&describe).to_string();
+        report.shadows.entry(plugin).or_default();
+    }
+    Ok(Json(report))
 }
 
 #[cfg(test)]

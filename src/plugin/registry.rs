@@ -33,7 +33,7 @@ use k8s_openapi::api::core::v1::Pod;
 use serde::Serialize;
 
 use super::capabilities::{self, Grants};
-use super::spec::{FailurePolicy, PluginKind, PluginSpec};
+use super::spec::{FailurePolicy, PluginKind, PluginSpec, Rollout};
 use super::{
     Job, JobPlan, NativePolicy, Node, PluginError, PluginHost, PodMutator, PolicyError,
     SchedulingPolicy, TaskContext, WasmMutator, WasmPolicy, sample,
@@ -64,6 +64,8 @@ impl Blocker {
 #[derive(Default, Clone)]
 struct Loaded {
     policies: BTreeMap<String, WasmPolicy>,
+    /// Loaded policies that shadow, or are promoted over, another ([`Rollout`]), by name.
+    rollouts: BTreeMap<String, Rollout>,
     /// Sorted by (order, name).
     mutators: Vec<MutatorEntry>,
     /// By plugin name.
@@ -121,6 +123,16 @@ pub struct PluginStatus {
     /// The fingerprint of the trusted key whose signature of the serving version was verified.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub signed_by: Option<String>,
+    /// Policies: a shadow of, or promoted over, another policy (absent: serves as itself).
+    #[serde(skip_serializing_if = "is_own")]
+    pub rollout: Rollout,
+    /// What is wrong with the rollout now, e.g. a shadow of a policy that is not loaded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rollout_warning: Option<String>,
+}
+
+fn is_own(rollout: &Rollout) -> bool {
+    *rollout == Rollout::Own
 }
 
 /// Where an upload came from (see [`PluginStatus::image`] and [`PluginStatus::signed_by`]).
@@ -151,6 +163,8 @@ impl PluginStatus {
             contract: None,
             image: None,
             signed_by: None,
+            rollout: Rollout::Own,
+            rollout_warning: None,
         };
         status.describe(spec, defaults);
         status
@@ -165,6 +179,7 @@ impl PluginStatus {
         self.order = spec.order;
         self.failure_policy = spec.failure_policy;
         self.grants = spec.grants;
+        self.rollout = spec.rollout.clone();
         self.deadline_ms = u64::try_from(limits.deadline.as_millis()).unwrap_or(u64::MAX);
         self.memory_mib = (limits.memory_bytes >> 20) as u64;
     }
@@ -394,6 +409,7 @@ impl PluginRegistry {
             Ok((sha, plugin)) => {
                 let mut next = Loaded::clone(&self.loaded.load());
                 next.policies.remove(&spec.name);
+                next.rollouts.remove(&spec.name);
                 next.mutators.retain(|m| m.spec.name != spec.name);
                 next.blockers.remove(&spec.name);
                 entry.contract = Some(match &plugin {
@@ -403,6 +419,10 @@ impl PluginRegistry {
                 match plugin {
                     Either::Policy(plugin) => {
                         next.policies.insert(spec.name.clone(), plugin);
+                        if spec.rollout != Rollout::Own {
+                            next.rollouts
+                                .insert(spec.name.clone(), spec.rollout.clone());
+                        }
                     }
                     Either::Mutator(plugin) => {
                         next.mutators.push(MutatorEntry {
@@ -475,6 +495,7 @@ impl PluginRegistry {
         let mut next = Loaded::clone(&self.loaded.load());
         let before = next.policies.len() + next.mutators.len();
         next.policies.remove(name);
+        next.rollouts.remove(name);
         next.mutators.retain(|m| m.spec.name != name);
         let unblocked = next.blockers.remove(name).is_some();
         let removed = unblocked || before != next.policies.len() + next.mutators.len();
@@ -492,16 +513,57 @@ impl PluginRegistry {
         self.loaded.load().policies.get(name).cloned()
     }
 
-    /// The policy to use: `name` if loaded, else the built-in native one. With metrics, the
-    /// Wasm policy's calls are counted and timed.
+    /// The Wasm policy that answers calls for `name`: a loaded policy promoted over it
+    /// ([`Rollout::Replaces`]; the first by name if several are), else `name` itself unless it
+    /// is a shadow (a shadow never serves, not even under its own name).
+    pub fn serving(&self, name: &str) -> Option<WasmPolicy> {
+        let loaded = self.loaded.load();
+        let promoted = loaded
+            .rollouts
+            .iter()
+            .find(|(_, r)| r.replaces() == Some(name))
+            .map(|(by, _)| by.as_str());
+        match promoted {
+            Some(by) => loaded.policies.get(by).cloned(),
+            None if loaded
+                .rollouts
+                .get(name)
+                .is_some_and(|r| r.shadows().is_some()) =>
+            {
+                None
+            }
+            None => loaded.policies.get(name).cloned(),
+        }
+    }
+
+    /// The loaded shadows of `name` (in name order), each wrapped like [`Self::policy`].
+    pub fn shadows(&self, name: &str) -> Vec<Arc<dyn SchedulingPolicy>> {
+        let loaded = self.loaded.load();
+        loaded
+            .rollouts
+            .iter()
+            .filter(|(_, r)| r.shadows() == Some(name))
+            .filter_map(|(shadow, _)| loaded.policies.get(shadow).cloned())
+            .map(|p| self.metered_policy(p))
+            .collect()
+    }
+
+    /// The policy to use: the one [`Self::serving`] `name` if any, else the built-in native
+    /// one. With metrics, the Wasm policy's calls are counted and timed.
     pub fn policy(&self, name: Option<&str>) -> Arc<dyn SchedulingPolicy> {
-        match (name.and_then(|n| self.wasm_policy(n)), &self.metrics) {
-            (Some(inner), Some(metrics)) => Arc::new(MeteredPolicy {
-                inner,
+        match name.and_then(|n| self.serving(n)) {
+            Some(p) => self.metered_policy(p),
+            None => Arc::new(self.fallback),
+        }
+    }
+
+    fn metered_policy(&self, policy: WasmPolicy) -> Arc<dyn SchedulingPolicy> {
+        match &self.metrics {
+            Some(metrics) => Arc::new(MeteredPolicy {
+                inner: policy,
                 metrics: metrics.clone(),
             }),
-            (Some(p), None) => Arc::new(p),
-            (None, _) => Arc::new(self.fallback),
+            None => Arc::new(policy),
         }
     }
 
@@ -571,7 +633,29 @@ impl PluginRegistry {
 
     fn with_calls(&self, mut status: PluginStatus) -> PluginStatus {
         status.allocate_calls = self.wasm_policy(&status.name).map(|p| p.call_paths());
+        status.rollout_warning = self.rollout_warning(&status);
         status
+    }
+
+    /// A shadow of a policy nobody serves gets no input; of two policies promoted over the
+    /// same one, only the first by name answers.
+    fn rollout_warning(&self, status: &PluginStatus) -> Option<String> {
+        match &status.rollout {
+            Rollout::Own => None,
+            Rollout::ShadowOf(of) => self.serving(of).is_none().then(|| {
+                format!("shadow of policy {of}, which is not loaded: it is given no input")
+            }),
+            Rollout::Replaces(of) => {
+                let answering = self.serving(of);
+                let answering = answering.as_ref().map(WasmPolicy::name);
+                (status.sha256.is_some() && answering != Some(status.name.as_str())).then(|| {
+                    format!(
+                        "promoted over policy {of}, but {} answers for it (the first promoted by name)",
+                        answering.unwrap_or("nobody")
+                    )
+                })
+            }
+        }
     }
 }
 

@@ -24,6 +24,15 @@
 //! `data["requireSignature"]` (`true`|`false`) asks for a signature by a trusted key (see
 //! `crate::oci::sign`); when absent the operator's `--require-plugin-signatures` decides.
 //!
+//! A policy's part in the rollout of another ([`Rollout`]) is a label, so that promotion and
+//! rollback are one `kubectl label` (one object, one write):
+//! - [`SHADOW_OF_LABEL`]` = NAME`: a shadow of policy NAME, given every input NAME answers and
+//!   never applied;
+//! - [`REPLACES_LABEL`]` = NAME`: answers the calls for NAME while NAME's own plugin stays
+//!   loaded, standing by (removing the label rolls back).
+//!
+//! Both at once, either on a mutator, or naming the plugin itself refuses the ConfigMap.
+//!
 //! The operator writes back to the ConfigMap's metadata only (never `data` or `binaryData`),
 //! after every load attempt: labels [`STATE_LABEL`] and [`VERSION_LABEL`], annotation
 //! [`STATUS_ANNOTATION`]. [`from_configmap`] reads none of them (only the presence of
@@ -53,6 +62,10 @@ pub const VERSION_LABEL: &str = "diorch.io/plugin-version";
 /// Written by the operator: one line for people, e.g. `loaded version 3f2a…` or
 /// `refused: <cause>; serving 3f2a…`.
 pub const STATUS_ANNOTATION: &str = "diorch.io/plugin-status";
+/// Set by people: this policy is a shadow of the policy the value names (see [`Rollout`]).
+pub const SHADOW_OF_LABEL: &str = "diorch.io/shadow-of";
+/// Set by people: this policy answers for the policy the value names (see [`Rollout`]).
+pub const REPLACES_LABEL: &str = "diorch.io/replaces";
 pub const WASM_KEY: &str = "plugin.wasm";
 /// Largest inline component once decompressed: what a ConfigMap (~1 MiB) can carry compressed
 /// (zstd shrinks an interpreted component about 4×). Larger ones go through a registry.
@@ -109,6 +122,38 @@ impl fmt::Display for FailurePolicy {
     }
 }
 
+/// A policy's part in the rollout of another policy (labels [`SHADOW_OF_LABEL`] and
+/// [`REPLACES_LABEL`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Rollout {
+    /// Serves under its own name.
+    #[default]
+    Own,
+    /// Shadows the named policy: called with its inputs, never applied.
+    ShadowOf(String),
+    /// Answers the named policy's calls (promoted over it).
+    Replaces(String),
+}
+
+impl Rollout {
+    /// The policy this one shadows, if it is a shadow.
+    pub fn shadows(&self) -> Option<&str> {
+        match self {
+            Rollout::ShadowOf(name) => Some(name),
+            _ => None,
+        }
+    }
+
+    /// The policy this one answers for, if promoted over one.
+    pub fn replaces(&self) -> Option<&str> {
+        match self {
+            Rollout::Replaces(name) => Some(name),
+            _ => None,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PluginSpec {
     pub name: String,
@@ -127,6 +172,8 @@ pub struct PluginSpec {
     pub source: String,
     /// Whether a signature by a trusted key is required (`None`: the operator's default).
     pub require_signature: Option<bool>,
+    /// Policies: a shadow of, or promoted over, another policy.
+    pub rollout: Rollout,
 }
 
 /// Where a plugin's component comes from.
@@ -172,6 +219,7 @@ impl PluginSpec {
             grants: Grants::NONE,
             source: String::new(),
             require_signature: None,
+            rollout: Rollout::Own,
         }
     }
 
@@ -203,12 +251,54 @@ pub enum SpecError {
     Missing(&'static str),
     #[error("data[\"{key}\"]: {message}")]
     Invalid { key: &'static str, message: String },
+    #[error("label {key}: {message}")]
+    InvalidLabel { key: &'static str, message: String },
 }
 
 fn invalid(key: &'static str, message: impl Into<String>) -> SpecError {
     SpecError::Invalid {
         key,
         message: message.into(),
+    }
+}
+
+/// A plugin name: a DNS label.
+fn valid_plugin_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 63
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+}
+
+/// The rollout labels of a policy named `name` (see [`Rollout`]).
+fn rollout(cm: &ConfigMap, kind: PluginKind, name: &str) -> Result<Rollout, SpecError> {
+    let label = |key: &'static str| -> Result<Option<String>, SpecError> {
+        let Some(value) = cm.metadata.labels.as_ref().and_then(|l| l.get(key)) else {
+            return Ok(None);
+        };
+        let bad = |message: String| SpecError::InvalidLabel { key, message };
+        if !valid_plugin_name(value) {
+            return Err(bad(format!("{value:.64?} is not a plugin name")));
+        }
+        if kind != PluginKind::Policy {
+            return Err(bad(
+                "only a scheduling policy takes part in a rollout".into()
+            ));
+        }
+        if value == name {
+            return Err(bad(format!("{name} names the plugin itself")));
+        }
+        Ok(Some(value.clone()))
+    };
+    match (label(SHADOW_OF_LABEL)?, label(REPLACES_LABEL)?) {
+        (Some(_), Some(_)) => Err(SpecError::InvalidLabel {
+            key: REPLACES_LABEL,
+            message: format!("a policy is a shadow ({SHADOW_OF_LABEL}) or promoted, not both"),
+        }),
+        (Some(of), None) => Ok(Rollout::ShadowOf(of)),
+        (None, Some(of)) => Ok(Rollout::Replaces(of)),
+        (None, None) => Ok(Rollout::Own),
     }
 }
 
@@ -281,14 +371,10 @@ pub fn from_configmap(cm: &ConfigMap) -> Result<(PluginSpec, ComponentSource), S
             .clone()
             .ok_or_else(|| invalid("name", "no name and the ConfigMap has none"))?,
     };
-    if name.is_empty()
-        || name.len() > 63
-        || !name
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-    {
+    if !valid_plugin_name(&name) {
         return Err(invalid("name", format!("{name:?} is not a DNS label")));
     }
+    let rollout = rollout(cm, kind, &name)?;
     let task_types = task_types(cm);
     if kind == PluginKind::Policy && !task_types.is_empty() {
         return Err(invalid("taskTypes", "only mutators have task types"));
@@ -442,6 +528,7 @@ pub fn from_configmap(cm: &ConfigMap) -> Result<(PluginSpec, ComponentSource), S
             grants,
             source,
             require_signature,
+            rollout,
         },
         component,
     ))
@@ -513,10 +600,22 @@ pub fn to_configmap_from(
         metadata: ObjectMeta {
             name: Some(format!("plugin-{}", spec.name)),
             namespace: namespace.map(str::to_string),
-            labels: Some(BTreeMap::from([(
-                PLUGIN_LABEL.to_string(),
-                spec.kind.to_string(),
-            )])),
+            labels: Some(
+                [(PLUGIN_LABEL, spec.kind.to_string())]
+                    .into_iter()
+                    .chain(
+                        spec.rollout
+                            .shadows()
+                            .map(|n| (SHADOW_OF_LABEL, n.to_string())),
+                    )
+                    .chain(
+                        spec.rollout
+                            .replaces()
+                            .map(|n| (REPLACES_LABEL, n.to_string())),
+                    )
+                    .map(|(k, v)| (k.to_string(), v))
+                    .collect(),
+            ),
             ..Default::default()
         },
         data: Some(data),
@@ -579,6 +678,55 @@ mod tests {
             "refused: x; serving 0123456789ab".to_string(),
         )]));
         assert_eq!(from_configmap(&cm).unwrap(), before);
+    }
+
+    #[test]
+    fn rollout_labels_round_trip_and_bad_ones_are_refused() {
+        for rollout in [
+            Rollout::Own,
+            Rollout::ShadowOf("binpack".into()),
+            Rollout::Replaces("binpack".into()),
+        ] {
+            let mut spec = PluginSpec::new("binpack-next", PluginKind::Policy);
+            spec.rollout = rollout.clone();
+            let cm = to_configmap(&spec, vec![1], Some("diorch"));
+            assert_eq!(from_configmap(&cm).unwrap().0.rollout, rollout);
+        }
+        let labelled = |kind: PluginKind, labels: &[(&str, &str)]| {
+            let mut cm = to_configmap(&PluginSpec::new("next", kind), vec![1], Some("diorch"));
+            let all = cm.metadata.labels.get_or_insert_with(BTreeMap::new);
+            for (k, v) in labels {
+                all.insert(k.to_string(), v.to_string());
+            }
+            from_configmap(&cm).map(|(spec, _)| spec.rollout)
+        };
+        let refused = |labels: &[(&str, &str)], kind: PluginKind, why: &str| {
+            let err = labelled(kind, labels).unwrap_err();
+            assert!(
+                matches!(&err, SpecError::InvalidLabel { .. }) && err.to_string().contains(why),
+                "{labels:?}: {err}"
+            );
+        };
+        refused(
+            &[(SHADOW_OF_LABEL, "a"), (REPLACES_LABEL, "a")],
+            PluginKind::Policy,
+            "not both",
+        );
+        refused(
+            &[(SHADOW_OF_LABEL, "a")],
+            PluginKind::Mutator,
+            "scheduling policy",
+        );
+        refused(&[(REPLACES_LABEL, "next")], PluginKind::Policy, "itself");
+        refused(
+            &[(SHADOW_OF_LABEL, "Bad_Name")],
+            PluginKind::Policy,
+            "not a plugin name",
+        );
+        assert_eq!(
+            labelled(PluginKind::Policy, &[(SHADOW_OF_LABEL, "binpack")]),
+            Ok(Rollout::ShadowOf("binpack".into()))
+        );
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! The allocator's decisions, with no I/O: the book of held allocations and per-node usage
 //! ([`book`]), which optimize results are applied ([`optimize`]), and the admission rules
 //! ([`admit`]): a reservation answered again, what a policy's answer leads to, and why the
-//! built-in policy decides instead.
+//! built-in policy decides instead; the re-plan's rules ([`replan`]), and how a shadow policy's
+//! answer compares with the active one's ([`shadow`]).
 //!
 //! Owns: those rules and the plan a policy answers ([`JobPlan`]). Must not touch: policy calls,
 //! locks or caches (the operator's allocator performs what these decide).
@@ -10,6 +11,7 @@ pub mod admit;
 pub mod book;
 pub mod optimize;
 pub mod replan;
+pub mod shadow;
 
 /// A job's placement in a plan: node names in rank order (tasks in spec order, then local
 /// rank), for the task replica counts `replicas` gives.

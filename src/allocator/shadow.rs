@@ -1,0 +1,278 @@
+//! Shadow policies at work: every `allocate` and `optimize` input a policy answers is queued for
+//! that policy's shadows (`diorch.io/shadow-of`), which one worker calls off the critical path,
+//! through the same output checks ([`Checked`]), never applying their answers. Each answer is
+//! compared with the active one's (`core::allocation::shadow`), counted, and, when it differs or
+//! fails, kept in a bounded record of the latest such decisions per policy.
+//!
+//! The queue is bounded ([`QUEUE_CAPACITY`]): when it is full the shadow call is dropped and
+//! counted (`diorch_policy_shadow_dropped_total`); submitting never waits. One worker calls one
+//! shadow at a time, so shadows take at most one of the host's call slots; each call is bounded
+//! by the host as an active call is (deadline, memory, fuel).
+//!
+//! Owns: the queue, the worker, the counts and the record. Must not touch: the ledger (a
+//! shadow's answer is never applied) or the active call (it never waits for a shadow).
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Instant;
+
+use serde::Serialize;
+use tokio::sync::mpsc;
+
+use super::{answer_of, policy_label};
+use crate::metrics::{Metrics, PolicyCallLabels, ShadowLabels};
+use crate::plugin::{self, Checked, SchedulingPolicy};
+use diorch_core::allocation::admit::Answer;
+pub use diorch_core::allocation::shadow::Failure;
+use diorch_core::allocation::shadow::{self as compare, Comparison, Verdict};
+
+/// Shadow calls waiting for the worker, across all shadows; more are dropped.
+pub const QUEUE_CAPACITY: usize = 256;
+/// Divergent (different or failed) decisions kept per policy, newest first.
+pub const RECORD_CAPACITY: usize = 64;
+
+/// One input the active policy answered, and its answer (checked, as the allocator read it).
+pub enum Call {
+    Allocate {
+        job: Arc<plugin::Job>,
+        nodes: Arc<[plugin::Node]>,
+        active: Answer,
+    },
+    Optimize {
+        jobs: Arc<[plugin::Job]>,
+        nodes: Arc<[plugin::Node]>,
+        previous: Vec<plugin::JobPlan>,
+        active: Result<Vec<plugin::JobPlan>, Failure>,
+    },
+}
+
+impl Call {
+    fn name(&self) -> &'static str {
+        match self {
+            Call::Allocate { .. } => "allocate",
+            Call::Optimize { .. } => "optimize",
+        }
+    }
+}
+
+struct Task {
+    /// The policy jobs asked for.
+    policy: String,
+    /// Who answered for it.
+    active_by: String,
+    shadow: Checked<Arc<dyn SchedulingPolicy>>,
+    call: Arc<Call>,
+}
+
+/// A divergent decision: what each side answered, for what input.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Divergence {
+    /// RFC 3339.
+    pub at: String,
+    pub call: &'static str,
+    /// The plugin that answered for the policy (name@sha256 prefix).
+    pub active: String,
+    /// The shadow (name@sha256 prefix).
+    pub shadow: String,
+    /// The input's size: jobs and nodes the policies were shown.
+    pub jobs: usize,
+    pub nodes: usize,
+    #[serde(flatten)]
+    pub comparison: Comparison,
+}
+
+/// One shadow's counts.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Counts {
+    pub same: u64,
+    pub different: u64,
+    pub failed: u64,
+    pub dropped: u64,
+}
+
+/// What `GET /v1/policies/NAME/shadow` answers.
+#[derive(Clone, Debug, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Report {
+    pub policy: String,
+    /// By shadow plugin name.
+    pub shadows: BTreeMap<String, Counts>,
+    /// The latest divergent decisions, newest first (at most [`RECORD_CAPACITY`]).
+    pub divergences: VecDeque<Divergence>,
+}
+
+/// What every policy's shadows did, by policy; shared by the worker and the route showing it.
+#[derive(Clone, Debug, Default)]
+pub struct Reports(Arc<Mutex<BTreeMap<String, Report>>>);
+
+impl Reports {
+    /// What the shadows of `policy` did, if it has had any.
+    pub fn get(&self, policy: &str) -> Option<Report> {
+        lock(&self.0).get(policy).cloned()
+    }
+}
+
+/// The shadow queue and what the worker found (see the module doc).
+pub struct Shadows {
+    metrics: Arc<Metrics>,
+    queue: OnceLock<mpsc::Sender<Task>>,
+    reports: Reports,
+}
+
+impl Shadows {
+    pub fn new(metrics: Arc<Metrics>, reports: Reports) -> Shadows {
+        Shadows {
+            metrics,
+            queue: OnceLock::new(),
+            reports,
+        }
+    }
+
+    /// Queues `call`, answered for `policy` by `active_by`, for each of `shadows`; never waits.
+    /// Must run inside a tokio runtime (the worker starts with the first call).
+    pub fn submit(
+        &self,
+        policy: &str,
+        active_by: &str,
+        shadows: Vec<Arc<dyn SchedulingPolicy>>,
+        call: Call,
+    ) {
+        if shadows.is_empty() {
+            return;
+        }
+        let queue = self.queue.get_or_init(|| self.start());
+        let call = Arc::new(call);
+        for shadow in shadows {
+            let shadow = Checked::plugin(shadow);
+            let name = policy_label(shadow.by());
+            let task = Task {
+                policy: policy.to_string(),
+                active_by: active_by.to_string(),
+                shadow,
+                call: call.clone(),
+            };
+            if queue.try_send(task).is_err() {
+                self.metrics
+                    .allocator
+                    .shadow_dropped
+                    .get_or_create(&ShadowLabels {
+                        policy: policy.to_string(),
+                        shadow: name.clone(),
+                        result: call.name().to_string(),
+                    })
+                    .inc();
+                let mut reports = lock(&self.reports.0);
+                let report = report_of(&mut reports, policy);
+                report.shadows.entry(name).or_default().dropped += 1;
+            }
+        }
+    }
+
+    /// What the shadows of `policy` did, if it has had any.
+    pub fn report(&self, policy: &str) -> Option<Report> {
+        self.reports.get(policy)
+    }
+
+    fn start(&self) -> mpsc::Sender<Task> {
+        let (tx, mut rx) = mpsc::channel::<Task>(QUEUE_CAPACITY);
+        let metrics = self.metrics.clone();
+        let reports = self.reports.clone();
+        tokio::spawn(async move {
+            while let Some(task) = rx.recv().await {
+                run(&metrics, &reports.0, task).await;
+            }
+        });
+        tx
+    }
+}
+
+/// Calls one shadow, compares, counts and records.
+async fn run(metrics: &Metrics, reports: &Mutex<BTreeMap<String, Report>>, task: Task) {
+    let started = Instant::now();
+    let (comparison, jobs, nodes) = match task.call.as_ref() {
+        Call::Allocate { job, nodes, active } => {
+            let answer = answer_of(task.shadow.allocate(job.clone(), nodes.clone()).await);
+            (
+                compare::allocation(&job.key, active, &answer),
+                1,
+                nodes.len(),
+            )
+        }
+        Call::Optimize {
+            jobs,
+            nodes,
+            previous,
+            active,
+        } => {
+            let answer = task
+                .shadow
+                .optimize(jobs.clone(), nodes.clone(), previous.clone())
+                .await
+                .map_err(|e| Failure(e.to_string()));
+            let keys: Vec<String> = jobs.iter().map(|j| j.key.clone()).collect();
+            (
+                compare::plan(&keys, active, &answer),
+                jobs.len(),
+                nodes.len(),
+            )
+        }
+    };
+    let shadow = policy_label(task.shadow.by());
+    metrics
+        .allocator
+        .policy_call_duration
+        .get_or_create(&PolicyCallLabels {
+            policy: task.policy.clone(),
+            plugin: shadow.clone(),
+            role: "shadow",
+            call: task.call.name(),
+        })
+        .observe(started.elapsed().as_secs_f64());
+    metrics
+        .allocator
+        .shadow_decisions
+        .get_or_create(&ShadowLabels {
+            policy: task.policy.clone(),
+            shadow: shadow.clone(),
+            result: comparison.verdict.as_str().to_string(),
+        })
+        .inc();
+    tracing::debug!(policy = %task.policy, %shadow, call = task.call.name(),
+        result = comparison.verdict.as_str(), differing = comparison.differing, "shadow decision");
+    let mut reports = lock(reports);
+    let report = report_of(&mut reports, &task.policy);
+    let counts = report.shadows.entry(shadow).or_default();
+    match comparison.verdict {
+        Verdict::Same => {
+            counts.same += 1;
+            return;
+        }
+        Verdict::Different => counts.different += 1,
+        Verdict::Failed => counts.failed += 1,
+    }
+    if report.divergences.len() == RECORD_CAPACITY {
+        report.divergences.pop_back();
+    }
+    report.divergences.push_front(Divergence {
+        at: jiff::Timestamp::now().to_string(),
+        call: task.call.name(),
+        active: task.active_by,
+        shadow: task.shadow.by().to_string(),
+        jobs,
+        nodes,
+        comparison,
+    });
+}
+
+fn report_of<'a>(reports: &'a mut BTreeMap<String, Report>, policy: &str) -> &'a mut Report {
+    reports.entry(policy.to_string()).or_insert_with(|| Report {
+        policy: policy.to_string(),
+        ..Report::default()
+    })
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // Entries are replaced whole: a panic cannot leave one half-written.
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
