@@ -8,9 +8,9 @@
 
 use std::fmt::Write as _;
 
-/// Line colours, one per series (wraps past eight).
+/// Line colours, one per series (wraps past eight). No red: red is the goal's.
 const PALETTE: [&str; 8] = [
-    "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf",
+    "#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#7f7f7f",
 ];
 /// The goal line's colour.
 const GOAL_COLOUR: &str = "#d62728";
@@ -749,7 +749,7 @@ mod tests {
             out.contains(r##"data-series="one" d="M64.0,118.0" fill="none" stroke="#1f77b4""##),
             "{out}"
         );
-        assert!(out.contains(r##"stroke="#d62728""##));
+        assert!(out.contains(r##"stroke="#ff7f0e""##));
         assert_eq!(out.matches(">one</text>").count(), 1);
         assert_eq!(out.matches(">two</text>").count(), 1);
     }
