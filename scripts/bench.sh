@@ -6,7 +6,7 @@
 #
 # The benches append CSV rows to $BENCH_CSV (controller_scale, placement, bench-replica-api.sh);
 # plugin_calls and hot_swap print only, and their output is turned into rows here.
-# examples/bench_report.rs turns the rows into the report.
+# examples/bench_report/ turns the rows into the report.
 #
 # With ../shared/kube (a real control plane; else the server of BENCH_KUBECONFIG, if set) the
 # controller and placement benches also run against a real API server; BENCH_REAL=0 skips that.

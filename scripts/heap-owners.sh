@@ -2,7 +2,7 @@
 # The operator's heap at its peak, by owner: runs the memory part of the controller bench
 # (sandbox; 5 000 preemptible DIJobs x 4 pods, a policy and a mutator loaded) with the operator
 # built on glibc malloc (feature `system-allocator`; heaptrack does not see mimalloc) under
-# heaptrack, then sorts the peak's call stacks into owners (examples/bench_report.rs `heap`).
+# heaptrack, then sorts the peak's call stacks into owners (examples/bench_report/ `heap`).
 #
 #   bash scripts/heap-owners.sh [csv]     env: MEMORY_JOBS (default 5000)
 #

@@ -8,6 +8,7 @@
 
 pub mod allocator;
 pub mod audit;
+pub mod chart;
 pub mod cli;
 pub mod clock;
 pub mod cluster;

@@ -3,7 +3,7 @@
 //! Owns the DIJob API types and CRD ([`api`]), names ([`naming`]), pod and service building
 //! ([`build`]), ranks ([`ranks`]), validation ([`validate`]), the reconcile planner
 //! ([`planner`]), the cached shapes of watched objects ([`cached`]), the scheduling model and
-//! resource arithmetic ([`model`], [`resources`]), the placement contract ([`placement`]) and
+//! resource arithmetic ([`model`], [`resources`]), kube-scheduler's fit rules ([`fit`]), the placement contract ([`placement`]) and
 //! status merge patches ([`merge_patch`]).
 //! Must not touch: the network, the clock, threads or a kube client. `cargo tree -p diorch-core`
 //! shows no kube-client, hyper, tokio or wasmtime, and every test here is synchronous.
@@ -15,6 +15,7 @@ pub mod allocation;
 pub mod api;
 pub mod build;
 pub mod cached;
+pub mod fit;
 #[cfg(test)]
 mod fixtures;
 pub mod key;

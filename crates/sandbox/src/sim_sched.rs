@@ -3,20 +3,31 @@
 //! NodeUnschedulable, TaintToleration, NodeAffinity, NodeResourcesFit), least-allocated scoring
 //! and the `FailedScheduling` message, all over k8s-openapi types.
 //!
+//! The rules the simulator (`diorch::simulate`) applies too, whether requests fit and whether
+//! taints keep a pod off, are `diorch_core::fit`'s, called here. The rest differs on purpose:
+//! this scheduler stands in for the real kube-scheduler in the operator's tests, so it also
+//! filters cordoned nodes, NotReady nodes (as the not-ready taint), node affinity and the pod
+//! count, honours the pod's tolerations, and scores LeastAllocated as kube-scheduler does (in
+//! whole percents, counting the pod, with the 100m CPU / 200 MiB defaults for unset requests).
+//! The simulator predicts what the operator's allocator will see: its pods carry only their
+//! requests (no tolerations, affinity or count limit), a down node is one it took down, and it
+//! scores the share of CPU and memory left before the pod (see its module doc).
+//!
 //! Owns no state and does no I/O: the cluster loop in `sim_loop` keeps the per-node usage and
 //! calls these functions. Must not touch the API server or the sandbox's store.
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{
-    Node, NodeSelectorRequirement, NodeSelectorTerm, Pod, Taint, Toleration,
-};
-
 #[cfg(test)]
-use diorch_core::resources::NON_ZERO_MEMORY_MILLI;
+use k8s_openapi::api::core::v1::Toleration;
+use k8s_openapi::api::core::v1::{Node, NodeSelectorRequirement, NodeSelectorTerm, Pod, Taint};
+
+use diorch_core::fit::{blocking_taint, insufficient};
 pub use diorch_core::resources::{
     CPU, MEMORY, Resources, node_allocatable, parse_quantity, pod_requests,
 };
+#[cfg(test)]
+use diorch_core::{fit::tolerates, resources::NON_ZERO_MEMORY_MILLI};
 
 pub const PODS: &str = "pods";
 const TAINT_NOT_READY: &str = "node.kubernetes.io/not-ready";
@@ -69,28 +80,6 @@ fn node_ready(node: &Node) -> bool {
         .into_iter()
         .flatten()
         .any(|c| c.type_ == "Ready" && c.status == "True")
-}
-
-/// Whether a toleration tolerates a taint (same rules as `Toleration.ToleratesTaint`).
-pub fn tolerates(t: &Toleration, taint: &Taint) -> bool {
-    if let Some(effect) = t.effect.as_deref().filter(|e| !e.is_empty())
-        && effect != taint.effect
-    {
-        return false;
-    }
-    let key = t.key.as_deref().unwrap_or("");
-    if !key.is_empty() && key != taint.key {
-        return false;
-    }
-    match t.operator.as_deref().unwrap_or("") {
-        "Exists" => true,
-        "Equal" | "" => t.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or(""),
-        _ => false,
-    }
-}
-
-fn tolerated(tolerations: &[Toleration], taint: &Taint) -> bool {
-    tolerations.iter().any(|t| tolerates(t, taint))
 }
 
 fn requirement_matches(labels: &BTreeMap<String, String>, r: &NodeSelectorRequirement) -> bool {
@@ -192,7 +181,7 @@ pub fn filter_node(
             effect: "NoSchedule".to_string(),
             ..Taint::default()
         };
-        if !tolerated(tolerations, &cordon) {
+        if blocking_taint(tolerations, [&cordon]).is_some() {
             return Err(NodeUnfit::unresolvable(
                 "node(s) were unschedulable".to_string(),
             ));
@@ -211,16 +200,12 @@ pub fn filter_node(
         .unwrap_or(&[])
         .iter()
         .chain(not_ready);
-    for taint in taints {
-        if (taint.effect == "NoSchedule" || taint.effect == "NoExecute")
-            && !tolerated(tolerations, taint)
-        {
-            return Err(NodeUnfit::unresolvable(format!(
-                "node(s) had untolerated taint {{{}: {}}}",
-                taint.key,
-                taint.value.as_deref().unwrap_or("")
-            )));
-        }
+    if let Some(taint) = blocking_taint(tolerations, taints) {
+        return Err(NodeUnfit::unresolvable(format!(
+            "node(s) had untolerated taint {{{}: {}}}",
+            taint.key,
+            taint.value.as_deref().unwrap_or("")
+        )));
     }
     // NodeAffinity
     if !matches_node_affinity(pod, node) {
@@ -233,11 +218,10 @@ pub fn filter_node(
     if usage.pods + 1 > i64::try_from(allocatable.get(PODS) / 1000).unwrap_or(i64::MAX) {
         reasons.push("Too many pods".to_string());
     }
-    for (name, amount) in requests.iter() {
-        if amount > 0 && amount > allocatable.get(name) - usage.requested.get(name) {
-            reasons.push(format!("Insufficient {name}"));
-        }
-    }
+    reasons.extend(
+        insufficient(requests, allocatable, &usage.requested)
+            .map(|name| format!("Insufficient {name}")),
+    );
     if reasons.is_empty() {
         Ok(())
     } else {
