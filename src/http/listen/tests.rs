@@ -2,6 +2,11 @@
 //! slow bodies, oversized heads, more connections than the cap, hanging handlers. Bounds are
 //! the configured limit plus generous slack (CI shares its cores with a CPU hog), and each
 //! hostile client would otherwise hold on far longer than the bound.
+//!
+//! These run in real time: they talk over real TCP, and a paused clock would jump ahead
+//! whenever the runtime waits for the kernel to deliver bytes, firing the very timeouts under
+//! test before the client's bytes arrive. The in-process test of the request timeout runs on
+//! virtual time.
 
 use std::time::Instant;
 
@@ -239,7 +244,9 @@ async fn connections_past_the_cap_wait_until_one_closes() {
     assert_eq!(answered, 1, "one slot freed, one connection served");
 }
 
-#[tokio::test]
+/// Virtual time: no socket here (the router is called in process), so the request timeout and
+/// the wait for the in-flight slot run on the paused clock.
+#[tokio::test(start_paused = true)]
 async fn a_hanging_handler_is_cut_off_and_in_flight_requests_are_capped() {
     let limits = HttpLimits {
         max_in_flight: 1,
@@ -252,7 +259,7 @@ async fn a_hanging_handler_is_cut_off_and_in_flight_requests_are_capped() {
             .body(Body::empty())
             .expect("request")
     };
-    let started = Instant::now();
+    let started = tokio::time::Instant::now();
     let hang = tokio::spawn({
         let app = app.clone();
         let request = get("/hang");

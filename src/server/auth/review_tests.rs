@@ -1,6 +1,10 @@
 //! `KubernetesAuth` against a fake API server that answers TokenReview and
 //! SubjectAccessReview: the reviews it sends, what it caches, and its bounds under floods,
 //! oversized tokens and a hanging API server.
+//!
+//! These run in real time: the reviews go over real TCP to the fake, and a paused clock would
+//! jump ahead (firing the review timeout) while a review is still on its way. The cache's TTL
+//! is pinned on virtual time in `auth.rs`'s own tests.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
