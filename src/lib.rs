@@ -23,5 +23,7 @@ pub mod operator;
 pub mod plugin;
 pub mod server;
 pub mod simulate;
+#[cfg(test)]
+pub(crate) mod testing;
 pub mod webhook;
 pub mod writes;

@@ -148,6 +148,7 @@ mod tests {
         assert!(!cache.path(da).exists());
         // Over the budget the older file goes.
         cache.put(da, &a).await;
+        // Real time: eviction orders files by their modification time, which the OS stamps.
         std::thread::sleep(std::time::Duration::from_millis(20));
         cache.put(db, &b).await;
         assert!(cache.get(db, 100).await.is_some());

@@ -22,7 +22,7 @@ use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::extract::{ConnectInfo, FromRequestParts, Path, Request, State};
 use axum::http::request::Parts;
@@ -37,6 +37,8 @@ use k8s_openapi::api::authorization::v1::{
 use kube::{Api, Client};
 use sha2::{Digest, Sha256};
 use tokio::sync::Semaphore;
+// The TTL runs on tokio's clock (the machine's in production) so tests can pause it.
+use tokio::time::Instant;
 
 use super::{ApiError, JobId, fail, parse_job_id};
 use crate::controller::executor::Caches;
@@ -698,10 +700,14 @@ mod tests {
         assert_eq!(cache.get(&7), None);
     }
 
-    #[test]
-    fn expired_entries_are_not_served() {
-        let cache: BoundedCache<u32, u32> = BoundedCache::new(1 << 20, Duration::ZERO);
+    /// Virtual time: an entry is served until its TTL is over, then dropped.
+    #[tokio::test(start_paused = true)]
+    async fn expired_entries_are_not_served() {
+        let cache: BoundedCache<u32, u32> = BoundedCache::new(1 << 20, DECISION_TTL);
         cache.insert(1, 1, 0);
+        tokio::time::advance(DECISION_TTL - Duration::from_millis(1)).await;
+        assert_eq!(cache.get(&1), Some(1), "fresh until the TTL is over");
+        tokio::time::advance(Duration::from_millis(1)).await;
         assert_eq!(cache.get(&1), None);
         assert_eq!(cache.bytes(), 0);
     }

@@ -308,6 +308,8 @@ mod tests {
         Ok(answer["response"]["allowed"] == true)
     }
 
+    /// Real time: the rotation is seen over real TLS connections after real file writes; a
+    /// paused clock would run the reload and the handshake timeout ahead of the sockets.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_tls_round_trip_then_a_rotated_certificate_without_restart() {
         let dir = tempfile::tempdir().expect("dir");
@@ -361,7 +363,7 @@ mod tests {
     }
 
     /// A client that opens a TCP connection and never completes the TLS handshake is cut off
-    /// after the header timeout.
+    /// after the header timeout. Real time, for the same reason: a real TCP client.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_stalled_tls_handshake_is_cut_off() {
         use tokio::io::AsyncReadExt;

@@ -1,13 +1,18 @@
-//! The listener limits against hostile clients over real TCP: slow headers, idle connections,
-//! slow bodies, oversized heads, more connections than the cap, hanging handlers. Bounds are
-//! the configured limit plus generous slack (CI shares its cores with a CPU hog), and each
-//! hostile client would otherwise hold on far longer than the bound.
+//! The listener limits against hostile clients: slow headers, idle connections, slow bodies,
+//! oversized heads, more connections than the cap, hanging handlers. Bounds are the configured
+//! limit plus slack, and each hostile client would otherwise hold on far longer than the bound.
+//!
+//! The timeouts are tested on virtual time (`start_paused`) over an in-memory connection
+//! (`tokio::io::duplex`) served as the accept loop serves a TCP one (`served`), so a slow CI
+//! changes nothing. The connection cap and the oversized heads need the accept loop and real
+//! TCP, so those run in real time (with generous slack: CI shares its cores with a CPU hog): a
+//! paused clock would jump ahead whenever the runtime waits for the kernel to deliver bytes.
 
 use std::time::Instant;
 
 use axum::extract::rejection::BytesRejection;
 use axum::routing::{get, post};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, DuplexStream};
 use tokio::net::TcpStream;
 
 use super::*;
@@ -52,18 +57,32 @@ async fn start(limits: HttpLimits) -> SocketAddr {
     addr
 }
 
+/// A client's end of an in-memory connection served as the accept loop serves a TCP one
+/// (the request limits around the app, hyper's header timeout), for tests on virtual time.
+fn served(limits: HttpLimits) -> DuplexStream {
+    let (client, server) = tokio::io::duplex(64 * 1024);
+    let app = with_request_limits(app(), &limits);
+    let peer = SocketAddr::from(([127, 0, 0, 1], 40000));
+    tokio::spawn(connection(
+        TokioIo::new(server),
+        peer,
+        app,
+        limits.header_timeout,
+    ));
+    client
+}
+
 /// Reads until the server closes the connection (or `limit` passes): what it sent, and when.
-async fn read_to_close(stream: &mut TcpStream, limit: Duration) -> (String, Option<Duration>) {
-    let started = Instant::now();
+async fn read_to_close(
+    stream: &mut (impl AsyncRead + Unpin),
+    limit: Duration,
+) -> (String, Option<Duration>) {
+    // tokio's clock: the machine's, or the paused one in the virtual-time tests.
+    let started = tokio::time::Instant::now();
     let mut got = Vec::new();
     let mut buf = [0u8; 4096];
     loop {
-        match tokio::time::timeout_at(
-            tokio::time::Instant::from_std(started + limit),
-            stream.read(&mut buf),
-        )
-        .await
-        {
+        match tokio::time::timeout_at(started + limit, stream.read(&mut buf)).await {
             Ok(Ok(0)) | Ok(Err(_)) => {
                 return (
                     String::from_utf8_lossy(&got).into(),
@@ -78,7 +97,7 @@ async fn read_to_close(stream: &mut TcpStream, limit: Duration) -> (String, Opti
 
 /// Sends `head` and then `trickle` one byte every 100 ms (for far longer than any limit here),
 /// ignoring write errors once the server has closed.
-fn trickle(mut writer: tokio::net::tcp::OwnedWriteHalf, head: String, trickle: usize) {
+fn trickle(mut writer: impl AsyncWrite + Unpin + Send + 'static, head: String, trickle: usize) {
     tokio::spawn(async move {
         if writer.write_all(head.as_bytes()).await.is_err() {
             return;
@@ -92,19 +111,17 @@ fn trickle(mut writer: tokio::net::tcp::OwnedWriteHalf, head: String, trickle: u
     });
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn a_client_sending_headers_a_byte_at_a_time_is_cut_off() {
     let limit = Duration::from_millis(500);
-    let addr = start(limits(500, 10_000, 60_000, 16)).await;
-    let stream = TcpStream::connect(addr).await.expect("connect");
-    let (mut reader, writer) = stream.into_split();
+    let (mut reader, writer) = tokio::io::split(served(limits(500, 10_000, 60_000, 16)));
     // 200 bytes at 10 per second would take 20 s.
     trickle(
         writer,
         "GET /ok HTTP/1.1\r\nHost: x\r\nX-Slow: ".into(),
         200,
     );
-    let started = Instant::now();
+    let started = tokio::time::Instant::now();
     let mut buf = [0u8; 1024];
     let mut got = Vec::new();
     loop {
@@ -122,15 +139,15 @@ async fn a_client_sending_headers_a_byte_at_a_time_is_cut_off() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn an_idle_connection_is_closed_after_the_header_timeout() {
     let limit = Duration::from_millis(500);
-    let addr = start(limits(500, 10_000, 60_000, 16)).await;
+    let limits = limits(500, 10_000, 60_000, 16);
     // Silent from the start, and idle after one request on a kept-alive connection.
-    let mut silent = TcpStream::connect(addr).await.expect("connect");
+    let mut silent = served(limits.clone());
     let (_, closed) = read_to_close(&mut silent, limit + SLACK).await;
     assert!(closed.is_some(), "a silent connection stayed open");
-    let mut kept = TcpStream::connect(addr).await.expect("connect");
+    let mut kept = served(limits);
     kept.write_all(b"GET /ok HTTP/1.1\r\nHost: x\r\n\r\n")
         .await
         .expect("write");
@@ -142,18 +159,16 @@ async fn an_idle_connection_is_closed_after_the_header_timeout() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn a_body_sent_a_byte_at_a_time_is_cut_off_with_408() {
     let limit = Duration::from_millis(500);
-    let addr = start(limits(10_000, 500, 60_000, 16)).await;
-    let stream = TcpStream::connect(addr).await.expect("connect");
-    let (mut reader, writer) = stream.into_split();
+    let (mut reader, writer) = tokio::io::split(served(limits(10_000, 500, 60_000, 16)));
     trickle(
         writer,
         "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n".into(),
         1000,
     );
-    let started = Instant::now();
+    let started = tokio::time::Instant::now();
     let mut buf = [0u8; 1024];
     let n = tokio::time::timeout(limit + SLACK, reader.read(&mut buf))
         .await
@@ -239,7 +254,9 @@ async fn connections_past_the_cap_wait_until_one_closes() {
     assert_eq!(answered, 1, "one slot freed, one connection served");
 }
 
-#[tokio::test]
+/// Virtual time: no socket here (the router is called in process), so the request timeout and
+/// the wait for the in-flight slot run on the paused clock.
+#[tokio::test(start_paused = true)]
 async fn a_hanging_handler_is_cut_off_and_in_flight_requests_are_capped() {
     let limits = HttpLimits {
         max_in_flight: 1,
@@ -252,7 +269,7 @@ async fn a_hanging_handler_is_cut_off_and_in_flight_requests_are_capped() {
             .body(Body::empty())
             .expect("request")
     };
-    let started = Instant::now();
+    let started = tokio::time::Instant::now();
     let hang = tokio::spawn({
         let app = app.clone();
         let request = get("/hang");

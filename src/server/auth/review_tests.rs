@@ -1,6 +1,9 @@
 //! `KubernetesAuth` against a fake API server that answers TokenReview and
 //! SubjectAccessReview: the reviews it sends, what it caches, and its bounds under floods,
 //! oversized tokens and a hanging API server.
+//!
+//! The fake is the client's transport, in process (no socket), so the review timeout is
+//! tested on virtual time. The cache's TTL is pinned on virtual time in `auth.rs`'s own tests.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
@@ -60,7 +63,7 @@ async fn access_review(State(fake): State<Arc<Fake>>, Json(review): Json<Value>)
     )
 }
 
-async fn fake_api() -> (Arc<Fake>, Client) {
+fn fake_api() -> (Arc<Fake>, Client) {
     let fake = Arc::new(Fake::default());
     let app = axum::Router::new()
         .route(
@@ -72,13 +75,8 @@ async fn fake_api() -> (Arc<Fake>, Client) {
             post(access_review),
         )
         .with_state(fake.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    let config = kube::Config::new(format!("http://{addr}").parse().expect("url"));
-    (fake, Client::try_from(config).expect("client"))
+    // In process, no socket: the client's transport is the router itself.
+    (fake, Client::new(app, "default"))
 }
 
 fn job(verb: &'static str) -> Target {
@@ -97,7 +95,7 @@ fn token(t: &str) -> Credentials {
 
 #[tokio::test]
 async fn reviews_decide_and_both_allow_and_deny_are_cached() {
-    let (fake, client) = fake_api().await;
+    let (fake, client) = fake_api();
     let auth = KubernetesAuth::new(client);
     assert_eq!(
         auth.authorize(&token("alice-token"), &job("get")).await,
@@ -134,7 +132,7 @@ async fn reviews_decide_and_both_allow_and_deny_are_cached() {
 /// authorizer would see a `GET /metrics`.
 #[tokio::test]
 async fn metrics_are_checked_as_a_non_resource_url() {
-    let (fake, client) = fake_api().await;
+    let (fake, client) = fake_api();
     let auth = KubernetesAuth::new(client);
     let metrics = Target::Path { path: "/metrics" };
     assert_eq!(
@@ -158,7 +156,7 @@ async fn metrics_are_checked_as_a_non_resource_url() {
 /// whatever it is used for), and the cache stays within its bytes however long the tokens.
 #[tokio::test]
 async fn a_flood_of_bad_tokens_costs_one_review_each_and_a_bounded_cache() {
-    let (fake, client) = fake_api().await;
+    let (fake, client) = fake_api();
     let bound = 64 * 1024;
     let auth = KubernetesAuth::with_limits(client, bound, REVIEW_TIMEOUT);
     for verb in ["get", "update"] {
@@ -187,7 +185,7 @@ async fn a_flood_of_bad_tokens_costs_one_review_each_and_a_bounded_cache() {
 
 #[tokio::test]
 async fn an_oversized_token_is_refused_without_a_review() {
-    let (fake, client) = fake_api().await;
+    let (fake, client) = fake_api();
     let auth = KubernetesAuth::new(client);
     let huge = "x".repeat(MAX_TOKEN_BYTES + 1);
     assert_eq!(
@@ -203,7 +201,7 @@ async fn an_oversized_token_is_refused_without_a_review() {
 /// requests with new tokens arrive together.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_reviews_are_capped() {
-    let (fake, client) = fake_api().await;
+    let (fake, client) = fake_api();
     let auth = Arc::new(KubernetesAuth::new(client));
     let calls: Vec<_> = (0..40)
         .map(|i| {
@@ -232,10 +230,10 @@ async fn concurrent_reviews_are_capped() {
 }
 
 /// An API server that never answers costs the caller the review timeout and a 503-class
-/// decision, nothing cached.
-#[tokio::test]
+/// decision, nothing cached. Virtual time: the timeout passes without waiting for it.
+#[tokio::test(start_paused = true)]
 async fn a_hanging_api_server_is_cut_off_and_not_cached() {
-    let (fake, client) = fake_api().await;
+    let (fake, client) = fake_api();
     fake.hang.store(true, Ordering::SeqCst);
     let timeout = Duration::from_millis(300);
     let auth = KubernetesAuth::with_limits(client, CACHE_BYTES, timeout);
