@@ -84,15 +84,6 @@ pub enum Legend {
     Right,
 }
 
-/// Which SVG element draws a series. The line is the same either way; the simulator page's
-/// browser test selects `path.series` and the bench chart's test counts `<polyline`, so each
-/// report keeps the element its test reads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LineMarkup {
-    Path,
-    Polyline,
-}
-
 /// A line chart: build it, then render it as a standalone SVG ([`Chart::svg`]) or as an HTML
 /// figure with a caption ([`Chart::figure`]).
 #[derive(Debug, Clone, PartialEq)]
@@ -105,7 +96,6 @@ pub struct Chart {
     pub width: f64,
     pub height: f64,
     pub legend: Legend,
-    pub line: LineMarkup,
 }
 
 /// Text for HTML and SVG: markup characters escaped, control characters (a stray newline in a
@@ -339,7 +329,6 @@ impl Chart {
             width: 720.0,
             height: 260.0,
             legend: Legend::Inside,
-            line: LineMarkup::Path,
         }
     }
 
@@ -484,18 +473,11 @@ impl Chart {
                 .iter()
                 .map(|(x, y)| format!("{:.1},{:.1}", px(*x), py(*y)))
                 .collect();
-            let _ = match self.line {
-                LineMarkup::Path => writeln!(
-                    s,
-                    r#"<path class="series" data-series="{label}" d="M{}" fill="none" stroke="{colour}" stroke-width="1.5"><title>{label}</title></path>"#,
-                    coords.join(" L")
-                ),
-                LineMarkup::Polyline => writeln!(
-                    s,
-                    r#"<polyline class="series" data-series="{label}" points="{}" fill="none" stroke="{colour}" stroke-width="2"><title>{label}</title></polyline>"#,
-                    coords.join(" ")
-                ),
-            };
+            let _ = writeln!(
+                s,
+                r#"<path class="series" data-series="{label}" d="M{}" fill="none" stroke="{colour}" stroke-width="1.5"><title>{label}</title></path>"#,
+                coords.join(" L")
+            );
             if line.points.len() <= MARKED_POINTS {
                 for (x, y) in &line.points {
                     let _ = writeln!(
@@ -674,12 +656,11 @@ mod tests {
             [vec![(64.0, 220.0), (384.0, 118.0), (704.0, 16.0)]]
         );
         let mut c = c;
-        c.line = LineMarkup::Polyline;
         c.legend = Legend::Right;
         // A standalone SVG: the title takes 24 more above, the legend 220 on the right.
         let svg = c.svg();
         assert_eq!(
-            coords(&svg, "points"),
+            coords(&svg, "d"),
             [vec![(64.0, 220.0), (282.0, 130.0), (500.0, 40.0)]]
         );
         assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use diorch::chart::{Axis, Chart, Goal, Legend, LineMarkup, Range, Series};
+use diorch::chart::{Axis, Chart, Goal, Legend, Range, Series};
 
 use crate::goals::RATIO_GOAL;
 use crate::rows::{Row, ratio, servers};
@@ -78,7 +78,6 @@ pub fn svg(series: &[Series]) -> String {
         width: 640.0,
         height: 360.0,
         legend: Legend::Right,
-        line: LineMarkup::Polyline,
     }
     .svg()
 }
@@ -98,7 +97,7 @@ mod tests {
         let chart = svg(&lines);
         assert!(chart.starts_with("<svg"));
         assert!(chart.trim_end().ends_with("</svg>"));
-        assert_eq!(chart.matches("<polyline").count(), 4);
+        assert_eq!(chart.matches(r#"<path class="series""#).count(), 4);
         assert_eq!(chart.matches(r#"class="goal""#).count(), 1);
         assert!(chart.contains("stroke-dasharray"));
         assert!(chart.contains("log scale"), "N spans 10x: a log axis");
