@@ -76,8 +76,8 @@ pub struct Divergence {
     /// The shadow (name@sha256 prefix).
     pub shadow: String,
     /// The input's size: jobs and nodes the policies were shown.
-    pub jobs: usize,
-    pub nodes: usize,
+    pub input_jobs: usize,
+    pub input_nodes: usize,
     #[serde(flatten)]
     pub comparison: Comparison,
 }
@@ -259,8 +259,8 @@ async fn run(metrics: &Metrics, reports: &Mutex<BTreeMap<String, Report>>, task:
         call: task.call.name(),
         active: task.active_by,
         shadow: task.shadow.by().to_string(),
-        jobs,
-        nodes,
+        input_jobs: jobs,
+        input_nodes: nodes,
         comparison,
     });
 }

@@ -1,7 +1,8 @@
 //! `diorch plugin ...`: the platform team's local tools. `check` validates a component against
 //! the worlds and runs it on the built-in samples; `configmap` prints the manifest that loads it;
 //! `run` replays a recorded cluster snapshot against a policy and shows where jobs would go;
-//! `snapshot` records one from a cluster or the sandbox.
+//! `snapshot` records one from a cluster or the sandbox; `shadow` shows how a policy's shadows
+//! compare with it on a running operator's live decisions.
 //!
 //! `check` also lists the capabilities a mutator's change to the sample pod uses and the grants
 //! it needs (see `capabilities`), and fails when `--grants` does not cover them, as the operator
@@ -9,7 +10,7 @@
 //!
 //! Owns: the subcommand arguments and their output; the reports are made in the submodules
 //! (`check`, `configmap`, `run`, `record` for `snapshot`, `scaffold` for `new`, `publish` for
-//! `push`, `sign` and `keygen`). Must not touch: cluster state (`snapshot` only reads, through
+//! `push`, `sign` and `keygen`, `shadow`). Must not touch: cluster state (`snapshot` only reads, through
 //! the allocator's view; every other command is offline).
 
 pub mod check;
@@ -18,6 +19,7 @@ pub mod publish;
 pub mod record;
 pub mod run;
 pub mod scaffold;
+pub mod shadow;
 mod timing;
 
 use std::path::PathBuf;
@@ -120,6 +122,36 @@ pub enum PluginCommand {
         /// serviceAccountName, containers, image, command, scheduler, volumeTypes, other).
         #[arg(long, default_value = "", value_parser = parse_grants)]
         grants: Grants,
+        /// Policies: load it as a shadow of this policy (label `diorch.io/shadow-of`): given
+        /// every input that policy answers, never applied (`diorch plugin shadow` shows how it
+        /// compares).
+        #[arg(long, conflicts_with = "replaces")]
+        shadow_of: Option<String>,
+        /// Policies: answer for this policy instead of it (label `diorch.io/replaces`), which
+        /// stays loaded; removing the label rolls back.
+        #[arg(long)]
+        replaces: Option<String>,
+    },
+    /// Show how a policy's shadows compare with it on live decisions: counts per shadow and the
+    /// latest decisions where they differ (job, active placement, shadow placement, sizes), from
+    /// a running operator's metrics address (`GET /v1/policies/NAME/shadow`).
+    Shadow {
+        /// The policy shadowed, as jobs ask for it.
+        policy: String,
+        /// The operator's metrics address.
+        #[arg(
+            long,
+            env = "DIORCH_METRICS_URL",
+            default_value = "https://127.0.0.1:8443"
+        )]
+        url: String,
+        /// A bearer token allowed `get` on `/plugins` (unless the operator runs with
+        /// `--server-auth none`): a file holding it.
+        #[arg(long)]
+        token_file: Option<PathBuf>,
+        /// Print the report as JSON instead of tables.
+        #[arg(long)]
+        json: bool,
     },
     /// Push a component to an OCI registry in the CNCF Wasm artifact layout (config
     /// `application/vnd.wasm.config.v0+json`, layer `application/wasm`) and print the reference
@@ -258,6 +290,8 @@ pub async fn run(command: PluginCommand) -> anyhow::Result<()> {
             memory_mib,
             failure_policy,
             grants,
+            shadow_of,
+            replaces,
         } => {
             let config = match config_file {
                 Some(path) => std::fs::read_to_string(&path)
@@ -283,6 +317,11 @@ pub async fn run(command: PluginCommand) -> anyhow::Result<()> {
             };
             spec.grants = grants;
             spec.require_signature = require_signature.then_some(true);
+            spec.rollout = match (shadow_of, replaces) {
+                (Some(of), _) => spec::Rollout::ShadowOf(of),
+                (None, Some(of)) => spec::Rollout::Replaces(of),
+                (None, None) => spec::Rollout::Own,
+            };
             let component = match (file, image) {
                 (_, Some(image)) => spec::ComponentSource::Image {
                     reference: image.parse()?,
@@ -295,6 +334,28 @@ pub async fn run(command: PluginCommand) -> anyhow::Result<()> {
             // Round-trip through the parser so a manifest we print is one the operator accepts.
             spec::from_configmap(&cm)?;
             emit(&serde_saphyr::to_string(&cm)?)
+        }
+        PluginCommand::Shadow {
+            policy,
+            url,
+            token_file,
+            json,
+        } => {
+            let token = match token_file {
+                Some(path) => Some(
+                    std::fs::read_to_string(&path)
+                        .with_context(|| format!("reading {}", path.display()))?
+                        .trim()
+                        .to_string(),
+                ),
+                None => None,
+            };
+            let report = shadow::fetch(&url, &policy, token.as_deref()).await?;
+            if json {
+                emit(&format!("{}\n", serde_json::to_string_pretty(&report)?))
+            } else {
+                emit(&shadow::render(&report))
+            }
         }
         PluginCommand::Push {
             file,

@@ -26,6 +26,10 @@
 //! [`ApiLimits::watch_timeout`], and kube-runtime's watcher treats a stream silent for that
 //! plus 5 s as a dead connection and watches again from the last resource version.
 //!
+//! A policy's rollout labels (`diorch.io/shadow-of`, `diorch.io/replaces`: see `plugin::spec`)
+//! are part of its spec: editing one reloads the same version in its new role (hot: the old
+//! one serves until the swap), and the `PluginLoaded` Event names the role.
+//!
 //! Loads run on tasks of their own (a pull or a compile never holds up the loop, another plugin,
 //! or a reconcile); a newer spec of a ConfigMap cancels its load in flight, and a pull that
 //! failed for a reason that may pass (`PullFailed`) is tried again, 10 s doubling to 5 min.
@@ -802,12 +806,18 @@ fn finished(
         }
         _ => None,
     };
+    // A rollout label edit reloads the same version: the Event says what it now does.
+    let role = match &loading.applied.spec.rollout {
+        spec::Rollout::Own => String::new(),
+        spec::Rollout::ShadowOf(of) => format!(", as a shadow of policy {of} (never applied)"),
+        spec::Rollout::Replaces(of) => format!(", answering for policy {of} (promoted over it)"),
+    };
     entry.applied = Some((loading.applied, outcome));
     if !ctx.leader.is_leader() {
         return;
     }
     publish_status(ctx, &mut out.status, entry, &done.configmap);
-    let attempt = done.result.map(|sha| format!("loaded version {sha}"));
+    let attempt = done.result.map(|sha| format!("loaded version {sha}{role}"));
     publish_event(out, &entry.seen, attempt);
 }
 

@@ -258,6 +258,121 @@ pub fn policy_plugins_place_jobs_and_hot_swap(k: &Kubectl, ns: &str, plugin_ns: 
     p.ok(&["delete", "configmap", "plugin-team"]);
 }
 
+/// A policy rollout as a platform team runs it (docs/policy-rollout.md): bin-pack loaded as a
+/// shadow of `team` (spread) is given every input `team` answers and never applied; the
+/// operator's report at `metrics` (`GET /v1/policies/team/shadow`, via `diorch plugin shadow`)
+/// shows where it would have placed the job; promotion (one label edit) makes the next job
+/// bin-packed; rollback (removing the label) makes the next one spread again.
+pub fn shadow_policy_compared_promoted_and_rolled_back(
+    k: &Kubectl,
+    ns: &str,
+    plugin_ns: &str,
+    metrics: &str,
+) {
+    let k = k.in_namespace(ns);
+    let p = k.in_namespace(plugin_ns);
+    upload(&p, &plugin_file("spread"), "team", "policy", &[]);
+    wait_event(&p, "ConfigMap", "plugin-team", "PluginLoaded", 1);
+    upload(
+        &p,
+        &plugin_file("binpack"),
+        "team-next",
+        "policy",
+        &["--shadow-of", "team"],
+    );
+    wait_event(&p, "ConfigMap", "plugin-team-next", "PluginLoaded", 1);
+
+    // The shadow is given the job's input; the active policy places it.
+    scenario::apply(&k, &gpu_job("first", "team", 4, 1));
+    let (_, _, message) = wait_allocated(&k, "first", "True");
+    assert!(message.starts_with("placed by team@"), "{message}");
+    scenario::wait_phase(&k, "first", "Running");
+    assert_eq!(distinct(&placement(&k, "first")), 4, "spread placed it");
+    let url = format!("http://{metrics}");
+    let shadow = |json: bool| {
+        let mut args = vec!["plugin", "shadow", "team", "--url", url.as_str()];
+        if json {
+            args.push("--json");
+        }
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_diorch"))
+            .args(&args)
+            .output()
+            .expect("diorch plugin shadow");
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let job = format!("{ns}/first");
+    let deadline = Instant::now() + T;
+    let report: Value = loop {
+        let report: Value = serde_json::from_str(&shadow(true)).expect("report JSON");
+        if report["shadows"]["team-next"]["different"].as_u64() >= Some(1) {
+            break report;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no divergent shadow decision: {report:#}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let divergence = report["divergences"]
+        .as_array()
+        .and_then(|d| d.iter().find(|d| d["jobs"][0]["job"] == job.as_str()))
+        .unwrap_or_else(|| panic!("no divergence for {job}: {report:#}"));
+    assert_eq!(divergence["call"], "allocate");
+    let shadow_nodes: BTreeSet<&str> = divergence["jobs"][0]["shadow"]["placed"]["nodes"]
+        .as_array()
+        .map(|n| n.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    assert_eq!(
+        shadow_nodes.len(),
+        1,
+        "bin-pack would use one node: {divergence:#}"
+    );
+    let table = shadow(false);
+    assert!(
+        table.contains("team-next") && table.contains(&job),
+        "{table}"
+    );
+
+    // Promotion: one label edit; the next job gets bin-pack.
+    p.ok(&[
+        "label",
+        "configmap",
+        "plugin-team-next",
+        "diorch.io/shadow-of-",
+        "diorch.io/replaces=team",
+    ]);
+    wait_event(&p, "ConfigMap", "plugin-team-next", "PluginLoaded", 2);
+    scenario::apply(&k, &gpu_job("promoted", "team", 4, 1));
+    let (_, _, message) = wait_allocated(&k, "promoted", "True");
+    assert!(message.starts_with("placed by team-next@"), "{message}");
+    scenario::wait_phase(&k, "promoted", "Running");
+    assert_eq!(
+        distinct(&placement(&k, "promoted")),
+        1,
+        "bin-pack placed it"
+    );
+
+    // Rollback: the label goes; `team` answers again.
+    p.ok(&[
+        "label",
+        "configmap",
+        "plugin-team-next",
+        "diorch.io/replaces-",
+    ]);
+    wait_event(&p, "ConfigMap", "plugin-team-next", "PluginLoaded", 3);
+    scenario::apply(&k, &gpu_job("rolled-back", "team", 4, 1));
+    let (_, _, message) = wait_allocated(&k, "rolled-back", "True");
+    assert!(message.starts_with("placed by team@"), "{message}");
+    scenario::wait_phase(&k, "rolled-back", "Running");
+    assert_eq!(
+        distinct(&placement(&k, "rolled-back")),
+        4,
+        "spread placed it"
+    );
+    p.ok(&["delete", "configmap", "plugin-team", "plugin-team-next"]);
+}
+
 /// A mutator uploaded for learners changes learner pods only, in the order configured.
 pub fn mutator_changes_pods(k: &Kubectl, ns: &str, plugin_ns: &str) {
     let k = k.in_namespace(ns);

@@ -30,6 +30,19 @@ fn policy_plugins_place_jobs_hot_swap_and_survive_garbage() {
 }
 
 #[test]
+fn a_shadow_policy_is_compared_on_live_decisions_then_promoted_and_rolled_back() {
+    let sandbox = scenario::gpu_sandbox();
+    let metrics = common::ha::free_local_addr();
+    let _operator = OperatorProcess::start_with(&sandbox.kubeconfig, &["--metric-addr", &metrics]);
+    scenario::shadow_policy_compared_promoted_and_rolled_back(
+        &sandbox.kubectl(),
+        "default",
+        "default",
+        &metrics,
+    );
+}
+
+#[test]
 fn a_signed_policy_from_a_registry_places_jobs_swaps_hot_and_refuses_the_untrusted() {
     if !common::registry::registry_available("a_signed_policy_from_a_registry") {
         return;
