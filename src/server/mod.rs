@@ -171,7 +171,9 @@ pub fn router(state: ServerState) -> Router {
         api = api
             .route(
                 &format!("{prefix}/replicas"),
-                get(get_replicas).post(add_replicas).delete(delete_replicas),
+                get(get_replicas)
+                    .post(scale_replicas::<false>)
+                    .delete(scale_replicas::<true>),
             )
             .route(&format!("{prefix}/profilings"), post(post_profilings));
     }
@@ -907,24 +909,16 @@ async fn write_status(
     }
 }
 
-async fn add_replicas(
+/// POST adds replicas, DELETE removes them (`DELETE`): one handler, so the two methods cannot
+/// drift apart in what they check before `scale`.
+async fn scale_replicas<const DELETE: bool>(
     State(state): State<Arc<ServerState>>,
     method: Method,
     job: AuthorizedJob,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let id = state.acting_on(&job, &method);
-    scale(state.clone(), id, body, false).await
-}
-
-async fn delete_replicas(
-    State(state): State<Arc<ServerState>>,
-    method: Method,
-    job: AuthorizedJob,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<Response, ApiError> {
-    let id = state.acting_on(&job, &method);
-    scale(state.clone(), id, body, true).await
+    scale(state.clone(), id, body, DELETE).await
 }
 
 /// Why the replica API will not scale `job`: a count past the documented maximums
