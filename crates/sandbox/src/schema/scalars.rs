@@ -144,25 +144,26 @@ pub(super) fn validate_number(n: &Node, path: &str, k: Kind) -> Res {
             _ => {}
         }
     }
-    if let Some(min) = n.minimum
-        && let Some(rel) = past_bound(k, min, n.exclusive_minimum, Ordering::Less)
-    {
-        minimum.add(OErr::new(
-            Code::Other,
-            path,
-            Some(val.clone()),
-            format!("{path} in {IN} should be {rel}"),
-        ));
-    }
-    if let Some(max) = n.maximum
-        && let Some(rel) = past_bound(k, max, n.exclusive_maximum, Ordering::Greater)
-    {
-        maximum.add(OErr::new(
-            Code::Other,
-            path,
-            Some(val.clone()),
-            format!("{path} in {IN} should be {rel}"),
-        ));
+    let bounds = [
+        (n.minimum, n.exclusive_minimum, Ordering::Less, &mut minimum),
+        (
+            n.maximum,
+            n.exclusive_maximum,
+            Ordering::Greater,
+            &mut maximum,
+        ),
+    ];
+    for (limit, exclusive, wrong, errors) in bounds {
+        if let Some(limit) = limit
+            && let Some(rel) = past_bound(k, limit, exclusive, wrong)
+        {
+            errors.add(OErr::new(
+                Code::Other,
+                path,
+                Some(val.clone()),
+                format!("{path} in {IN} should be {rel}"),
+            ));
+        }
     }
     res.merge(multiple);
     res.merge(minimum);
