@@ -794,6 +794,13 @@ pub fn remove_pods(job: &DIJob, body: &Value) -> Result<Value, String> {
 /// the job's only task whose minReplicas and maxReplicas differ (several: the caller must name
 /// one); the count must stay within them.
 pub fn scale_target(job: &DIJob, body: &Value, delete: bool) -> Result<(String, i32), String> {
+    // Task names for a message: `a, b, c`.
+    fn listed<'a>(tasks: impl Iterator<Item = &'a (usize, String)>) -> String {
+        tasks
+            .map(|(_, t)| t.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
     let n = body
         .get("replicas")
         .and_then(Value::as_i64)
@@ -821,11 +828,7 @@ pub fn scale_target(job: &DIJob, body: &Value, delete: bool) -> Result<(String, 
             .ok_or_else(|| {
                 format!(
                     "job has no task {name}; its tasks: {}",
-                    tasks
-                        .iter()
-                        .map(|(_, t)| t.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
+                    listed(tasks.iter())
                 )
             })?,
         None => match elastic[..] {
@@ -836,11 +839,7 @@ pub fn scale_target(job: &DIJob, body: &Value, delete: bool) -> Result<(String, 
             _ => {
                 return Err(format!(
                     "several tasks can be scaled ({}): name one with \"task\"",
-                    elastic
-                        .iter()
-                        .map(|(_, t)| t.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
+                    listed(elastic.iter().copied())
                 ));
             }
         },
