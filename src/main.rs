@@ -39,28 +39,7 @@ fn init_tracing(format: LogFormat, quiet: bool) {
 
 /// Resolves on Ctrl-C (SIGINT) or SIGTERM, what Kubernetes sends a pod it stops.
 async fn shutdown_signal() {
-    let interrupt = async {
-        // If the handler cannot be installed there is nothing to wait for: run until killed.
-        if tokio::signal::ctrl_c().await.is_err() {
-            std::future::pending::<()>().await;
-        }
-    };
-    #[cfg(unix)]
-    let terminate = async {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                term.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        () = interrupt => {}
-        () = terminate => {}
-    }
+    diorch_shutdown::shutdown_signal().await;
     tracing::info!("shutdown signal received: finishing in-flight work");
 }
 

@@ -217,6 +217,16 @@ pub struct Placer {
     pub retries: futures::stream::BoxStream<'static, ObjectKey>,
 }
 
+/// Queues the DIJob that controls each pod or service the watch touched: the same step for
+/// both owned kinds.
+fn trigger_owner<K: Resource, E>(queue: Arc<super::queue::Queue>) -> impl Fn(&Result<K, E>) {
+    move |object| {
+        if let Ok(object) = object {
+            queue.triggered_by_owned(object.meta());
+        }
+    }
+}
+
 /// Sets up the DIJob controller: returns its caches and the future that runs it until
 /// `shutdown` resolves. `place` starts the placer over the DIJob cache. Must be called within
 /// the tokio runtime.
@@ -319,27 +329,13 @@ pub fn start(
             }
         })
         .touched_objects()
-        .inspect({
-            let queue = ctx.queue.clone();
-            move |pod| {
-                if let Ok(pod) = pod {
-                    queue.triggered_by_owned(&pod.metadata);
-                }
-            }
-        });
+        .inspect(trigger_owner(ctx.queue.clone()));
     let services = watcher(Api::<CachedService>::all(client), owned)
         .default_backoff()
         .modify(cache::trim_service)
         .reflect(svc_writer)
         .touched_objects()
-        .inspect({
-            let queue = ctx.queue.clone();
-            move |svc| {
-                if let Ok(svc) = svc {
-                    queue.triggered_by_owned(&svc.metadata);
-                }
-            }
-        });
+        .inspect(trigger_owner(ctx.queue.clone()));
 
     // Jobs by phase, from the cache (no API call), for dashboards and alerts.
     {

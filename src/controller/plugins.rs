@@ -238,13 +238,7 @@ struct StatusMeta {
 
 fn one_line_capped(text: &str, cap: usize) -> String {
     let mut line = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    if line.len() > cap {
-        let mut cut = cap;
-        while !line.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        line.truncate(cut);
-    }
+    line.truncate(line.floor_char_boundary(cap));
     line
 }
 

@@ -311,11 +311,7 @@ fn cut(s: &str) -> String {
     if s.len() <= SHOWN {
         return s.to_string();
     }
-    let mut end = SHOWN;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &s[..end])
+    format!("{}…", &s[..s.floor_char_boundary(SHOWN)])
 }
 
 type V<'a> = Option<&'a Value>;
@@ -367,6 +363,16 @@ fn list(v: V<'_>) -> Option<&[Value]> {
 
 fn name_of(v: &Value) -> &str {
     v.get("name").and_then(Value::as_str).unwrap_or_default()
+}
+
+/// Named items (containers, volumes) by name, the first of a name only: a duplicate is compared
+/// with it, so it cannot hide a change.
+fn first_by_name(items: &[Value]) -> BTreeMap<&str, &Value> {
+    let mut by_name = BTreeMap::new();
+    for v in items {
+        by_name.entry(name_of(v)).or_insert(v);
+    }
+    by_name
 }
 
 /// The keys whose values differ between two objects, with both values.
@@ -629,11 +635,7 @@ impl Walk {
             self.note(Grant::Containers, path, before, after);
             return;
         };
-        // The first of a name: a duplicate is compared with it, so it cannot hide a change.
-        let mut by_name: BTreeMap<&str, &Value> = BTreeMap::new();
-        for c in b {
-            by_name.entry(name_of(c)).or_insert(c);
-        }
+        let by_name = first_by_name(b);
         let mut seen = BTreeSet::new();
         for c in a {
             let name = name_of(c);
@@ -769,10 +771,7 @@ impl Walk {
             self.note(Grant::Other, path, before, after);
             return;
         };
-        let mut by_name: BTreeMap<&str, &Value> = BTreeMap::new();
-        for v in b {
-            by_name.entry(name_of(v)).or_insert(v);
-        }
+        let by_name = first_by_name(b);
         let mut seen = BTreeSet::new();
         for v in a {
             let name = name_of(v);

@@ -321,11 +321,7 @@ impl std::error::Error for Denied {}
 fn capped(mut text: String, cap: usize) -> String {
     if text.len() > cap {
         let total = text.len();
-        let mut cut = cap;
-        while !text.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        text.truncate(cut);
+        text.truncate(text.floor_char_boundary(cap));
         text.push_str(&format!("… [{total} bytes, cut]"));
     }
     text

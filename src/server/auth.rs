@@ -327,11 +327,7 @@ fn message_bytes(decision: &Decision) -> usize {
 
 /// At most `max` bytes of `text`, cut at a character boundary.
 fn truncate(text: &str, max: usize) -> &str {
-    let mut end = text.len().min(max);
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    &text[..end]
+    &text[..text.floor_char_boundary(max)]
 }
 
 impl Authorizer for KubernetesAuth {

@@ -171,7 +171,9 @@ pub fn router(state: ServerState) -> Router {
         api = api
             .route(
                 &format!("{prefix}/replicas"),
-                get(get_replicas).post(add_replicas).delete(delete_replicas),
+                get(get_replicas)
+                    .post(scale_replicas::<false>)
+                    .delete(scale_replicas::<true>),
             )
             .route(&format!("{prefix}/profilings"), post(post_profilings));
     }
@@ -792,6 +794,13 @@ pub fn remove_pods(job: &DIJob, body: &Value) -> Result<Value, String> {
 /// the job's only task whose minReplicas and maxReplicas differ (several: the caller must name
 /// one); the count must stay within them.
 pub fn scale_target(job: &DIJob, body: &Value, delete: bool) -> Result<(String, i32), String> {
+    // Task names for a message: `a, b, c`.
+    fn listed<'a>(tasks: impl Iterator<Item = &'a (usize, String)>) -> String {
+        tasks
+            .map(|(_, t)| t.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
     let n = body
         .get("replicas")
         .and_then(Value::as_i64)
@@ -819,11 +828,7 @@ pub fn scale_target(job: &DIJob, body: &Value, delete: bool) -> Result<(String, 
             .ok_or_else(|| {
                 format!(
                     "job has no task {name}; its tasks: {}",
-                    tasks
-                        .iter()
-                        .map(|(_, t)| t.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
+                    listed(tasks.iter())
                 )
             })?,
         None => match elastic[..] {
@@ -834,11 +839,7 @@ pub fn scale_target(job: &DIJob, body: &Value, delete: bool) -> Result<(String, 
             _ => {
                 return Err(format!(
                     "several tasks can be scaled ({}): name one with \"task\"",
-                    elastic
-                        .iter()
-                        .map(|(_, t)| t.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
+                    listed(elastic.iter().copied())
                 ));
             }
         },
@@ -907,24 +908,16 @@ async fn write_status(
     }
 }
 
-async fn add_replicas(
+/// POST adds replicas, DELETE removes them (`DELETE`): one handler, so the two methods cannot
+/// drift apart in what they check before `scale`.
+async fn scale_replicas<const DELETE: bool>(
     State(state): State<Arc<ServerState>>,
     method: Method,
     job: AuthorizedJob,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let id = state.acting_on(&job, &method);
-    scale(state.clone(), id, body, false).await
-}
-
-async fn delete_replicas(
-    State(state): State<Arc<ServerState>>,
-    method: Method,
-    job: AuthorizedJob,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<Response, ApiError> {
-    let id = state.acting_on(&job, &method);
-    scale(state.clone(), id, body, true).await
+    scale(state.clone(), id, body, DELETE).await
 }
 
 /// Why the replica API will not scale `job`: a count past the documented maximums

@@ -27,18 +27,6 @@ impl SlotNodes {
         SlotNodes(nodes)
     }
 
-    pub fn as_slice(&self) -> &[String] {
-        &self.0
-    }
-
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-
     /// The same placement by global rank: each slot's node goes to the rank `ranks` gives the
     /// slot's pod (`slot_pods`: the pod names in slot order). Ranks no slot holds stay `""`;
     /// a slot whose pod holds no rank, or past the end of `slot_pods`, is dropped.
@@ -60,37 +48,41 @@ impl FromIterator<String> for SlotNodes {
     }
 }
 
-impl From<SlotNodes> for Vec<String> {
-    fn from(nodes: SlotNodes) -> Vec<String> {
-        nodes.0
-    }
-}
-
 impl RankNodes {
     /// `nodes` are by global rank (as in `status.allocation`).
     pub fn new(nodes: Vec<String>) -> RankNodes {
         RankNodes(nodes)
     }
-
-    pub fn as_slice(&self) -> &[String] {
-        &self.0
-    }
-
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
 }
 
-/// What `status.allocation` stores.
-impl From<RankNodes> for Vec<String> {
-    fn from(nodes: RankNodes) -> Vec<String> {
-        nodes.0
-    }
+/// What the two orders share: the nodes as a slice, their count, and the `Vec` they wrap (a
+/// `RankNodes` is what `status.allocation` stores). One body for both, since they differ only in
+/// the order they promise.
+macro_rules! node_list {
+    ($($nodes:ident),*) => {$(
+        impl $nodes {
+            pub fn as_slice(&self) -> &[String] {
+                &self.0
+            }
+
+            pub fn len(&self) -> usize {
+                self.0.len()
+            }
+
+            pub fn is_empty(&self) -> bool {
+                self.0.is_empty()
+            }
+        }
+
+        impl From<$nodes> for Vec<String> {
+            fn from(nodes: $nodes) -> Vec<String> {
+                nodes.0
+            }
+        }
+    )*};
 }
+
+node_list!(SlotNodes, RankNodes);
 
 /// The allocator's answer for a preemptible job that needs an allocation.
 #[derive(Clone, Debug, PartialEq, Eq)]

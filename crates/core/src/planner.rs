@@ -71,10 +71,7 @@ pub fn clip(text: &str, max: usize) -> String {
         return text.to_string();
     }
     const ELLIPSIS: &str = "…";
-    let mut cut = max.saturating_sub(ELLIPSIS.len());
-    while !text.is_char_boundary(cut) {
-        cut -= 1;
-    }
+    let cut = text.floor_char_boundary(max.saturating_sub(ELLIPSIS.len()));
     format!("{}{ELLIPSIS}", &text[..cut])
 }
 

@@ -165,11 +165,7 @@ fn quote(text: &str) -> String {
     if text.len() <= MAX_QUOTED {
         return text.to_string();
     }
-    let mut cut = MAX_QUOTED;
-    while !text.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    format!("{}…", &text[..cut])
+    format!("{}…", &text[..text.floor_char_boundary(MAX_QUOTED)])
 }
 
 #[cfg(test)]

@@ -147,14 +147,8 @@ pub fn admit(
         let answer = match call(&hook, &review) {
             Ok(answer) => answer,
             Err(why) => {
-                if hook.failure_policy == "Ignore" {
-                    warn!(webhook = %hook.name, error = %why, "failed calling webhook; failurePolicy Ignore lets the request through");
-                    continue;
-                }
-                return Err(ApiError::internal(format!(
-                    "failed calling webhook \"{}\": {why}",
-                    hook.name
-                )));
+                failure_policy(&hook, "failed calling webhook", &why)?;
+                continue;
             }
         };
         let outcome = outcome(&hook.name, &uid, &answer, phase, object);
@@ -162,18 +156,24 @@ pub fn admit(
             Ok(w) => warnings.extend(w),
             Err(Refusal::Denied(e)) => return Err(e),
             Err(Refusal::Broken(why)) => {
-                if hook.failure_policy == "Ignore" {
-                    warn!(webhook = %hook.name, error = %why, "webhook answered nonsense; failurePolicy Ignore lets the request through");
-                    continue;
-                }
-                return Err(ApiError::internal(format!(
-                    "failed calling webhook \"{}\": {why}",
-                    hook.name
-                )));
+                failure_policy(&hook, "webhook answered nonsense", &why)?;
             }
         }
     }
     Ok(())
+}
+
+/// A webhook that could not be called or answered nonsense (`what`, `why`): with failurePolicy
+/// Ignore the request goes on (`Ok`, logged), else it fails as kube-apiserver fails it.
+fn failure_policy(hook: &Hook, what: &str, why: &str) -> Result<(), ApiError> {
+    if hook.failure_policy == "Ignore" {
+        warn!(webhook = %hook.name, error = %why, "{what}; failurePolicy Ignore lets the request through");
+        return Ok(());
+    }
+    Err(ApiError::internal(format!(
+        "failed calling webhook \"{}\": {why}",
+        hook.name
+    )))
 }
 
 fn matches(store: &Store, hook: &Hook, attrs: &Attributes<'_>, object: &Value) -> bool {

@@ -295,33 +295,48 @@ fn move_field(from: &mut Map<String, Value>, to: &mut Map<String, Value>, a: &st
     }
 }
 
-/// core/v1 Event → events.k8s.io/v1 Event (`Convert_core_Event_To_v1_Event`).
-pub fn event_core_to_v1(core: &Value) -> Value {
-    let mut from = core.as_object().cloned().unwrap_or_default();
+/// The fields of an Event under both APIs, as (core/v1 name, events.k8s.io/v1 name): one table,
+/// read one way or the other, so the two conversions cannot disagree on a field.
+const EVENT_FIELDS: [(&str, &str); 15] = [
+    ("metadata", "metadata"),
+    ("involvedObject", "regarding"),
+    ("related", "related"),
+    ("message", "note"),
+    ("reason", "reason"),
+    ("type", "type"),
+    ("source", "deprecatedSource"),
+    ("firstTimestamp", "deprecatedFirstTimestamp"),
+    ("lastTimestamp", "deprecatedLastTimestamp"),
+    ("count", "deprecatedCount"),
+    ("eventTime", "eventTime"),
+    ("series", "series"),
+    ("action", "action"),
+    ("reportingComponent", "reportingController"),
+    ("reportingInstance", "reportingInstance"),
+];
+
+/// `event` as an Event of `api_version`: its type fields replaced, and each field of `renames`
+/// (from, to) moved to its new name. What both conversions share.
+fn convert_event<'a>(
+    event: &Value,
+    api_version: &str,
+    renames: impl Iterator<Item = (&'a str, &'a str)>,
+) -> Map<String, Value> {
+    let mut from = event.as_object().cloned().unwrap_or_default();
     let mut out = Map::new();
-    out.insert("apiVersion".into(), json!("events.k8s.io/v1"));
+    out.insert("apiVersion".into(), json!(api_version));
     out.insert("kind".into(), json!("Event"));
     from.remove("apiVersion");
     from.remove("kind");
-    for (a, b) in [
-        ("metadata", "metadata"),
-        ("involvedObject", "regarding"),
-        ("related", "related"),
-        ("message", "note"),
-        ("reason", "reason"),
-        ("type", "type"),
-        ("source", "deprecatedSource"),
-        ("firstTimestamp", "deprecatedFirstTimestamp"),
-        ("lastTimestamp", "deprecatedLastTimestamp"),
-        ("count", "deprecatedCount"),
-        ("eventTime", "eventTime"),
-        ("series", "series"),
-        ("action", "action"),
-        ("reportingComponent", "reportingController"),
-        ("reportingInstance", "reportingInstance"),
-    ] {
+    for (a, b) in renames {
         move_field(&mut from, &mut out, a, b);
     }
+    out
+}
+
+/// core/v1 Event → events.k8s.io/v1 Event (`Convert_core_Event_To_v1_Event`).
+pub fn event_core_to_v1(core: &Value) -> Value {
+    let mut out = convert_event(core, "events.k8s.io/v1", EVENT_FIELDS.into_iter());
     // eventTime is required in events.k8s.io/v1; the apiserver serialises the zero MicroTime.
     out.entry("eventTime").or_insert(Value::Null);
     if out.get("deprecatedSource") == Some(&json!({})) {
@@ -332,31 +347,11 @@ pub fn event_core_to_v1(core: &Value) -> Value {
 
 /// events.k8s.io/v1 Event → core/v1 Event (`Convert_v1_Event_To_core_Event`).
 pub fn event_v1_to_core(ev: &Value) -> Value {
-    let mut from = ev.as_object().cloned().unwrap_or_default();
-    let mut out = Map::new();
-    out.insert("apiVersion".into(), json!("v1"));
-    out.insert("kind".into(), json!("Event"));
-    from.remove("apiVersion");
-    from.remove("kind");
-    for (a, b) in [
-        ("metadata", "metadata"),
-        ("regarding", "involvedObject"),
-        ("related", "related"),
-        ("note", "message"),
-        ("reason", "reason"),
-        ("type", "type"),
-        ("deprecatedSource", "source"),
-        ("deprecatedFirstTimestamp", "firstTimestamp"),
-        ("deprecatedLastTimestamp", "lastTimestamp"),
-        ("deprecatedCount", "count"),
-        ("eventTime", "eventTime"),
-        ("series", "series"),
-        ("action", "action"),
-        ("reportingController", "reportingComponent"),
-        ("reportingInstance", "reportingInstance"),
-    ] {
-        move_field(&mut from, &mut out, a, b);
-    }
+    let mut out = convert_event(
+        ev,
+        "v1",
+        EVENT_FIELDS.into_iter().map(|(core, v1)| (v1, core)),
+    );
     out.entry("involvedObject").or_insert_with(|| json!({}));
     out.entry("source").or_insert_with(|| json!({}));
     if out.get("eventTime") == Some(&Value::Null) {

@@ -255,12 +255,17 @@ pub fn required(field: &str, detail: &str) -> Cause {
     }
 }
 
-/// `Invalid value: <value>: <detail>`, the value printed as Go's %#v would for strings/ints.
-pub fn invalid_value(field: &str, value: &Value, detail: &str) -> Cause {
-    let shown = match value {
+/// A value in a field error's message, printed as Go's %#v would for strings and ints.
+fn go_value(value: &Value) -> String {
+    match value {
         Value::String(s) => format!("{s:?}"),
         other => other.to_string(),
-    };
+    }
+}
+
+/// `Invalid value: <value>: <detail>`, the value printed as Go's %#v would for strings/ints.
+pub fn invalid_value(field: &str, value: &Value, detail: &str) -> Cause {
+    let shown = go_value(value);
     Cause {
         reason: "FieldValueInvalid".into(),
         message: format!("Invalid value: {shown}: {detail}"),
@@ -277,10 +282,7 @@ pub fn forbidden_field(field: &str, detail: &str) -> Cause {
 }
 
 pub fn duplicate(field: &str, value: &Value) -> Cause {
-    let shown = match value {
-        Value::String(s) => format!("{s:?}"),
-        other => other.to_string(),
-    };
+    let shown = go_value(value);
     Cause {
         reason: "FieldValueDuplicate".into(),
         message: format!("Duplicate value: {shown}"),
@@ -289,10 +291,7 @@ pub fn duplicate(field: &str, value: &Value) -> Cause {
 }
 
 pub fn not_supported(field: &str, value: &Value, allowed: &[&str]) -> Cause {
-    let shown = match value {
-        Value::String(s) => format!("{s:?}"),
-        other => other.to_string(),
-    };
+    let shown = go_value(value);
     let list: Vec<String> = allowed.iter().map(|a| format!("{a:?}")).collect();
     Cause {
         reason: "FieldValueNotSupported".into(),

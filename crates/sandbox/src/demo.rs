@@ -85,22 +85,12 @@ async fn install_webhooks(
         serde_saphyr::from_multiple(&LOCAL_WEBHOOKS.replace("PORT", &port.to_string()))
             .map_err(|e| fail(&e))?;
     for doc in docs {
-        let created = if doc["kind"] == "MutatingWebhookConfiguration" {
-            let c: MutatingWebhookConfiguration =
-                serde_json::from_value(doc).map_err(|e| fail(&e))?;
-            Api::<MutatingWebhookConfiguration>::all(client.clone())
-                .create(&post_params(), &c)
-                .await
-                .map(drop)
+        if doc["kind"] == "MutatingWebhookConfiguration" {
+            create_cluster_object::<MutatingWebhookConfiguration>(client, doc).await
         } else {
-            let c: ValidatingWebhookConfiguration =
-                serde_json::from_value(doc).map_err(|e| fail(&e))?;
-            Api::<ValidatingWebhookConfiguration>::all(client.clone())
-                .create(&post_params(), &c)
-                .await
-                .map(drop)
-        };
-        created.map_err(|e| fail(&e))?;
+            create_cluster_object::<ValidatingWebhookConfiguration>(client, doc).await
+        }
+        .map_err(DemoError::Webhooks)?;
     }
     let out = tokio::process::Command::new(operator)
         .arg("webhook-cert")
@@ -120,6 +110,26 @@ async fn install_webhooks(
         )));
     }
     Ok(())
+}
+
+/// Decodes `doc` as a `K` and creates it: one path for both kinds of webhook configuration.
+async fn create_cluster_object<K>(
+    client: &kube::Client,
+    doc: serde_json::Value,
+) -> Result<(), String>
+where
+    K: kube::Resource<Scope = kube::core::ClusterResourceScope, DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + serde::Serialize,
+{
+    let object: K = serde_json::from_value(doc).map_err(|e| e.to_string())?;
+    Api::<K>::all(client.clone())
+        .create(&post_params(), &object)
+        .await
+        .map(drop)
+        .map_err(|e| e.to_string())
 }
 
 fn operator_error(binary: &Path, error: &dyn std::fmt::Display) -> DemoError {

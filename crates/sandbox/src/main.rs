@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
 use diorch_sandbox::cli::{ServeArgs, client_from_kubeconfig};
+use diorch_shutdown::shutdown_signal;
 use tracing_subscriber::EnvFilter;
 
 #[derive(Parser)]
@@ -44,31 +45,6 @@ enum Command {
 fn say(line: String) {
     use std::io::Write as _;
     let _ = writeln!(std::io::stdout(), "{line}");
-}
-
-/// Resolves on Ctrl-C (SIGINT) or SIGTERM.
-async fn shutdown_signal() {
-    let interrupt = async {
-        if tokio::signal::ctrl_c().await.is_err() {
-            std::future::pending::<()>().await;
-        }
-    };
-    #[cfg(unix)]
-    let terminate = async {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                term.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        () = interrupt => {}
-        () = terminate => {}
-    }
 }
 
 /// Runs a sandbox (with the demo on top, if asked) until Ctrl-C. The first stdout line is the

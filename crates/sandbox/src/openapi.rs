@@ -569,6 +569,56 @@ fn add_paths(paths: &mut Map<String, Value>, info: &ResourceInfo) {
         ];
         json!({"content": content(PATCH, &types), "required": true})
     };
+    // An object's read, replace and partial update: the same three for the object and for its
+    // status subresource, which differ only in the words of `target` and the id's kind.
+    let object_ops = |map: &mut Map<String, Value>, target: &str, id_kind: &str| {
+        let written = [("200", "OK"), ("201", "Created")];
+        map.insert(
+            "get".into(),
+            operation(
+                info,
+                &ids,
+                Op {
+                    action: "get",
+                    description: format!("read {target}"),
+                    id: ids.id("read", ns, id_kind),
+                    params: Vec::new(),
+                    body: None,
+                    responses: responses(&kind_ref, &[("200", "OK")]),
+                },
+            ),
+        );
+        map.insert(
+            "put".into(),
+            operation(
+                info,
+                &ids,
+                Op {
+                    action: "put",
+                    description: format!("replace {target}"),
+                    id: ids.id("replace", ns, id_kind),
+                    params: Params::write(false),
+                    body: Some(body(&kind_ref)),
+                    responses: responses(&kind_ref, &written),
+                },
+            ),
+        );
+        map.insert(
+            "patch".into(),
+            operation(
+                info,
+                &ids,
+                Op {
+                    action: "patch",
+                    description: format!("partially update {target}"),
+                    id: ids.id("patch", ns, id_kind),
+                    params: Params::write(true),
+                    body: Some(patch_body()),
+                    responses: responses(&kind_ref, &written),
+                },
+            ),
+        );
+    };
 
     let mut collection = Map::new();
     collection.insert(
@@ -626,51 +676,7 @@ fn add_paths(paths: &mut Map<String, Value>, info: &ResourceInfo) {
     paths.insert(scoped.clone(), Value::Object(collection));
 
     let mut item = Map::new();
-    item.insert(
-        "get".into(),
-        operation(
-            info,
-            &ids,
-            Op {
-                action: "get",
-                description: format!("read the specified {kind}"),
-                id: ids.id("read", ns, kind),
-                params: Vec::new(),
-                body: None,
-                responses: responses(&kind_ref, &[("200", "OK")]),
-            },
-        ),
-    );
-    item.insert(
-        "put".into(),
-        operation(
-            info,
-            &ids,
-            Op {
-                action: "put",
-                description: format!("replace the specified {kind}"),
-                id: ids.id("replace", ns, kind),
-                params: Params::write(false),
-                body: Some(body(&kind_ref)),
-                responses: responses(&kind_ref, &[("200", "OK"), ("201", "Created")]),
-            },
-        ),
-    );
-    item.insert(
-        "patch".into(),
-        operation(
-            info,
-            &ids,
-            Op {
-                action: "patch",
-                description: format!("partially update the specified {kind}"),
-                id: ids.id("patch", ns, kind),
-                params: Params::write(true),
-                body: Some(patch_body()),
-                responses: responses(&kind_ref, &[("200", "OK"), ("201", "Created")]),
-            },
-        ),
-    );
+    object_ops(&mut item, &format!("the specified {kind}"), kind);
     item.insert(
         "delete".into(),
         operation(
@@ -694,50 +700,10 @@ fn add_paths(paths: &mut Map<String, Value>, info: &ResourceInfo) {
 
     if info.subresources.iter().any(|s| s == "status") {
         let mut status = Map::new();
-        status.insert(
-            "get".into(),
-            operation(
-                info,
-                &ids,
-                Op {
-                    action: "get",
-                    description: format!("read status of the specified {kind}"),
-                    id: ids.id("read", ns, &format!("{kind}Status")),
-                    params: Vec::new(),
-                    body: None,
-                    responses: responses(&kind_ref, &[("200", "OK")]),
-                },
-            ),
-        );
-        status.insert(
-            "put".into(),
-            operation(
-                info,
-                &ids,
-                Op {
-                    action: "put",
-                    description: format!("replace status of the specified {kind}"),
-                    id: ids.id("replace", ns, &format!("{kind}Status")),
-                    params: Params::write(false),
-                    body: Some(body(&kind_ref)),
-                    responses: responses(&kind_ref, &[("200", "OK"), ("201", "Created")]),
-                },
-            ),
-        );
-        status.insert(
-            "patch".into(),
-            operation(
-                info,
-                &ids,
-                Op {
-                    action: "patch",
-                    description: format!("partially update status of the specified {kind}"),
-                    id: ids.id("patch", ns, &format!("{kind}Status")),
-                    params: Params::write(true),
-                    body: Some(patch_body()),
-                    responses: responses(&kind_ref, &[("200", "OK"), ("201", "Created")]),
-                },
-            ),
+        object_ops(
+            &mut status,
+            &format!("status of the specified {kind}"),
+            &format!("{kind}Status"),
         );
         status.insert(
             "parameters".into(),

@@ -339,15 +339,7 @@ impl PodRun {
             self.ready_gate = script.ready_after.is_none_or(|d| d.is_zero());
         }
         if !self.any_running() {
-            let failed = self
-                .containers
-                .iter()
-                .any(|c| matches!(c.state, RunState::Terminated { code, .. } if code != 0));
-            self.phase = if failed {
-                Phase::Failed
-            } else {
-                Phase::Succeeded
-            };
+            self.end_phase();
         }
         self.update_conditions(now);
         restarted
@@ -371,6 +363,13 @@ impl PodRun {
                 };
             }
         }
+        self.end_phase();
+        self.update_conditions(now);
+    }
+
+    /// The terminal phase of a pod none of whose containers runs: Failed when one exited with a
+    /// non-zero code, else Succeeded (for containers that ended and for a deleted pod alike).
+    fn end_phase(&mut self) {
         let failed = self
             .containers
             .iter()
@@ -380,7 +379,6 @@ impl PodRun {
         } else {
             Phase::Succeeded
         };
-        self.update_conditions(now);
     }
 
     fn container_ready(&self, c: &ContainerRun) -> bool {

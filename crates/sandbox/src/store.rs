@@ -130,6 +130,30 @@ struct Inner {
     uids: HashMap<String, (ResKey, ObjKey)>,
 }
 
+impl Inner {
+    /// The precondition of a replace or a remove: the stored object, if its resourceVersion is
+    /// `expected_rv`, and the resourceVersion the write takes (counted from here on).
+    fn next_write(
+        &mut self,
+        res: &ResKey,
+        key: &ObjKey,
+        expected_rv: u64,
+    ) -> Result<(Arc<Value>, u64), StoreError> {
+        let prev = self
+            .buckets
+            .get(res)
+            .and_then(|b| b.objects.get(key))
+            .cloned()
+            .ok_or(StoreError::NotFound)?;
+        let current = rv_of(&prev);
+        if current != expected_rv {
+            return Err(StoreError::Conflict { current });
+        }
+        self.rv += 1;
+        Ok((prev, self.rv))
+    }
+}
+
 /// A change as seen by in-process controllers (garbage collector, namespace controller).
 pub type Change = (ResKey, Arc<StoredEvent>);
 
@@ -343,18 +367,7 @@ impl Store {
     ) -> Result<Arc<Value>, StoreError> {
         let key = key_of(&obj);
         let mut inner = self.write();
-        let prev = inner
-            .buckets
-            .get(res)
-            .and_then(|b| b.objects.get(&key))
-            .cloned()
-            .ok_or(StoreError::NotFound)?;
-        let current = rv_of(&prev);
-        if current != expected_rv {
-            return Err(StoreError::Conflict { current });
-        }
-        inner.rv += 1;
-        let rv = inner.rv;
+        let (prev, rv) = inner.next_write(res, &key, expected_rv)?;
         stamp_rv(&mut obj, rv);
         let obj = Arc::new(obj);
         self.commit(
@@ -377,18 +390,7 @@ impl Store {
         expected_rv: u64,
     ) -> Result<Arc<Value>, StoreError> {
         let mut inner = self.write();
-        let prev = inner
-            .buckets
-            .get(res)
-            .and_then(|b| b.objects.get(key))
-            .cloned()
-            .ok_or(StoreError::NotFound)?;
-        let current = rv_of(&prev);
-        if current != expected_rv {
-            return Err(StoreError::Conflict { current });
-        }
-        inner.rv += 1;
-        let rv = inner.rv;
+        let (prev, rv) = inner.next_write(res, key, expected_rv)?;
         let mut last = (*prev).clone();
         stamp_rv(&mut last, rv);
         let last = Arc::new(last);

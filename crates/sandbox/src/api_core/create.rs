@@ -15,7 +15,7 @@ use crate::registry::ResourceInfo;
 use crate::store::{ResKey, StoreError};
 
 use super::api::Api;
-use super::object_meta::{finalizers, meta_mut, meta_str, set_finalizers};
+use super::object_meta::{finalizers, meta_mut, meta_str, set_finalizers, set_label};
 use super::options::{WriteOptions, Written};
 use super::resource_rules::{
     from_view, has_status, is_crd, storage_key, to_view, tracks_generation,
@@ -211,11 +211,7 @@ impl Api {
                 obj["spec"] = json!({"finalizers": ["kubernetes"]});
                 obj["status"] = json!({"phase": "Active"});
                 let name = meta_str(obj, "name").to_string();
-                let meta = meta_mut(obj);
-                let labels = meta.entry("labels").or_insert_with(|| json!({}));
-                if let Some(l) = labels.as_object_mut() {
-                    l.insert("kubernetes.io/metadata.name".into(), json!(name));
-                }
+                set_label(obj, "kubernetes.io/metadata.name", &name);
             }
             _ => {}
         }

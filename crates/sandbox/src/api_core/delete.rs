@@ -46,28 +46,27 @@ impl Api {
             };
             // kube-apiserver checks delete preconditions early (rest.BeforeDelete), naming the
             // resource by its kind.
-            if let Some(uid) = o.uid.as_deref().filter(|u| !u.is_empty()) {
-                let actual = meta_str(&current, "uid");
-                if uid != actual {
+            let preconditions = [
+                (&o.uid, "uid", "UID", "deleted and then recreated"),
+                (
+                    &o.resource_version,
+                    "resourceVersion",
+                    "ResourceVersion",
+                    "modified",
+                ),
+            ];
+            for (wanted, field, shown, meaning) in preconditions {
+                let Some(wanted) = wanted.as_deref().filter(|w| !w.is_empty()) else {
+                    continue;
+                };
+                let actual = meta_str(&current, field);
+                if wanted != actual {
                     return Err(ApiError::conflict(
                         &info.group,
                         &info.kind,
                         name,
                         &format!(
-                            "the UID in the precondition ({uid}) does not match the UID in record ({actual}). The object might have been deleted and then recreated"
-                        ),
-                    ));
-                }
-            }
-            if let Some(rv) = o.resource_version.as_deref().filter(|r| !r.is_empty()) {
-                let actual = meta_str(&current, "resourceVersion");
-                if rv != actual {
-                    return Err(ApiError::conflict(
-                        &info.group,
-                        &info.kind,
-                        name,
-                        &format!(
-                            "the ResourceVersion in the precondition ({rv}) does not match the ResourceVersion in record ({actual}). The object might have been modified"
+                            "the {shown} in the precondition ({wanted}) does not match the {shown} in record ({actual}). The object might have been {meaning}"
                         ),
                     ));
                 }

@@ -34,6 +34,14 @@ pub(super) fn meta_mut(obj: &mut Value) -> &mut Map<String, Value> {
     }
 }
 
+/// Sets one label, creating `metadata.labels` when absent.
+pub(super) fn set_label(obj: &mut Value, key: &str, value: &str) {
+    let labels = meta_mut(obj).entry("labels").or_insert_with(|| json!({}));
+    if let Some(labels) = labels.as_object_mut() {
+        labels.insert(key.into(), json!(value));
+    }
+}
+
 pub(super) fn finalizers(obj: &Value) -> Vec<String> {
     obj.pointer("/metadata/finalizers")
         .and_then(Value::as_array)

@@ -16,7 +16,7 @@ use crate::registry::ResourceInfo;
 use crate::store::{StoreError, object_rv};
 
 use super::api::Api;
-use super::object_meta::{finalizers, meta_mut, meta_str, same_ignoring_rv, without};
+use super::object_meta::{finalizers, meta_mut, meta_str, same_ignoring_rv, set_label, without};
 use super::options::{WriteOptions, Written};
 use super::resource_rules::{
     allow_create_on_update, from_view, has_status, is_core, is_crd, storage_key, to_view,
@@ -354,12 +354,11 @@ impl Api {
                 }
                 "namespaces" => {
                     new["spec"] = current["spec"].clone();
-                    let name = meta_str(current, "name").to_string();
-                    let meta = meta_mut(new);
-                    let labels = meta.entry("labels").or_insert_with(|| json!({}));
-                    if let Some(l) = labels.as_object_mut() {
-                        l.insert("kubernetes.io/metadata.name".into(), json!(name));
-                    }
+                    set_label(
+                        new,
+                        "kubernetes.io/metadata.name",
+                        meta_str(current, "name"),
+                    );
                 }
                 _ => {}
             }

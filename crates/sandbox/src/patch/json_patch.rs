@@ -141,21 +141,26 @@ fn invalid_index(idx: i64) -> String {
     format!("Unable to access invalid index: {idx}: {ERR_INVALID_INDEX}")
 }
 
-/// Index of an existing element (partialArray.get / set / remove).
-fn existing_index(key: &str, len: usize) -> Result<usize, String> {
-    let idx = atoi(key)?;
-    let len = len as i64;
-    let mut pos = idx;
-    if pos < 0 {
-        if pos < -len {
-            return Err(invalid_index(idx));
-        }
-        pos += len;
-    }
-    if pos >= len {
+/// The position `idx` names among `size` places, counted from the end when negative; past
+/// either end is an invalid index. Shared by add (`size` one past the end) and the others.
+fn array_position(idx: i64, size: usize) -> Result<usize, String> {
+    let size = size as i64;
+    if idx >= size {
         return Err(invalid_index(idx));
     }
+    let mut pos = idx;
+    if pos < 0 {
+        if pos < -size {
+            return Err(invalid_index(idx));
+        }
+        pos += size;
+    }
     Ok(pos as usize)
+}
+
+/// Index of an existing element (partialArray.get / set / remove).
+fn existing_index(key: &str, len: usize) -> Result<usize, String> {
+    array_position(atoi(key)?, len)
 }
 
 /// Walks every segment but the last; the parent must be an object or array.
@@ -212,18 +217,8 @@ fn container_add(con: &mut Value, key: &str, val: Value) -> Result<(), String> {
             }
             let idx = atoi(key)
                 .map_err(|e| format!("value was not a proper array index: '{key}': {e}"))?;
-            let size = a.len() as i64 + 1;
-            if idx >= size {
-                return Err(invalid_index(idx));
-            }
-            let mut pos = idx;
-            if pos < 0 {
-                if pos < -size {
-                    return Err(invalid_index(idx));
-                }
-                pos += size;
-            }
-            a.insert(pos as usize, val);
+            // One past the end is where an add may go.
+            a.insert(array_position(idx, a.len() + 1)?, val);
             Ok(())
         }
         _ => Err(ERR_MISSING.to_string()),
@@ -239,19 +234,7 @@ fn container_remove(con: &mut Value, key: &str) -> Result<(), String> {
             )),
         },
         Value::Array(a) => {
-            let idx = atoi(key)?;
-            let len = a.len() as i64;
-            if idx >= len {
-                return Err(invalid_index(idx));
-            }
-            let mut pos = idx;
-            if pos < 0 {
-                if pos < -len {
-                    return Err(invalid_index(idx));
-                }
-                pos += len;
-            }
-            a.remove(pos as usize);
+            a.remove(existing_index(key, a.len())?);
             Ok(())
         }
         _ => Err(ERR_MISSING.to_string()),

@@ -167,19 +167,31 @@ fn merge_key_value_equal(left: &Value, right: &Value, merge_key: &str) -> Result
 pub(super) fn extract_to_delete_items(
     list: Vec<Value>,
 ) -> Result<(Vec<Value>, Vec<Value>), PatchError> {
-    let mut keep = Vec::new();
-    let mut delete = Vec::new();
+    let (delete, keep) = partition_maps_by(list, |m| {
+        Ok(m.get(DIRECTIVE_MARKER).and_then(Value::as_str) == Some(DELETE_DIRECTIVE))
+    })?;
+    Ok((keep, delete))
+}
+
+/// Splits a list that must hold maps only into those `test` holds for and the others, in list
+/// order; the first item that is not a map, or the first error of `test`, is the error.
+pub(super) fn partition_maps_by(
+    list: Vec<Value>,
+    mut test: impl FnMut(&Map<String, Value>) -> Result<bool, PatchError>,
+) -> Result<(Vec<Value>, Vec<Value>), PatchError> {
+    let mut yes = Vec::new();
+    let mut no = Vec::new();
     for v in list {
         let Some(m) = v.as_object() else {
             return Err(err_bad_arg_type(MAP_TYPE, &v));
         };
-        if m.get(DIRECTIVE_MARKER).and_then(Value::as_str) == Some(DELETE_DIRECTIVE) {
-            delete.push(v);
+        if test(m)? {
+            yes.push(v);
         } else {
-            keep.push(v);
+            no.push(v);
         }
     }
-    Ok((keep, delete))
+    Ok((yes, no))
 }
 
 /// Drops maps carrying a `$patch` directive (recursively); `None` means "drop this value".

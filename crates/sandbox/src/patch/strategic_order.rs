@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use super::go_values::{GoType, go_type, go_v};
 use super::strategic_directives::{
-    MAP_TYPE, err_bad_arg_type, err_no_merge_key, extract_to_delete_items,
+    MAP_TYPE, err_bad_arg_type, err_no_merge_key, extract_to_delete_items, partition_maps_by,
 };
 use super::types::PatchError;
 
@@ -73,22 +73,13 @@ pub(super) fn partition_maps(
     by: &[Value],
     merge_key: &str,
 ) -> Result<(Vec<Value>, Vec<Value>), PatchError> {
-    let mut patch_items = Vec::new();
-    let mut server_only = Vec::new();
-    for v in merged {
-        let Some(m) = v.as_object() else {
-            return Err(err_bad_arg_type(MAP_TYPE, &v));
-        };
+    // (patch items, server-only items)
+    partition_maps_by(merged, |m| {
         let Some(value) = m.get(merge_key) else {
             return Err(err_no_merge_key(m, merge_key));
         };
-        if find_map_in_slice(by, merge_key, value)?.is_some() {
-            patch_items.push(v);
-        } else {
-            server_only.push(v);
-        }
-    }
-    Ok((patch_items, server_only))
+        Ok(find_map_in_slice(by, merge_key, value)?.is_some())
+    })
 }
 
 /// The value an item is identified by: its merge key for maps, itself otherwise.

@@ -54,6 +54,27 @@ impl Compiler {
         }
     }
 
+    /// The list of strings at `key` (none when absent): list-map keys and required properties.
+    fn strings(
+        obj: &Map<String, Value>,
+        path: &str,
+        key: &str,
+    ) -> Result<Vec<String>, SchemaError> {
+        let Some(list) = obj.get(key) else {
+            return Ok(Vec::new());
+        };
+        let list = list
+            .as_array()
+            .ok_or_else(|| Self::malformed(&child_path(path, key), "must be a list"))?;
+        list.iter()
+            .map(|s| {
+                s.as_str()
+                    .map(str::to_string)
+                    .ok_or_else(|| Self::malformed(&child_path(path, key), "must be strings"))
+            })
+            .collect()
+    }
+
     fn int(v: &Value, path: &str, key: &str) -> Result<Option<i64>, SchemaError> {
         match v.get(key) {
             None | Some(Value::Null) => Ok(None),
@@ -136,34 +157,9 @@ impl Compiler {
             Some(Value::Array(a)) if !a.is_empty() => self.has_cel = true,
             _ => {}
         }
-        if let Some(keys) = obj.get("x-kubernetes-list-map-keys") {
-            let arr = keys.as_array().ok_or_else(|| {
-                Self::malformed(
-                    &child_path(path, "x-kubernetes-list-map-keys"),
-                    "must be a list",
-                )
-            })?;
-            for k in arr {
-                let k = k.as_str().ok_or_else(|| {
-                    Self::malformed(
-                        &child_path(path, "x-kubernetes-list-map-keys"),
-                        "must be strings",
-                    )
-                })?;
-                n.list_map_keys.push(k.to_string());
-            }
-        }
-        if let Some(req) = obj.get("required") {
-            let arr = req
-                .as_array()
-                .ok_or_else(|| Self::malformed(&child_path(path, "required"), "must be a list"))?;
-            for r in arr {
-                let r = r.as_str().ok_or_else(|| {
-                    Self::malformed(&child_path(path, "required"), "must be strings")
-                })?;
-                n.required.push(r.to_string());
-            }
-        }
+        n.list_map_keys
+            .extend(Self::strings(obj, path, "x-kubernetes-list-map-keys")?);
+        n.required.extend(Self::strings(obj, path, "required")?);
         if let Some(e) = obj.get("enum") {
             let arr = e
                 .as_array()

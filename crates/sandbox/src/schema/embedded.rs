@@ -35,6 +35,23 @@ pub(super) fn validate_embedded(s: &Node, path: &str, x: &Value, out: &mut Vec<F
     }
 }
 
+/// `v` if it is a non-empty string; else the error apiVersion and kind both get (not a string,
+/// or empty), and `None`.
+fn non_empty_string<'a>(path: &str, v: &'a Value, out: &mut Vec<FieldError>) -> Option<&'a str> {
+    let message = match v.as_str() {
+        None => "must be a string",
+        Some("") => "must not be empty",
+        Some(s) => return Some(s),
+    };
+    out.push(FieldError::new(
+        FieldErrorKind::Invalid,
+        path,
+        Some(v.clone()),
+        message,
+    ));
+    None
+}
+
 fn validate_embedded_resource(path: &str, m: &Map<String, Value>, out: &mut Vec<FieldError>) {
     use FieldErrorKind::*;
     let av = child_path(path, "apiVersion");
@@ -47,41 +64,20 @@ fn validate_embedded_resource(path: &str, m: &Map<String, Value>, out: &mut Vec<
     }
     for (k, v) in m {
         match k.as_str() {
-            "apiVersion" => match v.as_str() {
-                None => out.push(FieldError::new(
-                    Invalid,
-                    &av,
-                    Some(v.clone()),
-                    "must be a string",
-                )),
-                Some("") => out.push(FieldError::new(
-                    Invalid,
-                    &av,
-                    Some(v.clone()),
-                    "must not be empty",
-                )),
-                Some(s) if s.matches('/').count() > 1 => out.push(FieldError::new(
-                    Invalid,
-                    &av,
-                    Some(v.clone()),
-                    &format!("unexpected GroupVersion string: {s}"),
-                )),
-                Some(_) => {}
-            },
-            "kind" => match v.as_str() {
-                None => out.push(FieldError::new(
-                    Invalid,
-                    &kd,
-                    Some(v.clone()),
-                    "must be a string",
-                )),
-                Some("") => out.push(FieldError::new(
-                    Invalid,
-                    &kd,
-                    Some(v.clone()),
-                    "must not be empty",
-                )),
-                Some(s) => {
+            "apiVersion" => {
+                if let Some(s) = non_empty_string(&av, v, out)
+                    && s.matches('/').count() > 1
+                {
+                    out.push(FieldError::new(
+                        Invalid,
+                        &av,
+                        Some(v.clone()),
+                        &format!("unexpected GroupVersion string: {s}"),
+                    ));
+                }
+            }
+            "kind" => {
+                if let Some(s) = non_empty_string(&kd, v, out) {
                     let errs = is_dns1035_label(&s.to_lowercase());
                     if !errs.is_empty() {
                         out.push(FieldError::new(
@@ -95,7 +91,7 @@ fn validate_embedded_resource(path: &str, m: &Map<String, Value>, out: &mut Vec<
                         ));
                     }
                 }
-            },
+            }
             "metadata" => {
                 let mp = child_path(path, "metadata");
                 match v {

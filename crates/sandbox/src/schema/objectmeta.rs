@@ -94,34 +94,24 @@ pub(super) fn object_meta_errors(
             "must be greater than or equal to 0",
         ));
     }
+    // Each of `messages` an Invalid error of `field`, showing `value`.
+    let invalid = |errs: &mut Vec<FieldError>, field: &str, value: &str, messages: Vec<String>| {
+        for m in messages {
+            errs.push(FieldError::new(Invalid, &at(field), Some(value.into()), &m));
+        }
+    };
     for (k, v) in str_map(meta.get("labels")) {
-        for m in is_qualified_name(&k) {
-            errs.push(FieldError::new(
-                Invalid,
-                &at("labels"),
-                Some(k.clone().into()),
-                &m,
-            ));
-        }
-        for m in is_valid_label_value(&v) {
-            errs.push(FieldError::new(
-                Invalid,
-                &at("labels"),
-                Some(v.clone().into()),
-                &m,
-            ));
-        }
+        invalid(&mut errs, "labels", &k, is_qualified_name(&k));
+        invalid(&mut errs, "labels", &v, is_valid_label_value(&v));
     }
     let annotations = str_map(meta.get("annotations"));
     for (k, _) in &annotations {
-        for m in is_qualified_name(&k.to_lowercase()) {
-            errs.push(FieldError::new(
-                Invalid,
-                &at("annotations"),
-                Some(k.clone().into()),
-                &m,
-            ));
-        }
+        invalid(
+            &mut errs,
+            "annotations",
+            k,
+            is_qualified_name(&k.to_lowercase()),
+        );
     }
     let total: usize = annotations.iter().map(|(k, v)| k.len() + v.len()).sum();
     if total > TOTAL_ANNOTATION_SIZE_LIMIT {

@@ -3,7 +3,7 @@
 //!
 //! Formatting only: must not depend on anything else in the schema engine.
 
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use crate::gofmt::go_float;
 
@@ -50,6 +50,14 @@ fn number_v(n: &serde_json::Number) -> String {
     }
 }
 
+/// An object's entries in key order, as Go prints a map, each rendered by `entry`: what the
+/// three renderings below share.
+fn sorted_entries(m: &Map<String, Value>, entry: impl Fn(&str, &Value) -> String) -> Vec<String> {
+    let mut keys: Vec<&String> = m.keys().collect();
+    keys.sort();
+    keys.iter().map(|k| entry(k, &m[k.as_str()])).collect()
+}
+
 /// Go's `%v` of a decoded JSON value (used in kube-openapi's enum message).
 pub(super) fn go_v(v: &Value) -> String {
     match v {
@@ -59,12 +67,7 @@ pub(super) fn go_v(v: &Value) -> String {
         Value::String(s) => s.clone(),
         Value::Array(a) => format!("[{}]", a.iter().map(go_v).collect::<Vec<_>>().join(" ")),
         Value::Object(m) => {
-            let mut keys: Vec<&String> = m.keys().collect();
-            keys.sort();
-            let parts: Vec<String> = keys
-                .iter()
-                .map(|k| format!("{k}:{}", go_v(&m[k.as_str()])))
-                .collect();
+            let parts = sorted_entries(m, |k, v| format!("{k}:{}", go_v(v)));
             format!("map[{}]", parts.join(" "))
         }
     }
@@ -82,12 +85,7 @@ fn go_sharp_v(v: &Value) -> String {
             a.iter().map(go_sharp_v).collect::<Vec<_>>().join(", ")
         ),
         Value::Object(m) => {
-            let mut keys: Vec<&String> = m.keys().collect();
-            keys.sort();
-            let parts: Vec<String> = keys
-                .iter()
-                .map(|k| format!("{}:{}", go_quote(k), go_sharp_v(&m[k.as_str()])))
-                .collect();
+            let parts = sorted_entries(m, |k, v| format!("{}:{}", go_quote(k), go_sharp_v(v)));
             format!("map[string]interface {{}}{{{}}}", parts.join(", "))
         }
     }
@@ -109,18 +107,9 @@ pub(super) fn go_json(v: &Value) -> String {
         },
         Value::Array(a) => format!("[{}]", a.iter().map(go_json).collect::<Vec<_>>().join(",")),
         Value::Object(m) => {
-            let mut keys: Vec<&String> = m.keys().collect();
-            keys.sort();
-            let parts: Vec<String> = keys
-                .iter()
-                .map(|k| {
-                    format!(
-                        "{}:{}",
-                        Value::String((*k).clone()),
-                        go_json(&m[k.as_str()])
-                    )
-                })
-                .collect();
+            let parts = sorted_entries(m, |k, v| {
+                format!("{}:{}", Value::String(k.to_string()), go_json(v))
+            });
             format!("{{{}}}", parts.join(","))
         }
         other => other.to_string(),

@@ -3,6 +3,8 @@
 //!
 //! Leaf checks only: must not recurse into nested values.
 
+use std::cmp::Ordering;
+
 use serde_json::Value;
 
 use crate::gofmt::go_float;
@@ -55,6 +57,33 @@ fn num_value(k: Kind) -> Value {
         Kind::Float(f) => serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number),
         _ => Value::Null,
     }
+}
+
+/// A minimum (`wrong` is `Less`) or maximum (`Greater`) of a number: when `k` is past `limit`,
+/// or on it and the bound is `exclusive`, what it should be instead ("greater than or equal to
+/// 3"). One rule for both bounds, mirrored by `wrong`.
+fn past_bound(k: Kind, limit: f64, exclusive: bool, wrong: Ordering) -> Option<String> {
+    let (order, shown) = match k {
+        Kind::Int(i) => {
+            let m = limit as i64;
+            (Some(i.cmp(&m)), m.to_string())
+        }
+        Kind::Float(f) => (f.partial_cmp(&limit), go_float(limit)),
+        _ => return None,
+    };
+    if order != Some(wrong) && !(exclusive && order == Some(Ordering::Equal)) {
+        return None;
+    }
+    let side = if wrong == Ordering::Less {
+        "greater than"
+    } else {
+        "less than"
+    };
+    Some(if exclusive {
+        format!("{side} {shown}")
+    } else {
+        format!("{side} or equal to {shown}")
+    })
 }
 
 pub(super) fn validate_number(n: &Node, path: &str, k: Kind) -> Res {
@@ -115,51 +144,24 @@ pub(super) fn validate_number(n: &Node, path: &str, k: Kind) -> Res {
             _ => {}
         }
     }
-    if let Some(min) = n.minimum {
-        let excl = n.exclusive_minimum;
-        let rel = if excl {
-            "greater than"
-        } else {
-            "greater than or equal to"
-        };
-        let (fail, shown) = match k {
-            Kind::Int(i) => {
-                let m = min as i64;
-                ((!excl && i < m) || (excl && i <= m), m.to_string())
-            }
-            Kind::Float(f) => ((!excl && f < min) || (excl && f <= min), go_float(min)),
-            _ => (false, String::new()),
-        };
-        if fail {
-            minimum.add(OErr::new(
+    let bounds = [
+        (n.minimum, n.exclusive_minimum, Ordering::Less, &mut minimum),
+        (
+            n.maximum,
+            n.exclusive_maximum,
+            Ordering::Greater,
+            &mut maximum,
+        ),
+    ];
+    for (limit, exclusive, wrong, errors) in bounds {
+        if let Some(limit) = limit
+            && let Some(rel) = past_bound(k, limit, exclusive, wrong)
+        {
+            errors.add(OErr::new(
                 Code::Other,
                 path,
                 Some(val.clone()),
-                format!("{path} in {IN} should be {rel} {shown}"),
-            ));
-        }
-    }
-    if let Some(max) = n.maximum {
-        let excl = n.exclusive_maximum;
-        let rel = if excl {
-            "less than"
-        } else {
-            "less than or equal to"
-        };
-        let (fail, shown) = match k {
-            Kind::Int(i) => {
-                let m = max as i64;
-                ((!excl && i > m) || (excl && i >= m), m.to_string())
-            }
-            Kind::Float(f) => ((!excl && f > max) || (excl && f >= max), go_float(max)),
-            _ => (false, String::new()),
-        };
-        if fail {
-            maximum.add(OErr::new(
-                Code::Other,
-                path,
-                Some(val.clone()),
-                format!("{path} in {IN} should be {rel} {shown}"),
+                format!("{path} in {IN} should be {rel}"),
             ));
         }
     }

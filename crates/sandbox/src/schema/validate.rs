@@ -158,6 +158,51 @@ fn validate_schema_props(n: &Node, path: &str, data: &Value) -> Res {
     main
 }
 
+/// An array's items or an object's properties against the schema's minimum and maximum: the
+/// same two checks and messages, only the unit and the too-many code differ.
+struct Count {
+    count: usize,
+    min: Option<i64>,
+    max: Option<i64>,
+    unit: &'static str,
+    too_many: Code,
+}
+
+impl Count {
+    fn check(self, res: &mut Res, path: &str) {
+        let Count {
+            count,
+            min,
+            max,
+            unit,
+            too_many,
+        } = self;
+        let count = count as i64;
+        if let Some(min) = min
+            && count < min
+        {
+            res.add(OErr::new(
+                Code::Other,
+                path,
+                Some(Value::from(count)),
+                format!("{path} in {IN} should have at least {min} {unit}"),
+            ));
+        }
+        if let Some(max) = max
+            && count > max
+        {
+            let mut e = OErr::new(
+                too_many,
+                path,
+                Some(Value::from(count)),
+                format!("{path} in {IN} should have at most {max} {unit}"),
+            );
+            e.valid = Some(max);
+            res.add(e);
+        }
+    }
+}
+
 fn validate_slice(n: &Node, path: &str, a: &[Value]) -> Res {
     let mut res = Res::default();
     if let Some(items) = &n.items {
@@ -165,29 +210,14 @@ fn validate_slice(n: &Node, path: &str, a: &[Value]) -> Res {
             res.merge(validate_node(items, &format!("{path}[{i}]"), v));
         }
     }
-    let size = a.len() as i64;
-    if let Some(min) = n.min_items
-        && size < min
-    {
-        res.add(OErr::new(
-            Code::Other,
-            path,
-            Some(Value::from(size)),
-            format!("{path} in {IN} should have at least {min} items"),
-        ));
-    }
-    if let Some(max) = n.max_items
-        && size > max
-    {
-        let mut e = OErr::new(
-            Code::MaxItems,
-            path,
-            Some(Value::from(size)),
-            format!("{path} in {IN} should have at most {max} items"),
-        );
-        e.valid = Some(max);
-        res.add(e);
-    }
+    let size = Count {
+        count: a.len(),
+        min: n.min_items,
+        max: n.max_items,
+        unit: "items",
+        too_many: Code::MaxItems,
+    };
+    size.check(&mut res, path);
     if n.unique_items {
         let dup = a.iter().enumerate().any(|(i, x)| a[..i].contains(x));
         if dup {
@@ -249,29 +279,14 @@ fn validate_enum(n: &Node, path: &str, data: &Value) -> Res {
 
 fn validate_object(n: &Node, path: &str, m: &Map<String, Value>) -> Res {
     let mut res = Res::default();
-    let num = m.len() as i64;
-    if let Some(min) = n.min_properties
-        && num < min
-    {
-        res.add(OErr::new(
-            Code::Other,
-            path,
-            Some(Value::from(num)),
-            format!("{path} in {IN} should have at least {min} properties"),
-        ));
-    }
-    if let Some(max) = n.max_properties
-        && num > max
-    {
-        let mut e = OErr::new(
-            Code::TooManyProperties,
-            path,
-            Some(Value::from(num)),
-            format!("{path} in {IN} should have at most {max} properties"),
-        );
-        e.valid = Some(max);
-        res.add(e);
-    }
+    let num = Count {
+        count: m.len(),
+        min: n.min_properties,
+        max: n.max_properties,
+        unit: "properties",
+        too_many: Code::TooManyProperties,
+    };
+    num.check(&mut res, path);
     let mut keys: Vec<&String> = m.keys().collect();
     keys.sort();
     match &n.additional {
