@@ -464,6 +464,20 @@ fn e2e_gpu_placement() {
         drop(guard);
         drop(operator);
     }
+    // A policy rollout: a shadow compared on live decisions, promoted, rolled back.
+    {
+        let metrics = common::ha::free_local_addr();
+        let operator = OperatorProcess::start_with(
+            &kubeconfig,
+            &["--plugin-namespace", &plugins, "--metric-addr", &metrics],
+        );
+        let ns = format!("{base}-rollout");
+        foundation::create_namespace(&k, &ns);
+        let guard = NamespaceGuard(&k, &ns);
+        allocation::shadow_policy_compared_promoted_and_rolled_back(&k, &ns, &plugins, &metrics);
+        drop(guard);
+        drop(operator);
+    }
     // Policies from an OCI registry (a real one, on this machine's loopback), signed.
     if common::registry::registry_available("e2e_gpu_placement (registry)") {
         let registry = common::registry::Registry::start();
