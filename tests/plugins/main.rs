@@ -1,5 +1,6 @@
 //! The plugin tests, in one test binary (linked once, not once per file): the Wasm plugin host
-//! and its capabilities, the plugins in every language, `diorch plugin`, the ConfigMap watcher,
+//! and its capabilities, the plugins in every language, `diorch plugin`, policy rollouts (shadows,
+//! promotion) in the registry, the ConfigMap watcher,
 //! components in OCI registries, and the policy simulator (`diorch simulate`). Run one file's
 //! tests with its module name as the filter, e.g. `cargo test --test plugins plugin_host::`.
 //!
@@ -15,6 +16,7 @@ mod oci_registry;
 mod plugin_capabilities;
 mod plugin_host;
 mod plugin_languages;
+mod plugin_rollout;
 mod plugin_run;
 mod plugin_watch;
 mod simulate;
