@@ -1083,3 +1083,35 @@ async fn a_shadow_that_never_answers_delays_no_admission_and_a_full_queue_drops_
         )
     ));
 }
+
+#[tokio::test]
+async fn a_shadow_is_given_each_optimize_input_and_its_plan_is_compared_never_applied() {
+    // The active policy moves a to n1; the shadow would keep it on n0.
+    let active = Fixed::planning(vec![Ok(vec![plan("ns/a", &["n1"])])]);
+    let shadow = Renamed(
+        "keeper",
+        Fixed::planning(vec![Ok(vec![plan("ns/a", &["n0"])])]),
+    );
+    let mut h = harness_with_shadows(
+        2,
+        vec![("p", active)],
+        HashMap::from([(
+            "p".to_string(),
+            vec![Arc::new(shadow) as Arc<dyn SchedulingPolicy>],
+        )]),
+        Some("p"),
+    );
+    let a = running("a", &["n0"], 4, None);
+    cache(&mut h, &a);
+    assert_eq!(h.allocator.consult(&a).await, None);
+    let decisions = h.allocator.optimize_once().await;
+    assert!(
+        matches!(&decisions[..], [optimize::Decision::Move { slots, .. }] if slots.as_slice() == ["n1"]),
+        "the active plan is applied: {decisions:?}"
+    );
+    let report = shadow_report(&h, "p", 1).await;
+    assert_eq!(report.shadows["keeper"].different, 1);
+    let d = &report.divergences[0];
+    assert_eq!((d.call, d.input_jobs), ("optimize", 1));
+    assert_eq!(d.comparison.jobs[0].job, "ns/a");
+}
