@@ -12,7 +12,7 @@ use super::played::Played;
 use super::reads::{DIORCH_STATUS, job_field, job_json, path, uids, wait_established, wait_served};
 use crate::common::controller::{OperatorProcess, pods};
 
-/// Diorch stops first; DI-orchestrator's CRD cannot be applied client side (its last-applied
+/// The way back: diorch stops first; DI-orchestrator's CRD cannot be applied client side (its last-applied
 /// annotation would exceed 256 KiB), `kubectl replace` works. Then diorch's `crds` again.
 pub(super) fn to_di_orchestrator(
     k: &Kubectl,

@@ -142,23 +142,12 @@ pub(super) fn service_uid(k: &Kubectl, job: &str) -> String {
 
 /// `kubectl get dijob/<job> -o jsonpath=<jsonpath>`.
 pub(super) fn job_field(k: &Kubectl, job: &str, jsonpath: &str) -> String {
-    k.ok(&job_field_args(job, jsonpath).each_ref().map(String::as_str))
+    let (job, jsonpath) = (format!("dijob/{job}"), format!("jsonpath={jsonpath}"));
+    k.ok(&["get", &job, "-o", &jsonpath])
 }
 
 /// Polls [`job_field`] until `done` holds.
 pub(super) fn wait_job_field(k: &Kubectl, job: &str, jsonpath: &str, done: impl Fn(&str) -> bool) {
-    k.wait_for(
-        &job_field_args(job, jsonpath).each_ref().map(String::as_str),
-        T,
-        done,
-    );
-}
-
-pub(super) fn job_field_args(job: &str, jsonpath: &str) -> [String; 4] {
-    [
-        "get".to_string(),
-        format!("dijob/{job}"),
-        "-o".to_string(),
-        format!("jsonpath={jsonpath}"),
-    ]
+    let (job, jsonpath) = (format!("dijob/{job}"), format!("jsonpath={jsonpath}"));
+    k.wait_for(&["get", &job, "-o", &jsonpath], T, done);
 }
