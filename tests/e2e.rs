@@ -554,7 +554,7 @@ fn e2e_leader_election() {
 }
 
 /// Switching from DI-orchestrator v2 to diorch and back (docs/migration.md,
-/// `tests/common/migration.rs`): DI-orchestrator's own CRD and samples, its install and three
+/// `tests/common/migration/`): DI-orchestrator's own CRD and samples, its install and three
 /// jobs as its operator leaves them (two running, one succeeded; played: its Go binary is not
 /// run), the install removed with the doc's commands; diorch's CRD applied over it and `diorch
 /// run` started: the jobs' pods and services are adopted, not re-created, their status
