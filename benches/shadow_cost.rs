@@ -2,9 +2,10 @@
 //! (`Allocator::admit`, the real code path) admits N preemptible jobs one after another with the
 //! Wasm bin-pack policy active, once alone and once with the Wasm spread policy attached as its
 //! shadow (`diorch.io/shadow-of`), in rounds of alone, shadowed, shadowed, alone. It prints the
-//! active admission's p50 and p99 latency per variant, their ratio (goal: p99 within 5 %), and
-//! the process CPU seconds per 1 000 admissions (the shadow's calls, made on the same runtime,
-//! included once its queue has drained).
+//! active admission's p50 and p99 latency per variant, their ratio (goal: p99 within 5 %), the
+//! process CPU seconds per 1 000 admissions (the shadow's calls, made on the same runtime,
+//! included once its queue has drained), and how many shadow calls were made and dropped:
+//! admissions back to back leave a shadow no idle time, so most of a burst's are dropped.
 //!
 //! `cargo bench --bench shadow_cost` (env: JOBS=1000, NODES=100, ROUNDS=2). Needs
 //! `scripts/build-plugins.sh` first.
@@ -54,15 +55,27 @@ fn job(i: usize) -> DIJob {
     .expect("valid job")
 }
 
-/// Admits `jobs` jobs on `nodes` nodes of 16 GPUs; returns each admission's latency and the CPU
-/// seconds the process spent, the shadow's calls included.
-async fn run(nodes: usize, jobs: usize, shadowed: bool) -> (Vec<Duration>, f64) {
+/// What one run measured.
+struct Run {
+    latencies: Vec<Duration>,
+    /// CPU seconds of the process, the shadow's calls included.
+    cpu: f64,
+    /// Shadow calls made and dropped (a full queue).
+    made: u64,
+    dropped: u64,
+}
+
+/// Admits `jobs` jobs on `nodes` nodes of 16 GPUs.
+async fn run(nodes: usize, jobs: usize, shadowed: bool) -> Run {
     let registry = PluginRegistry::new(
         PluginHost::new(HostConfig::default()).unwrap(),
         NativePolicy::BinPack,
     );
     registry
-        .apply(PluginSpec::new("binpack", PluginKind::Policy), wasm("binpack"))
+        .apply(
+            PluginSpec::new("binpack", PluginKind::Policy),
+            wasm("binpack"),
+        )
         .await
         .unwrap();
     if shadowed {
@@ -86,13 +99,8 @@ async fn run(nodes: usize, jobs: usize, shadowed: bool) -> (Vec<Duration>, f64) 
     let metrics = Arc::new(Metrics::new());
     let settings = Settings::default();
     let reports = settings.shadow_reports.clone();
-    let (allocator, _retries) = Allocator::new(
-        Arc::new(registry),
-        node_store,
-        job_store,
-        settings,
-        metrics,
-    );
+    let (allocator, _retries) =
+        Allocator::new(Arc::new(registry), node_store, job_store, settings, metrics);
     // Warm up: the first call compiles nothing (loaded above) but fills caches.
     allocator.admit(&job(usize::MAX)).await;
     let pid = std::process::id();
@@ -105,23 +113,30 @@ async fn run(nodes: usize, jobs: usize, shadowed: bool) -> (Vec<Duration>, f64) 
         latencies.push(started.elapsed());
         assert!(matches!(answer, Admission::Placed { .. }), "{answer:?}");
     }
+    let counts = || {
+        reports
+            .get("binpack")
+            .and_then(|r| r.shadows.get("binpack-next").cloned())
+            .map_or((0, 0), |c| (c.same + c.different + c.failed, c.dropped))
+    };
     if shadowed {
         // The shadow's calls count too: wait until it has answered every input it was given.
         let deadline = Instant::now() + Duration::from_secs(120);
         loop {
-            let done = reports.get("binpack").map_or(0, |r| {
-                r.shadows
-                    .values()
-                    .map(|c| c.same + c.different + c.failed + c.dropped)
-                    .sum::<u64>()
-            });
-            if done > jobs as u64 || Instant::now() > deadline {
+            let (made, dropped) = counts();
+            if made + dropped > jobs as u64 || Instant::now() > deadline {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
-    (latencies, cpu_seconds(pid) - cpu_before)
+    let (made, dropped) = counts();
+    Run {
+        latencies,
+        cpu: cpu_seconds(pid) - cpu_before,
+        made,
+        dropped,
+    }
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -140,16 +155,19 @@ async fn main() {
     let mut alone = Vec::new();
     let mut shadowed = Vec::new();
     let (mut cpu_alone, mut cpu_shadowed) = (0.0, 0.0);
+    let (mut made, mut dropped) = (0, 0);
     for round in 1..=rounds {
         // Alone, shadowed, shadowed, alone: a linear drift of the machine's load cancels.
         for shadow in [false, true, true, false] {
-            let (latencies, cpu) = run(nodes, jobs, shadow).await;
+            let r = run(nodes, jobs, shadow).await;
             if shadow {
-                shadowed.extend(latencies);
-                cpu_shadowed += cpu;
+                shadowed.extend(r.latencies);
+                cpu_shadowed += r.cpu;
+                made += r.made;
+                dropped += r.dropped;
             } else {
-                alone.extend(latencies);
-                cpu_alone += cpu;
+                alone.extend(r.latencies);
+                cpu_alone += r.cpu;
             }
         }
         println!("  round {round} done");
@@ -172,6 +190,11 @@ async fn main() {
         ms(p50s),
         ms(p99s),
         per_1000(cpu_shadowed)
+    );
+    println!(
+        "  shadow calls: {made} made, {dropped} dropped (the queue holds {}; a shadow runs only \
+         in the idle time between admissions)",
+        diorch::allocator::shadow::QUEUE_CAPACITY
     );
     let ratio = p99s.as_secs_f64() / p99a.as_secs_f64();
     println!(

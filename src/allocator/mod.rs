@@ -621,9 +621,11 @@ impl Allocator {
             let version = ledger.book.version();
             drop(ledger);
             let started = Instant::now();
+            let active = self.shadows.active_call();
             let plan = policy
                 .optimize(job_models.clone(), nodes.clone(), previous.clone())
                 .await;
+            drop(active);
             if let Some(name) = requested {
                 self.observe_policy_call(name, &by, "optimize", started);
                 let shadows = self.policies.shadows(name);
@@ -881,7 +883,9 @@ impl Allocator {
                 drop(ledger);
 
                 let started = Instant::now();
+                let active = self.shadows.active_call();
                 let answer = policy.allocate(model.clone(), nodes.clone()).await;
+                drop(active);
                 self.observe_call(started);
                 self.observe_policy_call(name, &by, "allocate", started);
                 let answer = answer_of(answer);

@@ -6,18 +6,21 @@
 //!
 //! The queue is bounded ([`QUEUE_CAPACITY`]): when it is full the shadow call is dropped and
 //! counted (`diorch_policy_shadow_dropped_total`); submitting never waits. One worker calls one
-//! shadow at a time, so shadows take at most one of the host's call slots; each call is bounded
-//! by the host as an active call is (deadline, memory, fuel).
+//! shadow at a time, and starts one only when no active policy call is in flight and none ended
+//! within [`QUIET`] ([`Shadows::active_call`]): shadows use the time active policies leave idle,
+//! take at most one of the host's call slots, and in a burst of admissions fall behind (and
+//! drop) rather than slow it. Each call is bounded by the host as an active call is (deadline, memory).
 //!
 //! Owns: the queue, the worker, the counts and the record. Must not touch: the ledger (a
 //! shadow's answer is never applied) or the active call (it never waits for a shadow).
 
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
-use tokio::sync::mpsc;
+use tokio::sync::{Notify, mpsc};
 
 use super::{answer_of, policy_label};
 use crate::metrics::{Metrics, PolicyCallLabels, ShadowLabels};
@@ -113,11 +116,76 @@ impl Reports {
     }
 }
 
+/// How long after the last active policy call ended a shadow call may start: back-to-back
+/// admissions leave gaps of a fraction of a millisecond, and a shadow call started in one would
+/// overlap (and slow) the next active call.
+pub const QUIET: Duration = Duration::from_millis(2);
+
+/// Active policy calls in flight, and when the last one ended: the worker starts a shadow call
+/// only when none runs and none ended within [`QUIET`], so shadows use the time active policies
+/// leave idle.
+struct Gate {
+    busy: AtomicUsize,
+    idle: Notify,
+    /// When the last active call ended, in nanoseconds since `base`.
+    last_end: AtomicU64,
+    base: tokio::time::Instant,
+}
+
+impl Default for Gate {
+    fn default() -> Gate {
+        Gate {
+            busy: AtomicUsize::new(0),
+            idle: Notify::new(),
+            last_end: AtomicU64::new(0),
+            base: tokio::time::Instant::now(),
+        }
+    }
+}
+
+impl Gate {
+    fn now(&self) -> u64 {
+        u64::try_from(self.base.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    async fn wait_idle(&self) {
+        loop {
+            // Registered before the check, so a call ending in between still wakes this.
+            let idle = self.idle.notified();
+            if self.busy.load(Ordering::Acquire) > 0 {
+                idle.await;
+                continue;
+            }
+            let since = Duration::from_nanos(
+                self.now()
+                    .saturating_sub(self.last_end.load(Ordering::Acquire)),
+            );
+            if since >= QUIET {
+                return;
+            }
+            tokio::time::sleep(QUIET - since).await;
+        }
+    }
+}
+
+/// Held while an active policy call runs (see [`Shadows::active_call`]).
+pub struct ActiveCall(Arc<Gate>);
+
+impl Drop for ActiveCall {
+    fn drop(&mut self) {
+        self.0.last_end.store(self.0.now(), Ordering::Release);
+        if self.0.busy.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.idle.notify_waiters();
+        }
+    }
+}
+
 /// The shadow queue and what the worker found (see the module doc).
 pub struct Shadows {
     metrics: Arc<Metrics>,
     queue: OnceLock<mpsc::Sender<Task>>,
     reports: Reports,
+    gate: Arc<Gate>,
 }
 
 impl Shadows {
@@ -126,7 +194,15 @@ impl Shadows {
             metrics,
             queue: OnceLock::new(),
             reports,
+            gate: Arc::default(),
         }
+    }
+
+    /// Marks an active policy call in flight until the guard drops: no shadow call starts
+    /// meanwhile.
+    pub fn active_call(&self) -> ActiveCall {
+        self.gate.busy.fetch_add(1, Ordering::AcqRel);
+        ActiveCall(self.gate.clone())
     }
 
     /// Queues `call`, answered for `policy` by `active_by`, for each of `shadows`; never waits.
@@ -178,8 +254,10 @@ impl Shadows {
         let (tx, mut rx) = mpsc::channel::<Task>(QUEUE_CAPACITY);
         let metrics = self.metrics.clone();
         let reports = self.reports.clone();
+        let gate = self.gate.clone();
         tokio::spawn(async move {
             while let Some(task) = rx.recv().await {
+                gate.wait_idle().await;
                 run(&metrics, &reports.0, task).await;
             }
         });
