@@ -201,5 +201,4 @@ async fn main() {
         "  p99 shadowed/alone {ratio:.3} (goal <= 1.05), p50 {:.3}",
         p50s.as_secs_f64() / p50a.as_secs_f64()
     );
-    common::csv_row(&format!("shadow_cost,p99_ratio,{jobs},1,{ratio:.4}"));
 }

@@ -143,4 +143,39 @@ mod tests {
         // Nothing serves: no call counts.
         assert_eq!(list[0].get("allocateCalls"), None);
     }
+
+    #[tokio::test]
+    async fn the_shadow_report_route_answers_a_report_and_refuses_names_that_are_not_plugins() {
+        let registry = Arc::new(PluginRegistry::new(
+            PluginHost::new(HostConfig::default()).unwrap(),
+            NativePolicy::BinPack,
+        ));
+        let get = |path: String| {
+            let router = shadow_router(registry.clone(), shadow::Reports::default());
+            async move {
+                let response = router
+                    .oneshot(Request::get(path).body(Body::empty()).unwrap())
+                    .await
+                    .unwrap();
+                let status = response.status();
+                let body = response.into_body().collect().await.unwrap().to_bytes();
+                (status, String::from_utf8_lossy(&body).to_string())
+            }
+        };
+        let (status, body) = get("/v1/policies/team/shadow".into()).await;
+        assert_eq!(status, StatusCode::OK);
+        let report: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(report["policy"], "team");
+        assert_eq!(report["shadows"], json!({}));
+        for bad in [
+            "Team".to_string(),
+            "a%2F..%2Fb".to_string(),
+            "x".repeat(64),
+            "%00".to_string(),
+        ] {
+            let (status, body) = get(format!("/v1/policies/{bad}/shadow")).await;
+            assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}: {body}");
+            assert!(body.contains("DNS label"), "{body}");
+        }
+    }
 }

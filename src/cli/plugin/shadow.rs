@@ -312,4 +312,25 @@ mod tests {
         let err = fetch(&url, "team", None).await.unwrap_err().to_string();
         assert!(err.contains("401") && err.contains("--token-file"), "{err}");
     }
+
+    #[tokio::test]
+    async fn an_endless_or_garbage_answer_is_refused_with_a_clear_error() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let app = axum::Router::new()
+            .route(
+                "/v1/policies/big/shadow",
+                axum::routing::get(|| async { "x".repeat(MAX_REPORT_BYTES + 1) }),
+            )
+            .route(
+                "/v1/policies/junk/shadow",
+                axum::routing::get(|| async { "<html>not json</html>" }),
+            );
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let url = format!("http://{addr}");
+        let err = fetch(&url, "big", None).await.unwrap_err().to_string();
+        assert!(err.contains("reading"), "{err}");
+        let err = fetch(&url, "junk", None).await.unwrap_err().to_string();
+        assert!(err.contains("not a shadow report"), "{err}");
+    }
 }
