@@ -187,8 +187,17 @@ pub struct PolicyCallLabels {
 
 type PolicyDurationFamily = Family<PolicyCallLabels, Histogram, fn() -> Histogram>;
 
+/// A recorded decision's fate (`--record-decisions`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RecordLabels {
+    /// `written`, `dropped` (the queue was full), `too_large` (over a file's size), `failed`.
+    pub result: &'static str,
+}
+
 /// Metrics of the allocator.
 pub struct AllocatorMetrics {
+    /// Decisions handed to the recorder, by what became of them.
+    pub recorded: Family<RecordLabels, Counter>,
     /// Policy plugin call times, active and shadow side by side.
     pub policy_call_duration: PolicyDurationFamily,
     pub decisions: Family<AllocationLabels, Counter>,
@@ -197,6 +206,12 @@ pub struct AllocatorMetrics {
     pub shadow_dropped: Family<ShadowLabels, Counter>,
     pub call_duration: Histogram,
     pub optimize_duration: Histogram,
+}
+
+impl AllocatorMetrics {
+    pub fn count_recorded(&self, result: &'static str) {
+        self.recorded.get_or_create(&RecordLabels { result }).inc();
+    }
 }
 
 /// Which plugin entry point a call went to.
@@ -490,6 +505,7 @@ impl Metrics {
             fallbacks: Family::default(),
             shadow_decisions: Family::default(),
             shadow_dropped: Family::default(),
+            recorded: Family::default(),
             policy_call_duration: Family::new_with_constructor(plugin_call_histogram),
             call_duration: Histogram::new(exponential_buckets(0.000_01, 2.0, 16)),
             optimize_duration: Histogram::new(exponential_buckets(0.000_1, 2.0, 16)),
@@ -509,6 +525,11 @@ impl Metrics {
             "Shadow policy answers compared with the active policy's (same, different, failed); \
              call times in diorch_policy_call_duration_seconds{role=\"shadow\"}",
             allocator.shadow_decisions.clone(),
+        );
+        registry.register(
+            "decisions_recorded",
+            "Policy decisions handed to --record-decisions, by result (written, dropped, too_large, failed)",
+            allocator.recorded.clone(),
         );
         registry.register(
             "policy_call_duration_seconds",

@@ -41,6 +41,8 @@ pub enum OperatorError {
     LostLease,
     #[error("plugin sources: {0}")]
     Plugins(String),
+    #[error(transparent)]
+    Record(#[from] crate::allocator::record::RecordError),
 }
 
 /// Where trusted plugin keys are read by default (`deploy/base/rbac.yaml` grants this name).
@@ -173,6 +175,13 @@ pub struct RunArgs {
     /// thrash training.
     #[arg(long, default_value = "5m", value_parser = parse_duration)]
     pub min_reschedule_interval: std::time::Duration,
+    /// Record every policy call's input and answer to this directory (JSON lines in rotating
+    /// files, format in `allocator::record`), for `diorch simulate replay DIR --policy P`.
+    #[arg(long)]
+    pub record_decisions: Option<std::path::PathBuf>,
+    /// The recording's size cap in MiB: the oldest files are deleted past it.
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..=65536))]
+    pub record_decisions_max_mib: u64,
     /// Gang scheduler: every job gets a PodGroup (minMember = its replicas, owned by the job)
     /// and its pods that scheduler's schedulerName, so no job ever starts partially. Unset, the
     /// allocator's all-or-nothing admission of preemptible jobs still prevents partial starts.
@@ -485,6 +494,17 @@ pub async fn run(
     let mut allocator_settings = args.allocator_settings();
     allocator_settings.leader = leadership.clone();
     allocator_settings.shadow_reports = shadow_reports;
+    if let Some(dir) = &args.record_decisions {
+        let recorder = crate::allocator::record::Recorder::start(
+            crate::allocator::record::RecordSettings {
+                dir: dir.clone(),
+                max_bytes: args.record_decisions_max_mib << 20,
+            },
+            metrics.clone(),
+        )?;
+        info!(dir = %dir.display(), max_mib = args.record_decisions_max_mib, "recording every policy decision");
+        allocator_settings.record = Some(recorder);
+    }
     // The allocator runs over the controller's DIJob cache; the controller asks it through
     // the core's `Placement` contract and never names it.
     let place = {

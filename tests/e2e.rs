@@ -478,6 +478,21 @@ fn e2e_gpu_placement() {
         drop(guard);
         drop(operator);
     }
+    // The replay fidelity test, on a recording made against the real API server.
+    {
+        let dir = tempfile::tempdir().expect("recording dir");
+        let recording = dir.path().to_str().expect("utf-8 path");
+        let operator = OperatorProcess::start_with(
+            &kubeconfig,
+            &["--plugin-namespace", &plugins, "--record-decisions", recording],
+        );
+        let ns = format!("{base}-recorded");
+        foundation::create_namespace(&k, &ns);
+        let guard = NamespaceGuard(&k, &ns);
+        allocation::recorded_decisions_replay_in_full_agreement(&k, &ns, &plugins, dir.path());
+        drop(guard);
+        drop(operator);
+    }
     // Policies from an OCI registry (a real one, on this machine's loopback), signed.
     if common::registry::registry_available("e2e_gpu_placement (registry)") {
         let registry = common::registry::Registry::start();

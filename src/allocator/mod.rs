@@ -83,6 +83,8 @@ pub struct Settings {
     pub clock: Arc<dyn Clock>,
     /// Where shadow policies' decisions are recorded (shared with the HTTP route showing them).
     pub shadow_reports: shadow::Reports,
+    /// Every policy call's input and answer, written to files (`--record-decisions`).
+    pub record: Option<record::Recorder>,
 }
 
 impl Default for Settings {
@@ -94,6 +96,7 @@ impl Default for Settings {
             leader: crate::leader::Leadership::always(),
             clock: Arc::new(SystemClock),
             shadow_reports: shadow::Reports::default(),
+            record: None,
         }
     }
 }
@@ -628,6 +631,12 @@ impl Allocator {
             drop(active);
             if let Some(name) = requested {
                 self.observe_policy_call(name, &by, "optimize", started);
+                self.record(name, &by, || record::Decision::Optimize {
+                    jobs: job_models.clone(),
+                    nodes: nodes.clone(),
+                    previous: previous.clone(),
+                    answer: plan.clone().map_err(|e| e.to_string()),
+                });
                 let shadows = self.policies.shadows(name);
                 if !shadows.is_empty() {
                     let call = shadow::Call::Optimize {
@@ -668,7 +677,17 @@ impl Allocator {
         let (by, plan) = match answer {
             Some(answer) => answer,
             None => match builtin.optimize_now(&job_models, &nodes, &previous) {
-                Ok(plan) => (builtin.by().to_string(), plan),
+                Ok(plan) => {
+                    self.record(requested.unwrap_or_default(), builtin.by(), || {
+                        record::Decision::Optimize {
+                            jobs: job_models.clone(),
+                            nodes: nodes.clone(),
+                            previous: previous.clone(),
+                            answer: Ok(plan.clone()),
+                        }
+                    });
+                    (builtin.by().to_string(), plan)
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, "the built-in policy cannot re-plan either; nothing moves");
                     return Vec::new();
@@ -889,6 +908,11 @@ impl Allocator {
                 self.observe_call(started);
                 self.observe_policy_call(name, &by, "allocate", started);
                 let answer = answer_of(answer);
+                self.record(name, &by, || record::Decision::Allocate {
+                    job: model.clone(),
+                    nodes: nodes.clone(),
+                    answer: answer.clone(),
+                });
                 if !shadows.is_empty() {
                     let call = shadow::Call::Allocate {
                         job: model.clone(),
@@ -946,9 +970,16 @@ impl Allocator {
         let model = view::model_job(job, &node_index, age);
         let by = builtin.by();
         let started = Instant::now();
-        let answer = builtin.allocate_now(&model, &nodes);
+        let answer = answer_of(builtin.allocate_now(&model, &nodes));
         self.observe_call(started);
-        match answer_of(answer) {
+        self.record(requested.as_deref().unwrap_or_default(), by, || {
+            record::Decision::Allocate {
+                job: Arc::new(model.clone()),
+                nodes: nodes.clone(),
+                answer: answer.clone(),
+            }
+        });
+        match answer {
             Answer::Slots(slots) => self.place(&mut ledger, job, slots, by, fallback),
             Answer::NoFit(why) | Answer::Failed { message: why, .. } => {
                 self.wait(&mut ledger, job, &model, &nodes, &why, by)
@@ -1058,6 +1089,14 @@ impl Allocator {
             .observe(started.elapsed().as_secs_f64());
     }
 
+    /// Hands a decision to the recorder, if decisions are recorded (`decision` is made only
+    /// then).
+    fn record(&self, policy: &str, by: &str, decision: impl FnOnce() -> record::Decision) {
+        if let Some(recorder) = &self.settings.record {
+            recorder.record(policy, by, decision());
+        }
+    }
+
     /// What the shadows of `policy` did (`GET /v1/policies/NAME/shadow`).
     pub fn shadow_report(&self, policy: &str) -> Option<shadow::Report> {
         self.shadows.report(policy)
@@ -1129,7 +1168,7 @@ impl Allocator {
 }
 
 /// A checked policy answer, as the admission rules read it (texts bounded).
-fn answer_of(answer: Result<SlotNodes, PluginError>) -> Answer {
+pub(crate) fn answer_of(answer: Result<SlotNodes, PluginError>) -> Answer {
     match answer {
         Ok(slots) => Answer::Slots(slots),
         Err(PluginError::Refused {
@@ -1148,6 +1187,7 @@ fn policy_label(describe: &str) -> String {
     describe.split('@').next().unwrap_or(describe).to_string()
 }
 
+pub mod record;
 pub mod shadow;
 
 #[cfg(test)]

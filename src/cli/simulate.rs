@@ -21,6 +21,27 @@ use crate::simulate::{generate, html, report};
 pub enum SimulateCommand {
     /// Write a synthetic trace (YAML) from a seed; docs/simulator.md gives its distributions.
     Generate(generate::GenerateArgs),
+    /// Feed the decisions recorded by `diorch run --record-decisions DIR` to a policy and say,
+    /// per decision, whether it agrees with the recorded answer, then the totals.
+    Replay(ReplayArgs),
+}
+
+#[derive(clap::Args, Debug)]
+pub struct ReplayArgs {
+    /// The recording directory.
+    pub dir: PathBuf,
+    /// The policy: `builtin:binpack`, `builtin:spread`, `builtin:goodput`, a component
+    /// (`.wasm`), or one in a registry.
+    #[arg(long)]
+    pub policy: String,
+    #[command(flatten)]
+    pub registry: crate::cli::plugin::publish::RegistryArgs,
+    /// A component's per-call deadline in milliseconds, as its ConfigMap's.
+    #[arg(long, default_value_t = 50)]
+    pub deadline_ms: u64,
+    /// A component's memory cap in MiB, as its ConfigMap's.
+    #[arg(long, default_value_t = 64)]
+    pub memory_mib: usize,
 }
 
 #[derive(clap::Args, Debug)]
@@ -120,9 +141,24 @@ impl SimulateArgs {
 /// Loads each `--policy`: built-ins by name, components through the operator's plugin host
 /// with the same checks and bounds.
 async fn policies(args: &SimulateArgs) -> anyhow::Result<Vec<PolicyChoice>> {
+    load_policies(
+        &args.policies,
+        &args.registry,
+        args.deadline_ms,
+        args.memory_mib,
+    )
+    .await
+}
+
+async fn load_policies(
+    specs: &[String],
+    registry: &crate::cli::plugin::publish::RegistryArgs,
+    deadline_ms: u64,
+    memory_mib: usize,
+) -> anyhow::Result<Vec<PolicyChoice>> {
     let mut host: Option<PluginHost> = None;
     let mut out = Vec::new();
-    for spec in &args.policies {
+    for spec in specs {
         if let Some(name) = spec.strip_prefix("builtin:") {
             let choice = PolicyChoice::builtin(name)
                 .with_context(|| format!("--policy {spec}: the built-in policies are builtin:binpack, builtin:spread and builtin:goodput"))?;
@@ -133,7 +169,7 @@ async fn policies(args: &SimulateArgs) -> anyhow::Result<Vec<PolicyChoice>> {
         let bytes = match crate::cli::plugin::publish::ComponentArg::parse(spec)? {
             crate::cli::plugin::publish::ComponentArg::File(_) => read_component(path)?,
             crate::cli::plugin::publish::ComponentArg::Image(_) => {
-                crate::cli::plugin::publish::read_component(spec, &args.registry)
+                crate::cli::plugin::publish::read_component(spec, registry)
                     .await
                     .with_context(|| format!("--policy {spec}"))?
                     .0
@@ -148,8 +184,8 @@ async fn policies(args: &SimulateArgs) -> anyhow::Result<Vec<PolicyChoice>> {
             }
         };
         let limits = Limits {
-            deadline: Duration::from_millis(args.deadline_ms),
-            memory_bytes: args.memory_mib.saturating_mul(1 << 20),
+            deadline: Duration::from_millis(deadline_ms),
+            memory_bytes: memory_mib.saturating_mul(1 << 20),
         };
         // A reference's last path component, without tag or digest, names it as a file's stem.
         let stem = spec.rsplit('/').next().unwrap_or(spec);
@@ -199,6 +235,37 @@ fn read_component(path: &Path) -> anyhow::Result<Vec<u8>> {
 
 /// The command: runs every policy, prints the table, writes the files.
 pub async fn run(args: SimulateArgs) -> anyhow::Result<()> {
+    if let Some(SimulateCommand::Replay(r)) = &args.command {
+        // A component gets the bounds its ConfigMap could give it, no more.
+        let max_ms = crate::plugin::spec::MAX_DEADLINE.as_millis();
+        anyhow::ensure!(
+            (1..=max_ms).contains(&u128::from(r.deadline_ms)),
+            "--deadline-ms {}: not in 1..={max_ms}",
+            r.deadline_ms
+        );
+        anyhow::ensure!(
+            (1..=crate::plugin::spec::MAX_MEMORY_MIB).contains(&r.memory_mib),
+            "--memory-mib {}: not in 1..={}",
+            r.memory_mib,
+            crate::plugin::spec::MAX_MEMORY_MIB
+        );
+        let choice = load_policies(
+            std::slice::from_ref(&r.policy),
+            &r.registry,
+            r.deadline_ms,
+            r.memory_mib,
+        )
+        .await?
+        .pop()
+        .context("no policy loaded")?;
+        let records = crate::simulate::replay::read(&r.dir)?;
+        let replayed = crate::simulate::replay::replay(records, choice.policy).await;
+        print!(
+            "{}",
+            crate::simulate::replay::report(&choice.label, &replayed)
+        );
+        return Ok(());
+    }
     if let Some(SimulateCommand::Generate(g)) = &args.command {
         let text = generate::generate(g).map_err(anyhow::Error::msg)?;
         return match &g.output {

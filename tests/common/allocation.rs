@@ -373,6 +373,82 @@ pub fn shadow_policy_compared_promoted_and_rolled_back(
     p.ok(&["delete", "configmap", "plugin-team", "plugin-team-next"]);
 }
 
+/// Recorded decisions replayed (`diorch run --record-decisions DIR`, then
+/// `diorch simulate replay DIR --policy P`): the policy that made every recorded decision agrees
+/// with all of them (the fidelity test); another policy differs where it would place otherwise.
+/// `dir` is the operator's recording directory.
+pub fn recorded_decisions_replay_in_full_agreement(
+    k: &Kubectl,
+    ns: &str,
+    plugin_ns: &str,
+    dir: &std::path::Path,
+) {
+    let k = k.in_namespace(ns);
+    let p = k.in_namespace(plugin_ns);
+    upload(&p, &plugin_file("binpack"), "recorded", "policy", &[]);
+    wait_event(&p, "ConfigMap", "plugin-recorded", "PluginLoaded", 1);
+    let jobs = ["rec-a", "rec-b", "rec-c"];
+    for job in jobs {
+        scenario::apply(&k, &gpu_job(job, "recorded", 2, 1));
+    }
+    for job in jobs {
+        let (_, _, message) = wait_allocated(&k, job, "True");
+        assert!(message.starts_with("placed by recorded@"), "{message}");
+    }
+    // The recorder writes on a task of its own: wait until the three admissions are on disk.
+    let deadline = Instant::now() + T;
+    loop {
+        let lines: usize = std::fs::read_dir(dir)
+            .map(|entries| {
+                entries
+                    .filter_map(Result::ok)
+                    .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+                    .map(|text| {
+                        text.lines()
+                            .filter(|l| l.contains(r#""call":"allocate""#) && l.contains("recorded@"))
+                            .count()
+                    })
+                    .sum()
+            })
+            .unwrap_or(0);
+        if lines >= jobs.len() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{lines} admissions recorded in {}", dir.display());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let replay = |policy: &str| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_diorch"))
+            .args(["simulate", "replay"])
+            .arg(dir)
+            .args(["--policy", policy])
+            .output()
+            .expect("diorch simulate replay");
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let same = replay(&plugin_file("binpack"));
+    let totals = same.lines().last().unwrap_or_default().to_string();
+    let agree = totals
+        .split("agrees on ")
+        .nth(1)
+        .and_then(|rest| rest.split(" decisions").next())
+        .unwrap_or_default()
+        .to_string();
+    let (agreed, of) = agree.split_once(" of ").unwrap_or_default();
+    assert!(
+        !of.is_empty() && agreed == of && of.parse::<usize>().unwrap_or(0) >= jobs.len(),
+        "the recording policy must agree on every decision: {same}"
+    );
+    assert!(totals.contains("(100.0 %)"), "{same}");
+    let other = replay(&plugin_file("spread"));
+    assert!(other.contains("differs"), "spread would place the 2-replica jobs apart: {other}");
+    for job in jobs {
+        k.ok(&["delete", "dijob", job, "--wait=false"]);
+    }
+    p.ok(&["delete", "configmap", "plugin-recorded"]);
+}
+
 /// A mutator uploaded for learners changes learner pods only, in the order configured.
 pub fn mutator_changes_pods(k: &Kubectl, ns: &str, plugin_ns: &str) {
     let k = k.in_namespace(ns);

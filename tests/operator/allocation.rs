@@ -43,6 +43,21 @@ fn a_shadow_policy_is_compared_on_live_decisions_then_promoted_and_rolled_back()
 }
 
 #[test]
+fn recorded_decisions_replayed_by_the_policy_that_made_them_agree_in_full() {
+    let sandbox = scenario::gpu_sandbox();
+    let dir = tempfile::tempdir().expect("recording dir");
+    let recording = dir.path().to_str().expect("utf-8 path");
+    let _operator =
+        OperatorProcess::start_with(&sandbox.kubeconfig, &["--record-decisions", recording]);
+    scenario::recorded_decisions_replay_in_full_agreement(
+        &sandbox.kubectl(),
+        "default",
+        "default",
+        dir.path(),
+    );
+}
+
+#[test]
 fn a_signed_policy_from_a_registry_places_jobs_swaps_hot_and_refuses_the_untrusted() {
     if !common::registry::registry_available("a_signed_policy_from_a_registry") {
         return;
