@@ -484,7 +484,12 @@ fn e2e_gpu_placement() {
         let recording = dir.path().to_str().expect("utf-8 path");
         let operator = OperatorProcess::start_with(
             &kubeconfig,
-            &["--plugin-namespace", &plugins, "--record-decisions", recording],
+            &[
+                "--plugin-namespace",
+                &plugins,
+                "--record-decisions",
+                recording,
+            ],
         );
         let ns = format!("{base}-recorded");
         foundation::create_namespace(&k, &ns);

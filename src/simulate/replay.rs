@@ -243,10 +243,7 @@ pub fn report(label: &str, replayed: &[Replayed]) -> String {
 
 /// One line of printable text (recorded texts came from policies: untrusted).
 fn clean(text: &str) -> String {
-    text.chars()
-        .filter(|c| !c.is_control())
-        .take(400)
-        .collect()
+    text.chars().filter(|c| !c.is_control()).take(400).collect()
 }
 
 #[cfg(test)]
@@ -287,7 +284,10 @@ mod tests {
         let same = replay(records.clone(), Arc::new(NativePolicy::BinPack)).await;
         assert!(same.iter().all(|r| r.verdict == Verdict::Same));
         let text = report("builtin:binpack", &same);
-        assert!(text.contains("agrees on 2 of 2 decisions (100.0 %)"), "{text}");
+        assert!(
+            text.contains("agrees on 2 of 2 decisions (100.0 %)"),
+            "{text}"
+        );
         let other = replay(records, Arc::new(NativePolicy::Spread)).await;
         assert!(other.iter().any(|r| r.verdict == Verdict::Different));
         let text = report("builtin:spread", &other);
@@ -317,7 +317,11 @@ mod tests {
         write(
             dir.path(),
             "decisions-00000001.jsonl",
-            &[good.clone(), "{\"v\":1,\"nonsense\":true}".into(), good.clone()],
+            &[
+                good.clone(),
+                "{\"v\":1,\"nonsense\":true}".into(),
+                good.clone(),
+            ],
             "\n",
         );
         let err = read(dir.path()).unwrap_err().to_string();

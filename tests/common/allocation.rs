@@ -405,7 +405,9 @@ pub fn recorded_decisions_replay_in_full_agreement(
                     .filter_map(|e| std::fs::read_to_string(e.path()).ok())
                     .map(|text| {
                         text.lines()
-                            .filter(|l| l.contains(r#""call":"allocate""#) && l.contains("recorded@"))
+                            .filter(|l| {
+                                l.contains(r#""call":"allocate""#) && l.contains("recorded@")
+                            })
                             .count()
                     })
                     .sum()
@@ -414,7 +416,11 @@ pub fn recorded_decisions_replay_in_full_agreement(
         if lines >= jobs.len() {
             break;
         }
-        assert!(Instant::now() < deadline, "{lines} admissions recorded in {}", dir.display());
+        assert!(
+            Instant::now() < deadline,
+            "{lines} admissions recorded in {}",
+            dir.display()
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
     let replay = |policy: &str| {
@@ -442,7 +448,10 @@ pub fn recorded_decisions_replay_in_full_agreement(
     );
     assert!(totals.contains("(100.0 %)"), "{same}");
     let other = replay(&plugin_file("spread"));
-    assert!(other.contains("differs"), "spread would place the 2-replica jobs apart: {other}");
+    assert!(
+        other.contains("differs"),
+        "spread would place the 2-replica jobs apart: {other}"
+    );
     for job in jobs {
         k.ok(&["delete", "dijob", job, "--wait=false"]);
     }
