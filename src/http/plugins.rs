@@ -40,12 +40,7 @@ async fn shadow_report(
     State((registry, reports)): State<(Arc<PluginRegistry>, shadow::Reports)>,
     Path(name): Path<String>,
 ) -> Result<Json<shadow::Report>, (StatusCode, String)> {
-    let valid = !name.is_empty()
-        && name.len() <= 63
-        && name
-            .bytes()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-');
-    if !valid {
+    if !crate::plugin::spec::valid_plugin_name(&name) {
         return Err((
             StatusCode::BAD_REQUEST,
             "a policy name is a DNS label: at most 63 of a-z, 0-9 and -".to_string(),

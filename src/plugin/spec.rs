@@ -263,7 +263,7 @@ fn invalid(key: &'static str, message: impl Into<String>) -> SpecError {
 }
 
 /// A plugin name: a DNS label.
-fn valid_plugin_name(name: &str) -> bool {
+pub fn valid_plugin_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 63
         && name
