@@ -23,9 +23,17 @@ fn hidden(c: char) -> bool {
 /// ends trimmed, then cut to [`MAX_REASON_BYTES`] on a character boundary. `None` when nothing
 /// is left.
 pub fn sanitize(text: &str) -> Option<String> {
-    // Only the first bytes can survive the cut: a long reason is not scanned to its end.
-    let head = &text[..text.floor_char_boundary(MAX_REASON_BYTES * 4)];
-    let mut out = String::with_capacity(head.len().min(MAX_REASON_BYTES));
+    sanitize_to(text, MAX_REASON_BYTES)
+}
+
+/// [`sanitize`] with another bound (`max` ≥ 4 bytes), for any untrusted text shown on a
+/// terminal: e.g. `kubectl dijob explain` prints a job's status, which whoever may write it
+/// could have filled with anything.
+pub fn sanitize_to(text: &str, max: usize) -> Option<String> {
+    let max = max.max(4);
+    // Only the first bytes can survive the cut: a long text is not scanned to its end.
+    let head = &text[..text.floor_char_boundary(max.saturating_mul(4))];
+    let mut out = String::with_capacity(head.len().min(max));
     for word in head
         .split(|c: char| c.is_whitespace() || hidden(c))
         .filter(|w| !w.is_empty())
@@ -34,7 +42,7 @@ pub fn sanitize(text: &str) -> Option<String> {
             out.push(' ');
         }
         out.push_str(word);
-        if out.len() > MAX_REASON_BYTES {
+        if out.len() > max {
             break;
         }
     }
@@ -42,9 +50,9 @@ pub fn sanitize(text: &str) -> Option<String> {
     if out.is_empty() {
         return None;
     }
-    if cut || out.len() > MAX_REASON_BYTES {
+    if cut || out.len() > max {
         const ELLIPSIS: &str = "…";
-        let end = out.floor_char_boundary(MAX_REASON_BYTES - ELLIPSIS.len());
+        let end = out.floor_char_boundary(max - ELLIPSIS.len());
         out.truncate(end);
         out.push_str(ELLIPSIS);
     }
