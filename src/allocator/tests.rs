@@ -382,12 +382,21 @@ async fn a_plugin_answering_nonsense_falls_back_to_the_built_in_policy() {
             nodes,
             by,
             fallback,
+            why,
             ..
         } = a
         else {
             panic!("case {i}: {a:?}")
         };
         assert_eq!(by, "builtin-binpack", "case {i}");
+        // The built-in policy's own reason, not the failed plugin's words; no component.
+        assert_eq!(why.sha256, None, "case {i}");
+        assert!(
+            why.reason
+                .as_deref()
+                .is_some_and(|r| r.starts_with("bin-pack, fullest fitting node first: ")),
+            "case {i}: {why:?}"
+        );
         assert_eq!(nodes.len(), 2);
         let nodes = nodes.as_slice();
         assert_ne!(nodes[0], nodes[1], "case {i}: 8 GPUs each need 2 nodes");
@@ -426,10 +435,13 @@ async fn the_annotation_wins_over_the_default_and_a_missing_plugin_is_reported()
         ],
         Some("p"),
     );
-    assert_eq!(
-        placed_nodes(&h.allocator.admit(&job("a", 1, 1, None)).await),
-        ["n3"]
-    );
+    let a = h.allocator.admit(&job("a", 1, 1, None)).await;
+    assert_eq!(placed_nodes(&a), ["n3"]);
+    // The plugin's reason travels with its answer.
+    let Admission::Placed { why, .. } = &a else {
+        panic!("{a:?}")
+    };
+    assert_eq!(why.reason.as_deref(), Some(FIXED_REASON));
     assert_eq!(
         placed_nodes(&h.allocator.admit(&job("b", 1, 1, Some("q"))).await),
         ["n2"]
@@ -498,10 +510,9 @@ async fn a_plan_may_not_take_the_room_of_a_job_it_leaves_where_it_is() {
 #[tokio::test]
 async fn optimize_moves_jobs_through_the_controller_and_rate_limits_flapping() {
     // A flapping policy: n0 -> n1 -> n0 ...
-    let flap = Fixed::planning(vec![
-        Ok(vec![plan("ns/a", &["n1"])]),
-        Ok(vec![plan("ns/a", &["n0"])]),
-    ]);
+    let mut first = plan("ns/a", &["n1"]);
+    first.reason = Some("n1 is emptier".into());
+    let flap = Fixed::planning(vec![Ok(vec![first]), Ok(vec![plan("ns/a", &["n0"])])]);
     let mut h = harness(2, vec![("flap", flap)], Some("flap"));
     let a = running("a", &["n0"], 4, None);
     cache(&mut h, &a);
@@ -519,7 +530,12 @@ async fn optimize_moves_jobs_through_the_controller_and_rate_limits_flapping() {
     // The controller is asked to reconcile the job, and gets the new allocation.
     assert_eq!(h.retries.next().await, Some(ObjectKey::new("ns", "a")));
     let Some(Admission::Placed {
-        nodes, replan, by, ..
+        nodes,
+        replan,
+        by,
+        why,
+        fallback,
+        ..
     }) = h.allocator.consult(&a).await
     else {
         panic!("no re-plan")
@@ -528,6 +544,9 @@ async fn optimize_moves_jobs_through_the_controller_and_rate_limits_flapping() {
         (nodes.as_slice(), replan, by.as_str()),
         (&["n1".to_string()][..], true, "fixed@1234")
     );
+    // The plan entry's reason comes with the move; the plugin's plan was applied as given.
+    assert_eq!(why.reason.as_deref(), Some("n1 is emptier"));
+    assert_eq!(fallback, None);
     // Once the status shows it, the proposal is done.
     let moved = running("a", &["n1"], 4, None);
     cache(&mut h, &moved);
@@ -595,6 +614,42 @@ async fn a_failing_or_nonsense_optimize_falls_back_to_the_built_in_policy() {
             "case {i}"
         );
     }
+}
+
+/// When the built-in policy re-plans because the plugin failed, the move says so: the
+/// plugin's error as what the operator changed, the built-in policy's reason, no component.
+#[tokio::test]
+async fn a_re_plan_by_the_fallback_records_why_the_plugin_was_not_followed() {
+    let trap = Err(PluginError::Trap {
+        plugin: "p".into(),
+        message: "unreachable".into(),
+    });
+    let mut h = harness(2, vec![("p", Fixed::planning(vec![trap]))], Some("p"));
+    // Its second replica's node is gone: the built-in policy moves it.
+    let a = running("a", &["n0", "n9"], 4, None);
+    cache(&mut h, &a);
+    h.allocator.consult(&a).await;
+    let decisions = h.allocator.optimize_once().await;
+    assert!(
+        matches!(&decisions[..], [optimize::Decision::Move { .. }]),
+        "{decisions:?}"
+    );
+    let Some(Admission::Placed {
+        by, fallback, why, ..
+    }) = h.allocator.consult(&a).await
+    else {
+        panic!("no re-plan")
+    };
+    assert_eq!(by, "builtin-binpack");
+    let fallback = fallback.expect("the plugin's failure");
+    assert!(fallback.contains("trapped"), "{fallback}");
+    assert_eq!(why.sha256, None);
+    assert!(
+        why.reason
+            .as_deref()
+            .is_some_and(|r| r.starts_with("re-planned by bin-pack: ")),
+        "{why:?}"
+    );
 }
 
 /// A policy that, on each call, says so on `entered` and waits for a permit on `release`
