@@ -90,6 +90,7 @@ for (const [name, [module, logic]] of Object.entries(POLICIES)) {
       assert.deepEqual(logic.allocate(s.jobs[0], s.nodes), expected, key);
       const answer = module.allocate(s.cluster);
       assert.deepEqual(answer.nodes, expected, key);
+      assert.match(answer.reason, name === "binpack" ? /^bin-pack, fullest fitting node first: / : /^spread: /, key);
     }
   });
 
@@ -97,6 +98,7 @@ for (const [name, [module, logic]] of Object.entries(POLICIES)) {
     const s = loadSnapshot(SNAPSHOT, { jobs: "preemptible", giveBack: true });
     const plan = module.optimize(s.cluster, s.previous);
     assert.deepEqual(plan.map(({ job, nodes }) => ({ job, nodes })), OPTIMIZE[name]);
+    assert.ok(plan.every((e) => e.reason === null || e.reason.startsWith("re-planned by ")));
     assert.deepEqual(logic.optimize(s.jobs, s.nodes, s.previous), OPTIMIZE[name]);
   });
 
