@@ -254,12 +254,30 @@ test("hostile policy: the harmless modes answer as documented", () => {
   // 4294967000, handed to componentize-qjs as its int32 reading (see columns.js).
   assert.deepEqual(hostilePolicy.allocate(cluster("garbage")), { nodes: new Array(13).fill(4294967000 | 0), reason: null });
   assert.equal(hostilePolicy.allocate(cluster("wrong-count")).nodes.length, 12);
+  // A good answer without a reason: the policy answers as one written for contract 0.3.
   assert.deepEqual(hostilePolicy.allocate(cluster("fine")), { nodes: packed, reason: null });
   assert.deepEqual(hostilePolicy.allocate(cluster("unknown-node")).nodes, new Array(13).fill(15));
   assert.deepEqual(hostilePolicy.allocate(cluster("not-ready")).nodes, new Array(13).fill(6));
   assert.throws(() => hostilePolicy.allocate(cluster("huge-no-fit")), (e) => e.tag === "no-fit" && e.val.length === 2 << 20);
   // Not the error variant: in the component, a trap.
   assert.throws(() => hostilePolicy.allocate(cluster("trap")), (e) => e instanceof Error && e.tag === undefined);
+  // The reason modes: good answers whose reasons the host must bound.
+  const huge = hostilePolicy.allocate(cluster("huge-reason"));
+  assert.deepEqual(huge.nodes, packed);
+  assert.equal(huge.reason, "why ".repeat(256 << 10));
+  assert.equal(huge.reason.length, 1 << 20);
+  assert.deepEqual(hostilePolicy.allocate(cluster("control-reason")), {
+    nodes: packed,
+    reason: "line one\nline two\r\u0000\u001b[31mred\u001b[0m \u202edesrever\u007f end",
+  });
+  assert.equal(hostilePolicy.allocate(cluster("surrogate-reason")).reason, "lone \ufffd high, lone \ufffd low, pair \ud83d\ude00 kept");
+  // optimize: the same reasons for jobs so named, none for the others.
+  const jobs = ["control-reason", "fine"].map((mode, i) => ({ ...job, key: `default/${mode}`, current: i === 0 ? [] : packed }));
+  const plan = hostilePolicy.optimize(encodeCluster({ nodes: snap.nodes, jobs }), []);
+  assert.deepEqual(plan.map((e) => [e.job, e.reason]), [
+    [0, "line one\nline two\r\u0000\u001b[31mred\u001b[0m \u202edesrever\u007f end"],
+    [1, null],
+  ]);
 });
 
 test("hostile mutator: modes, later:, garbage and error", () => {
