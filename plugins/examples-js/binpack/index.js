@@ -5,7 +5,7 @@
 import { policy } from "@diorch/plugin-sdk";
 
 import { greedy } from "../shared/engine.js";
-import { BINPACK_REASONS, withReasons } from "../shared/reasons.js";
+import { binpackReason, withReasons } from "../shared/reasons.js";
 
 const MIB = 2 ** 20;
 const TWO_32 = 2 ** 32;
@@ -81,6 +81,6 @@ export function choose(ctx, task) {
 export const binpack = greedy(choose);
 
 /** The same with reasons (`{ nodes, reason }`, `{ job, nodes, reason }`), as exported. */
-export const binpackWithReasons = withReasons(binpack, BINPACK_REASONS);
+export const binpackWithReasons = withReasons(binpack, "bin-pack", binpackReason);
 
 export const { allocate, optimize } = policy(binpackWithReasons);

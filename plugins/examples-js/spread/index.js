@@ -6,7 +6,7 @@
 import { policy } from "@diorch/plugin-sdk";
 
 import { greedy } from "../shared/engine.js";
-import { SPREAD_REASONS, ZONE_LABEL, withReasons } from "../shared/reasons.js";
+import { ZONE_LABEL, spreadReason, withReasons } from "../shared/reasons.js";
 
 /** The node label whose values count as failure domains. */
 export { ZONE_LABEL };
@@ -110,6 +110,6 @@ export function choose(ctx, task) {
 export const spread = greedy(choose);
 
 /** The same with reasons (`{ nodes, reason }`, `{ job, nodes, reason }`), as exported. */
-export const spreadWithReasons = withReasons(spread, SPREAD_REASONS);
+export const spreadWithReasons = withReasons(spread, "spread", (_job, nodes, answer) => spreadReason(nodes, answer));
 
 export const { allocate, optimize } = policy(spreadWithReasons);

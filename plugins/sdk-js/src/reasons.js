@@ -1,6 +1,7 @@
 // Owns: helpers for the reasons a policy gives with its answers (contract 0.4.0: `decision`,
-// `job-decision`): counting an answer per node (`tally`), counting the replicas a re-plan moves
-// (`movedReplicas`), and the re-plan text the example policies share (`replanReason`). The
+// `job-decision`): counting an answer per node (`tally`, `perNode`), counting the replicas a
+// re-plan moves (`movedReplicas`), and the re-plan text every example policy gives an
+// `optimize` entry (`replanReason`; plugins/policies/src/explain.rs `replan` in Rust). The
 // example policies' texts (plugins/examples-js/shared/reasons.js) are built on these, and the
 // Rust and Python examples give the same strings byte for byte: change them together.
 
@@ -47,21 +48,42 @@ export function movedReplicas(current, nodes) {
 }
 
 /**
- * The reason of an `optimize` entry: null (no reason) when the entry leaves the job as it is
- * (no replica moves, as many replicas as now, every one of them placed) or is empty; else
- * `re-planned by ${by}: ${moved} of ${nodes.length} replicas move; now ${parts.join(", ")}`.
+ * `name×count` for each node of `answer` (tally order), joined by ", ": `a×2, b×1`. A node
+ * index outside `nodes` reads as `?`.
+ *
+ * @param {ArrayLike<{ name: string }>} nodes the call's nodes
+ * @param {ArrayLike<number>} answer node indices, one per replica
+ */
+export function perNode(nodes, answer) {
+  return tally(answer)
+    .map(([i, count]) => `${nodeName(nodes, i)}×${count}`)
+    .join(", ");
+}
+
+/** The name of node `i`, `?` when there is no such node. */
+export function nodeName(nodes, i) {
+  return i >= 0 && i < nodes.length ? nodes[i].name : "?";
+}
+
+/**
+ * The reason of an `optimize` entry placing `job` on `answer`: null (no reason) when the entry
+ * leaves the job as it is (no replica moves, as many replicas as now, every one of them placed)
+ * or is empty; else `re-planned by ${by}: ${moved} of ${answer.length} replicas move; now
+ * ${perNode(nodes, answer)}`.
+ *
+ *     replanReason("bin-pack", job, nodes, [0, 1]) // "re-planned by bin-pack: 1 of 2 replicas move; now a×1, b×1"
  *
  * @param {string} by the policy's name in the text, e.g. "bin-pack"
- * @param {ArrayLike<number | null>} current the job's current placement (`job.current`)
- * @param {ArrayLike<number>} nodes the entry's placement
- * @param {(tallied: Array<[number, number]>) => string[]} parts the text of each node of the new
- *   placement, given `tally(nodes)`; called only when there is a reason
+ * @param {{ current: ArrayLike<number | null> }} job the job (its current placement is read)
+ * @param {ArrayLike<{ name: string }>} nodes the call's nodes
+ * @param {ArrayLike<number>} answer the entry's node indices
  * @returns {string | null}
  */
-export function replanReason(by, current, nodes, parts) {
-  if (nodes.length === 0) return null;
-  const moved = movedReplicas(current, nodes);
-  if (moved === 0 && nodes.length === current.length) {
+export function replanReason(by, job, nodes, answer) {
+  if (answer.length === 0) return null;
+  const current = job.current;
+  const moved = movedReplicas(current, answer);
+  if (moved === 0 && answer.length === current.length) {
     let complete = true;
     for (let r = 0; r < current.length; r++) {
       if (current[r] === null || current[r] === undefined) {
@@ -71,5 +93,5 @@ export function replanReason(by, current, nodes, parts) {
     }
     if (complete) return null;
   }
-  return `re-planned by ${by}: ${moved} of ${nodes.length} replicas move; now ${parts(tally(nodes)).join(", ")}`;
+  return `re-planned by ${by}: ${moved} of ${answer.length} replicas move; now ${perNode(nodes, answer)}`;
 }

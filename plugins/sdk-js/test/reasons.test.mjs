@@ -1,6 +1,7 @@
 // Owns: tests of the example policies' reasons (plugins/examples-js/shared/reasons.js, on the
-// SDK's tally/replanReason), pinning their exact text: the Rust and Python examples give the
-// same strings byte for byte, and the host's parity test compares them.
+// SDK's tally/perNode/replanReason), pinning their exact text: the Rust examples
+// (plugins/policies/src/explain.rs) and the Python ones give the same strings byte for byte, and
+// the host's parity test compares them.
 
 import assert from "node:assert/strict";
 import { test } from "node:test";
@@ -102,6 +103,22 @@ test("spread: zones are the label's values, a node without the label a zone of i
   });
 });
 
+test("the Rust examples' unit cases (plugins/policies/src/explain.rs)", () => {
+  const gpuNodes = loadSnapshot({ nodes: [node("a-1", { gpus: 8 }), node("a-3", { gpus: 8, usedGpus: 6 })], jobs: [job([["learner", 3, { cpuMillis: 1, gpus: 1 }]])] });
+  assert.equal(
+    reasons.binpackReason(gpuNodes.jobs[0], gpuNodes.nodes, [1, 1, 0]),
+    "bin-pack, fullest fitting node first: a-3×2 (2 free GPUs), a-1×1 (8 free GPUs)",
+  );
+  const cpu = loadSnapshot({ nodes: [node("c", { cpu: 4000 })], jobs: [job([["collector", 2, { cpuMillis: 1 }]])] });
+  assert.equal(reasons.binpackReason(cpu.jobs[0], cpu.nodes, [0, 0]), "bin-pack, fullest fitting node first: c×2 (4000m CPU free)");
+  assert.equal(reasons.binpackReason(cpu.jobs[0], cpu.nodes, []), null);
+  const four = loadSnapshot({ nodes: [node("n0", { zone: "z1" }), node("n1", { zone: "z1" }), node("n2"), node("n3")], jobs: [] }).nodes;
+  assert.equal(reasons.spreadReason(four, [0, 1, 2, 3, 3]), "spread: 4 nodes in 3 zones, at most 2 per node: n0×1, n1×1, n2×1, n3×2");
+  // An index outside the nodes (never in the examples' own answers): `?`, as in Rust.
+  assert.equal(reasons.binpackReason(cpu.jobs[0], cpu.nodes, [0, 9]), "bin-pack, fullest fitting node first: c×1 (4000m CPU free), ?×1 ()");
+  assert.equal(reasons.spreadReason(four, [9, 9]), "spread: 1 nodes in 1 zones, at most 2 per node: ?×2");
+});
+
 test("an empty answer has no reason", () => {
   const s = loadSnapshot({ nodes: [node("n")], jobs: [CPU_JOB] });
   assert.equal(reasons.binpackReason(s.jobs[0], s.nodes, []), null);
@@ -123,11 +140,11 @@ test("optimize: a job left where it is has no reason; a moved or completed one s
     {
       job: 1,
       nodes: [0, 0, 2, 2, 2],
-      reason: "re-planned by bin-pack: 2 of 5 replicas move; now gpu-0×2 (8 free GPUs), cpu-0×3 (0 free GPUs)",
+      reason: "re-planned by bin-pack: 2 of 5 replicas move; now gpu-0×2, cpu-0×3",
     },
     // Complete now, none moved: still a reason (it was not complete).
-    { job: 2, nodes: [2, 2, 2], reason: "re-planned by bin-pack: 0 of 3 replicas move; now cpu-0×3 (112000m CPU free)" },
-    { job: 3, nodes: [2, 2, 2], reason: "re-planned by bin-pack: 0 of 3 replicas move; now cpu-0×3 (112000m CPU free)" },
+    { job: 2, nodes: [2, 2, 2], reason: "re-planned by bin-pack: 0 of 3 replicas move; now cpu-0×3" },
+    { job: 3, nodes: [2, 2, 2], reason: "re-planned by bin-pack: 0 of 3 replicas move; now cpu-0×3" },
   ]);
   const zoned = [node("a", { zone: "x" }), node("b", { zone: "y" }), node("c")];
   const stays = { ...CPU_JOB, key: "ns/stays", current: [0, 1, 2] };
@@ -151,10 +168,10 @@ test("the example snapshot's reasons (as the Rust and Python examples give them)
   );
   const s = loadSnapshot(SNAPSHOT, { jobs: "preemptible", giveBack: true });
   assert.deepEqual(binpack.optimize(s.cluster, s.previous).map((e) => e.reason), [
-    "re-planned by bin-pack: 2 of 9 replicas move; now gpu-b-01×2 (3 free GPUs), cpu-c-01×7 (0 free GPUs)",
+    "re-planned by bin-pack: 2 of 9 replicas move; now gpu-b-01×2, cpu-c-01×7",
     null,
-    "re-planned by bin-pack: 0 of 13 replicas move; now gpu-b-02×7 (4 free GPUs), cpu-c-01×5 (0 free GPUs), gpu-b-01×1 (3 free GPUs)",
-    "re-planned by bin-pack: 0 of 7 replicas move; now gpu-a-01×2 (8 free GPUs), cpu-c-01×5 (0 free GPUs)",
+    "re-planned by bin-pack: 0 of 13 replicas move; now gpu-b-02×7, cpu-c-01×5, gpu-b-01×1",
+    "re-planned by bin-pack: 0 of 7 replicas move; now gpu-a-01×2, cpu-c-01×5",
   ]);
   assert.deepEqual(spread.optimize(s.cluster, s.previous).map((e) => e.reason), [
     null,

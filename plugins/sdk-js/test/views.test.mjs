@@ -4,7 +4,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { InvalidInput, NoFit, Resources, log, movedReplicas, policy, replanReason, tally } from "../src/index.js";
+import { InvalidInput, NoFit, Resources, log, movedReplicas, perNode, policy, replanReason, tally } from "../src/index.js";
 import { openCluster, readJob, readJobs, readNodes } from "../src/cluster.js";
 import { wellFormed } from "../src/policy.js";
 import { run, StringTable, u32, u64 } from "../src/columns.js";
@@ -309,24 +309,27 @@ test("policy(): reasons reach the WIT decision and job-decision records", () => 
   assert.throws(() => optimize([{ job: 0, nodes: [0], reason: 1 }]), { tag: "internal", val: "optimize: entry 0 reason is 1, not a string (or null for no reason)" });
 });
 
-test("tally, movedReplicas, replanReason", () => {
+test("tally, perNode, movedReplicas, replanReason", () => {
   assert.deepEqual(tally([]), []);
   assert.deepEqual(tally([7, 4, 7, 7, 0]), [[7, 3], [4, 1], [0, 1]]);
+  assert.deepEqual(tally([2, 0, 2, 1, 0]), [[2, 2], [0, 2], [1, 1]]);
+  const nodes = [{ name: "a" }, { name: "b" }];
+  assert.equal(perNode(nodes, [1, 0, 1]), "b×2, a×1");
+  assert.equal(perNode(nodes, [7]), "?×1", "an index outside the nodes");
   assert.equal(movedReplicas([1, null, 2], [1, 5, 3]), 1, "an unplaced replica does not move");
   assert.equal(movedReplicas([1, 2], [2, 1, 0]), 2, "only ranks both have");
   assert.equal(movedReplicas([], [0, 1]), 0);
-  const parts = (t) => t.map(([i, n]) => `n${i}×${n}`);
-  assert.equal(replanReason("p", [1, 1], [1, 1], parts), null, "unchanged");
-  assert.equal(replanReason("p", [], [], parts), null, "empty");
-  assert.equal(replanReason("p", [1], [], parts), null, "empty");
-  assert.equal(replanReason("p", [1, 2], [1, 3], parts), "re-planned by p: 1 of 2 replicas move; now n1×1, n3×1");
-  assert.equal(replanReason("p", [1, null], [1, 3], parts), "re-planned by p: 0 of 2 replicas move; now n1×1, n3×1");
-  assert.equal(replanReason("p", [], [3, 3], parts), "re-planned by p: 0 of 2 replicas move; now n3×2");
-  assert.equal(replanReason("p", [3], [3, 3], parts), "re-planned by p: 0 of 2 replicas move; now n3×2", "scaled up");
-  assert.equal(replanReason("p", [3, 4, 5], [4, 3], parts), "re-planned by p: 2 of 2 replicas move; now n4×1, n3×1", "scaled down");
-  let called = false;
-  replanReason("p", [0], [0], () => ((called = true), []));
-  assert.equal(called, false, "parts are built only for a reason");
+  const job = (current) => ({ current });
+  // The Rust examples' cases (plugins/policies/src/explain.rs).
+  assert.equal(replanReason("bin-pack", job([0, 0]), nodes, [0, 0]), null, "unchanged");
+  assert.equal(replanReason("bin-pack", job([0, 0]), nodes, [0, 1]), "re-planned by bin-pack: 1 of 2 replicas move; now a×1, b×1");
+  assert.equal(replanReason("spread", job([null, null]), nodes, [0, 1]), "re-planned by spread: 0 of 2 replicas move; now a×1, b×1", "first placement");
+  assert.equal(replanReason("spread", job([null, null]), nodes, [7]), "re-planned by spread: 0 of 1 replicas move; now ?×1");
+  assert.equal(replanReason("p", job([]), nodes, []), null, "empty");
+  assert.equal(replanReason("p", job([1]), nodes, []), null, "empty");
+  assert.equal(replanReason("p", job([]), nodes, [1, 1]), "re-planned by p: 0 of 2 replicas move; now b×2", "not placed before");
+  assert.equal(replanReason("p", job([1]), nodes, [1, 1]), "re-planned by p: 0 of 2 replicas move; now b×2", "scaled up");
+  assert.equal(replanReason("p", job([0, 1, 1]), nodes, [1, 0]), "re-planned by p: 2 of 2 replicas move; now b×1, a×1", "scaled down");
 });
 
 test("policy(): optimize sees jobs, nodes and the previous plan; the default keeps complete placements", () => {
