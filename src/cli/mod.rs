@@ -22,6 +22,7 @@ macro_rules! say {
 }
 
 pub mod crd;
+pub mod explain;
 pub mod plugin;
 pub mod replicas;
 pub mod simulate;
@@ -80,6 +81,9 @@ pub enum Command {
     },
     /// Call the replica API (di-server compatible) of a running operator.
     Replicas(replicas::ReplicasArgs),
+    /// Why a DIJob's replicas run where they do: its latest allocation decisions, newest
+    /// first, with the policy, its component and reason (`kubectl dijob explain JOB`).
+    Explain(explain::ExplainArgs),
 }
 
 /// The name kubectl runs this binary by as a plugin (`kubectl dijob …`, through a link of
@@ -120,6 +124,7 @@ pub async fn run(
         }
         Command::WebhookCert { cluster, args } => webhook_cert::run(cluster, args).await,
         Command::Replicas(args) => replicas::run(args).await,
+        Command::Explain(args) => explain::run(args).await,
     }
 }
 

@@ -346,11 +346,40 @@ pub fn shadow_policy_compared_promoted_and_rolled_back(
     scenario::apply(&k, &gpu_job("promoted", "team", 4, 1));
     let (_, _, message) = wait_allocated(&k, "promoted", "True");
     assert!(message.starts_with("placed by team-next@"), "{message}");
+    // The policy's reason (contract 0.4.0) is in the condition, and `diorch explain` (kubectl
+    // dijob explain) names the policy, its component and the reason.
+    assert!(
+        message.contains("; why: bin-pack, fullest fitting node first: "),
+        "{message}"
+    );
     scenario::wait_phase(&k, "promoted", "Running");
     assert_eq!(
         distinct(&placement(&k, "promoted")),
         1,
         "bin-pack placed it"
+    );
+    let explained = explain(&k, ns, "promoted");
+    let binpack_sha = sha256_hex(&std::fs::read(plugin_file("binpack")).expect("binpack.wasm"));
+    assert!(
+        explained.contains("Placed  by team-next@")
+            && explained.contains(&format!("component sha256 {binpack_sha}"))
+            && explained.contains("    why: bin-pack, fullest fitting node first: ")
+            && explained.contains("    the policy's answer applied as given"),
+        "{explained}"
+    );
+    let decisions: Value = serde_json::from_str(&k.ok(&[
+        "get",
+        "dijob",
+        "promoted",
+        "-o",
+        "jsonpath={.status.decisions}",
+    ]))
+    .expect("status.decisions survives the API server's schema");
+    assert_eq!(decisions[0]["action"], "Placed", "{decisions:#}");
+    assert_eq!(
+        decisions[0]["sha256"],
+        binpack_sha.as_str(),
+        "{decisions:#}"
     );
 
     // Rollback: the label goes; `team` answers again.
@@ -364,6 +393,7 @@ pub fn shadow_policy_compared_promoted_and_rolled_back(
     scenario::apply(&k, &gpu_job("rolled-back", "team", 4, 1));
     let (_, _, message) = wait_allocated(&k, "rolled-back", "True");
     assert!(message.starts_with("placed by team@"), "{message}");
+    assert!(message.contains("; why: spread: 4 nodes in "), "{message}");
     scenario::wait_phase(&k, "rolled-back", "Running");
     assert_eq!(
         distinct(&placement(&k, "rolled-back")),
@@ -371,6 +401,26 @@ pub fn shadow_policy_compared_promoted_and_rolled_back(
         "spread placed it"
     );
     p.ok(&["delete", "configmap", "plugin-team", "plugin-team-next"]);
+}
+
+/// `diorch explain JOB -n NS` against the cluster `k` talks to.
+pub fn explain(k: &Kubectl, ns: &str, job: &str) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_diorch"))
+        .args(["explain", job, "-n", ns, "--kubeconfig"])
+        .arg(k.kubeconfig())
+        .output()
+        .expect("diorch explain");
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
+/// Hex sha256 of `bytes`, as the operator names a component.
+fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest as _;
+    sha2::Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// Recorded decisions replayed (`diorch run --record-decisions DIR`, then

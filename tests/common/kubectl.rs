@@ -30,6 +30,12 @@ impl Kubectl {
         }
     }
 
+    /// The kubeconfig file it uses (for other clients of the same cluster, e.g. `diorch
+    /// explain`).
+    pub fn kubeconfig(&self) -> &Path {
+        &self.kubeconfig
+    }
+
     fn command(&self, args: &[&str]) -> Command {
         let mut cmd = Command::new("kubectl");
         cmd.arg("--kubeconfig")
