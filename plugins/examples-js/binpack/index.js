@@ -5,6 +5,7 @@
 import { policy } from "@diorch/plugin-sdk";
 
 import { greedy } from "../shared/engine.js";
+import { binpackReason, withReasons } from "../shared/reasons.js";
 
 const MIB = 2 ** 20;
 const TWO_32 = 2 ** 32;
@@ -73,7 +74,13 @@ export function choose(ctx, task) {
   return best;
 }
 
-/** The policy on views, for tests and for reuse (e.g. by testdata/hostile-js). */
+/**
+ * The policy on views, for tests and for reuse (e.g. by testdata/hostile-js): answers without
+ * reasons (node indices, `{ job, nodes }` entries).
+ */
 export const binpack = greedy(choose);
 
-export const { allocate, optimize } = policy(binpack);
+/** The same with reasons (`{ nodes, reason }`, `{ job, nodes, reason }`), as exported. */
+export const binpackWithReasons = withReasons(binpack, "bin-pack", binpackReason);
+
+export const { allocate, optimize } = policy(binpackWithReasons);

@@ -6,9 +6,10 @@
 import { policy } from "@diorch/plugin-sdk";
 
 import { greedy } from "../shared/engine.js";
+import { ZONE_LABEL, spreadReason, withReasons } from "../shared/reasons.js";
 
 /** The node label whose values count as failure domains. */
-export const ZONE_LABEL = "topology.kubernetes.io/zone";
+export { ZONE_LABEL };
 
 /**
  * Per node, once per call: prefers-no-schedule, zone (as a small integer, -1 without the label)
@@ -105,7 +106,10 @@ export function choose(ctx, task) {
   return best;
 }
 
-/** The policy on views, for tests and for reuse. */
+/** The policy on views, for tests and for reuse: answers without reasons. */
 export const spread = greedy(choose);
 
-export const { allocate, optimize } = policy(spread);
+/** The same with reasons (`{ nodes, reason }`, `{ job, nodes, reason }`), as exported. */
+export const spreadWithReasons = withReasons(spread, "spread", (_job, nodes, answer) => spreadReason(nodes, answer));
+
+export const { allocate, optimize } = policy(spreadWithReasons);

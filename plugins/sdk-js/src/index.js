@@ -9,3 +9,4 @@ export { NoFit, InvalidInput } from "./errors.js";
 export { Pod } from "./pod.js";
 export { parseJson } from "./json.js";
 export { log } from "./log.js";
+export { tally, perNode, nodeName, movedReplicas, replanReason } from "./reasons.js";

@@ -88,13 +88,17 @@ for (const [name, [module, logic]] of Object.entries(POLICIES)) {
     for (const [key, expected] of Object.entries(ALLOCATE[name])) {
       const s = loadSnapshot(SNAPSHOT, { jobs: [key], giveBack: true });
       assert.deepEqual(logic.allocate(s.jobs[0], s.nodes), expected, key);
-      assert.deepEqual(module.allocate(s.cluster), expected, key);
+      const answer = module.allocate(s.cluster);
+      assert.deepEqual(answer.nodes, expected, key);
+      assert.match(answer.reason, name === "binpack" ? /^bin-pack, fullest fitting node first: / : /^spread: /, key);
     }
   });
 
   test(`${name}: optimize matches the Rust plugin`, () => {
     const s = loadSnapshot(SNAPSHOT, { jobs: "preemptible", giveBack: true });
-    assert.deepEqual(module.optimize(s.cluster, s.previous), OPTIMIZE[name]);
+    const plan = module.optimize(s.cluster, s.previous);
+    assert.deepEqual(plan.map(({ job, nodes }) => ({ job, nodes })), OPTIMIZE[name]);
+    assert.ok(plan.every((e) => e.reason === null || e.reason.startsWith("re-planned by ")));
     assert.deepEqual(logic.optimize(s.jobs, s.nodes, s.previous), OPTIMIZE[name]);
   });
 
@@ -139,15 +143,15 @@ test("binpack: packs onto the fullest node and keeps running replicas (Rust unit
     current,
   });
   const nodes = [node("node-0", 8, 0), node("node-1", 8, 6), node("node-2", 8, 0)];
-  const run = (j) => binpack.allocate(encodeCluster({ nodes, jobs: [j] }));
+  const run = (j) => binpack.allocate(encodeCluster({ nodes, jobs: [j] })).nodes;
   assert.deepEqual(run(job()), [1, 1]);
   assert.deepEqual(run(job([0, null])), [0, 1]);
   assert.deepEqual(run(job([9, null])), [1, 1]);
   const soft = { ...node("soft", 8, 7), taints: [{ key: "k", value: "v", effect: "PreferNoSchedule" }] };
   const cpu = node("cpu", 0, 0);
-  assert.deepEqual(binpack.allocate(encodeCluster({ nodes: [soft, node("ok", 8, 0)], jobs: [job()] })), [1, 1]);
+  assert.deepEqual(binpack.allocate(encodeCluster({ nodes: [soft, node("ok", 8, 0)], jobs: [job()] })).nodes, [1, 1]);
   const mixed = { ...job(), tasks: [{ ...job().tasks[0], name: "collector", replicas: 2, requests: { cpuMillis: 2000, memoryBytes: 1, gpus: 0 } }] };
-  assert.deepEqual(binpack.allocate(encodeCluster({ nodes: [node("gpu", 8, 0), cpu], jobs: [mixed] })), [1, 1]);
+  assert.deepEqual(binpack.allocate(encodeCluster({ nodes: [node("gpu", 8, 0), cpu], jobs: [mixed] })).nodes, [1, 1]);
 });
 
 test("binpack: the saturated score entry still orders exactly", () => {
@@ -160,10 +164,10 @@ test("binpack: the saturated score entry still orders exactly", () => {
     ready: true,
   });
   const job = { key: "ns/a", preemptible: true, tasks: [{ name: "t", taskType: "t", replicas: 1, minReplicas: 1, maxReplicas: 1, requests: { cpuMillis: 1, memoryBytes: 1, gpus: 0 } }] };
-  assert.deepEqual(binpack.allocate(encodeCluster({ nodes: [big(2 ** 40), big(2 ** 30)], jobs: [job] })), [0]);
+  assert.deepEqual(binpack.allocate(encodeCluster({ nodes: [big(2 ** 40), big(2 ** 30)], jobs: [job] })).nodes, [0]);
   // Below saturation, less memory left wins.
   const small = (memory) => ({ ...big(memory), allocatable: { cpuMillis: 8, memoryBytes: memory, gpus: 0 }, free: { cpuMillis: 8, memoryBytes: memory, gpus: 0 } });
-  assert.deepEqual(binpack.allocate(encodeCluster({ nodes: [small(2 ** 40), small(2 ** 30)], jobs: [job] })), [1]);
+  assert.deepEqual(binpack.allocate(encodeCluster({ nodes: [small(2 ** 40), small(2 ** 30)], jobs: [job] })).nodes, [1]);
 });
 
 test("spread: one replica per zone, then per node (Rust unit tests)", () => {
@@ -176,11 +180,11 @@ test("spread: one replica per zone, then per node (Rust unit tests)", () => {
   });
   const job = (replicas) => ({ key: "ns/a", preemptible: true, tasks: [{ name: "collector", taskType: "collector", replicas, minReplicas: 1, maxReplicas: replicas, requests: { cpuMillis: 1000, memoryBytes: 2 ** 30, gpus: 0 } }] });
   const four = [0, 1, 2, 3].map((i) => node(i));
-  assert.deepEqual(spread.allocate(encodeCluster({ nodes: four, jobs: [job(4)] })).sort(), [0, 1, 2, 3]);
-  const twice = spread.allocate(encodeCluster({ nodes: four, jobs: [job(8)] }));
+  assert.deepEqual(spread.allocate(encodeCluster({ nodes: four, jobs: [job(4)] })).nodes.sort(), [0, 1, 2, 3]);
+  const twice = spread.allocate(encodeCluster({ nodes: four, jobs: [job(8)] })).nodes;
   for (const n of [0, 1, 2, 3]) assert.equal(twice.filter((x) => x === n).length, 2);
   const zoned = [node(0, "a"), node(1, "a"), node(2, "a"), node(3, "b")];
-  assert.ok(spread.allocate(encodeCluster({ nodes: zoned, jobs: [job(2)] })).includes(3));
+  assert.ok(spread.allocate(encodeCluster({ nodes: zoned, jobs: [job(2)] })).nodes.includes(3));
 });
 
 const POD = `{"metadata":{"name":"p"},"spec":{"containers":[
@@ -246,15 +250,34 @@ test("hostile policy: the harmless modes answer as documented", () => {
   const snap = JSON.parse(readFileSync(SNAPSHOT, "utf8"));
   const job = snap.jobs.find((j) => j.key === "research/ppo-football");
   const cluster = (mode) => encodeCluster({ nodes: snap.nodes, jobs: [{ ...job, key: `default/${mode}` }] });
+  const packed = [4, 4, 5, 5, 7, 7, 7, 7, 7, 7, 7, 7, 7];
   // 4294967000, handed to componentize-qjs as its int32 reading (see columns.js).
-  assert.deepEqual(hostilePolicy.allocate(cluster("garbage")), new Array(13).fill(4294967000 | 0));
-  assert.equal(hostilePolicy.allocate(cluster("wrong-count")).length, 12);
-  assert.deepEqual(hostilePolicy.allocate(cluster("fine")), [4, 4, 5, 5, 7, 7, 7, 7, 7, 7, 7, 7, 7]);
-  assert.deepEqual(hostilePolicy.allocate(cluster("unknown-node")), new Array(13).fill(15));
-  assert.deepEqual(hostilePolicy.allocate(cluster("not-ready")), new Array(13).fill(6));
+  assert.deepEqual(hostilePolicy.allocate(cluster("garbage")), { nodes: new Array(13).fill(4294967000 | 0), reason: null });
+  assert.equal(hostilePolicy.allocate(cluster("wrong-count")).nodes.length, 12);
+  // A good answer without a reason: the policy answers as one written for contract 0.3.
+  assert.deepEqual(hostilePolicy.allocate(cluster("fine")), { nodes: packed, reason: null });
+  assert.deepEqual(hostilePolicy.allocate(cluster("unknown-node")).nodes, new Array(13).fill(15));
+  assert.deepEqual(hostilePolicy.allocate(cluster("not-ready")).nodes, new Array(13).fill(6));
   assert.throws(() => hostilePolicy.allocate(cluster("huge-no-fit")), (e) => e.tag === "no-fit" && e.val.length === 2 << 20);
   // Not the error variant: in the component, a trap.
   assert.throws(() => hostilePolicy.allocate(cluster("trap")), (e) => e instanceof Error && e.tag === undefined);
+  // The reason modes: good answers whose reasons the host must bound.
+  const huge = hostilePolicy.allocate(cluster("huge-reason"));
+  assert.deepEqual(huge.nodes, packed);
+  assert.equal(huge.reason, "why ".repeat(256 << 10));
+  assert.equal(huge.reason.length, 1 << 20);
+  assert.deepEqual(hostilePolicy.allocate(cluster("control-reason")), {
+    nodes: packed,
+    reason: "line one\nline two\r\u0000\u001b[31mred\u001b[0m \u202edesrever\u007f end",
+  });
+  assert.equal(hostilePolicy.allocate(cluster("surrogate-reason")).reason, "lone \ufffd high, lone \ufffd low, pair \ud83d\ude00 kept");
+  // optimize: the same reasons for jobs so named, none for the others.
+  const jobs = ["control-reason", "fine"].map((mode, i) => ({ ...job, key: `default/${mode}`, current: i === 0 ? [] : packed }));
+  const plan = hostilePolicy.optimize(encodeCluster({ nodes: snap.nodes, jobs }), []);
+  assert.deepEqual(plan.map((e) => [e.job, e.reason]), [
+    [0, "line one\nline two\r\u0000\u001b[31mred\u001b[0m \u202edesrever\u007f end"],
+    [1, null],
+  ]);
 });
 
 test("hostile mutator: modes, later:, garbage and error", () => {

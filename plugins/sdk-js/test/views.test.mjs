@@ -4,8 +4,9 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { InvalidInput, NoFit, Resources, log, policy } from "../src/index.js";
+import { InvalidInput, NoFit, Resources, log, movedReplicas, perNode, policy, replanReason, tally } from "../src/index.js";
 import { openCluster, readJob, readJobs, readNodes } from "../src/cluster.js";
+import { wellFormed } from "../src/policy.js";
 import { run, StringTable, u32, u64 } from "../src/columns.js";
 import { captureLogs, encodeCluster } from "../src/testing.js";
 
@@ -249,18 +250,86 @@ test("policy(): thrown errors become the WIT error variant", () => {
 test("policy(): answers become plain arrays; what cannot be lowered is internal", () => {
   const cluster = encodeCluster({ nodes: [GPU_NODE], jobs: [JOB] });
   const answer = policy({ allocate: () => new Uint32Array([0, 0, 2147483647, 2147483648, 4294967295]) }).allocate(cluster);
-  assert.ok(Array.isArray(answer));
+  assert.ok(Array.isArray(answer.nodes));
   // Indices of 2^31 and above go to componentize-qjs as their int32 reading, which it lowers
   // right (it would saturate the Number itself to 2147483647).
-  assert.deepEqual(answer, [0, 0, 2147483647, -2147483648, -1]);
-  assert.deepEqual(policy({ allocate: () => [1n] }).allocate(cluster), [1]);
-  for (const bad of [[-1], [1.5], [2 ** 32], ["0"], [null], null, "01", 7, {}]) {
+  assert.deepEqual(answer, { nodes: [0, 0, 2147483647, -2147483648, -1], reason: null });
+  assert.deepEqual(policy({ allocate: () => [1n] }).allocate(cluster), { nodes: [1], reason: null });
+  for (const bad of [[-1], [1.5], [2 ** 32], ["0"], [null], null, "01", 7, {}, { nodes: "01" }, { nodes: [-1] }, { nodes: null }]) {
     assert.throws(() => policy({ allocate: () => bad }).allocate(cluster), { tag: "internal" });
   }
   const plan = policy({ allocate: () => [], optimize: () => [{ job: 0, nodes: new Uint32Array([1]) }] }).optimize(cluster, []);
-  assert.deepEqual(plan, [{ job: 0, nodes: [1] }]);
+  assert.deepEqual(plan, [{ job: 0, nodes: [1], reason: null }]);
   assert.throws(() => policy({ allocate: () => [], optimize: () => [{ job: -1, nodes: [] }] }).optimize(cluster, []), { tag: "internal" });
   assert.throws(() => policy({ allocate: () => [], optimize: () => [7] }).optimize(cluster, []), { tag: "internal" });
+});
+
+test("policy(): a policy written before reasons (contract 0.3) still answers, with no reason", () => {
+  // The 0.3 way: bare node indices from allocate, `{ job, nodes }` entries from optimize.
+  const old = policy({
+    allocate: (job) => job.replicas().map(() => 0),
+    optimize: (jobs) => jobs.map((j) => ({ job: j.index, nodes: j.replicas().map(() => 0) })),
+  });
+  const cluster = encodeCluster({ nodes: [GPU_NODE], jobs: [JOB] });
+  assert.deepEqual(old.allocate(cluster), { nodes: [0, 0, 0], reason: null });
+  assert.deepEqual(old.optimize(cluster, []), [{ job: 0, nodes: [0, 0, 0], reason: null }]);
+});
+
+test("policy(): reasons reach the WIT decision and job-decision records", () => {
+  const cluster = encodeCluster({ nodes: [GPU_NODE], jobs: [JOB] });
+  const allocate = (answer) => policy({ allocate: () => answer }).allocate(cluster);
+  assert.deepEqual(allocate({ nodes: [0, 0, 0], reason: "why" }), { nodes: [0, 0, 0], reason: "why" });
+  assert.deepEqual(allocate({ nodes: new Uint32Array([0]) }), { nodes: [0], reason: null }, "no reason: null");
+  assert.deepEqual(allocate({ nodes: [0], reason: undefined }), { nodes: [0], reason: null });
+  assert.deepEqual(allocate({ nodes: [0], reason: null }), { nodes: [0], reason: null });
+  assert.deepEqual(allocate({ nodes: [0], reason: "" }), { nodes: [0], reason: "" }, "an empty reason is still a reason");
+  // Length and control characters are the host's to bound; only what UTF-8 cannot hold changes.
+  const long = "x\u0000\n\u001b".repeat(1000);
+  assert.equal(allocate({ nodes: [0], reason: long }).reason, long);
+  assert.equal(allocate({ nodes: [0], reason: "a\ud800b\udc00c\ud83d\ude00" }).reason, "a\ufffdb\ufffdc\ud83d\ude00");
+  assert.equal(allocate({ nodes: [0], reason: "end\ud800" }).reason, "end\ufffd");
+  // The same without String#isWellFormed (an engine before ES2024).
+  const original = Object.getOwnPropertyDescriptor(String.prototype, "isWellFormed");
+  delete String.prototype.isWellFormed;
+  try {
+    assert.equal(wellFormed("a\ud800b\udc00c\ud83d\ude00\udbff"), "a\ufffdb\ufffdc\ud83d\ude00\ufffd");
+    assert.equal(wellFormed("plain"), "plain");
+  } finally {
+    if (original) Object.defineProperty(String.prototype, "isWellFormed", original);
+  }
+  for (const bad of [7, {}, ["a"], Symbol("s")]) {
+    assert.throws(() => allocate({ nodes: [0], reason: bad }), (e) => e.tag === "internal" && /^allocate: reason is .*, not a string/.test(e.val));
+  }
+  const optimize = (entries) => policy({ allocate: () => [], optimize: () => entries }).optimize(cluster, []);
+  assert.deepEqual(optimize([{ job: 0, nodes: [0], reason: "moved" }, { job: 1, nodes: [0] }, { job: 2, nodes: [0], reason: null }]), [
+    { job: 0, nodes: [0], reason: "moved" },
+    { job: 1, nodes: [0], reason: null },
+    { job: 2, nodes: [0], reason: null },
+  ]);
+  assert.throws(() => optimize([{ job: 0, nodes: [0], reason: 1 }]), { tag: "internal", val: "optimize: entry 0 reason is 1, not a string (or null for no reason)" });
+});
+
+test("tally, perNode, movedReplicas, replanReason", () => {
+  assert.deepEqual(tally([]), []);
+  assert.deepEqual(tally([7, 4, 7, 7, 0]), [[7, 3], [4, 1], [0, 1]]);
+  assert.deepEqual(tally([2, 0, 2, 1, 0]), [[2, 2], [0, 2], [1, 1]]);
+  const nodes = [{ name: "a" }, { name: "b" }];
+  assert.equal(perNode(nodes, [1, 0, 1]), "b×2, a×1");
+  assert.equal(perNode(nodes, [7]), "?×1", "an index outside the nodes");
+  assert.equal(movedReplicas([1, null, 2], [1, 5, 3]), 1, "an unplaced replica does not move");
+  assert.equal(movedReplicas([1, 2], [2, 1, 0]), 2, "only ranks both have");
+  assert.equal(movedReplicas([], [0, 1]), 0);
+  const job = (current) => ({ current });
+  // The Rust examples' cases (plugins/policies/src/explain.rs).
+  assert.equal(replanReason("bin-pack", job([0, 0]), nodes, [0, 0]), null, "unchanged");
+  assert.equal(replanReason("bin-pack", job([0, 0]), nodes, [0, 1]), "re-planned by bin-pack: 1 of 2 replicas move; now a×1, b×1");
+  assert.equal(replanReason("spread", job([null, null]), nodes, [0, 1]), "re-planned by spread: 0 of 2 replicas move; now a×1, b×1", "first placement");
+  assert.equal(replanReason("spread", job([null, null]), nodes, [7]), "re-planned by spread: 0 of 1 replicas move; now ?×1");
+  assert.equal(replanReason("p", job([]), nodes, []), null, "empty");
+  assert.equal(replanReason("p", job([1]), nodes, []), null, "empty");
+  assert.equal(replanReason("p", job([]), nodes, [1, 1]), "re-planned by p: 0 of 2 replicas move; now b×2", "not placed before");
+  assert.equal(replanReason("p", job([1]), nodes, [1, 1]), "re-planned by p: 0 of 2 replicas move; now b×2", "scaled up");
+  assert.equal(replanReason("p", job([0, 1, 1]), nodes, [1, 0]), "re-planned by p: 2 of 2 replicas move; now b×1, a×1", "scaled down");
 });
 
 test("policy(): optimize sees jobs, nodes and the previous plan; the default keeps complete placements", () => {
@@ -270,7 +339,7 @@ test("policy(): optimize sees jobs, nodes and the previous plan; the default kee
     { ...JOB, key: "ns/unplaced", current: [] },
   ];
   const cluster = encodeCluster({ nodes: [GPU_NODE, BARE_NODE], jobs });
-  assert.deepEqual(policy({ allocate: () => [] }).optimize(cluster, []), [{ job: 0, nodes: [1, 0, 1] }]);
+  assert.deepEqual(policy({ allocate: () => [] }).optimize(cluster, []), [{ job: 0, nodes: [1, 0, 1], reason: null }]);
   let seen;
   policy({
     allocate: () => [],

@@ -17,7 +17,16 @@
 // - `wrong-count`: one node fewer than the job has replicas;
 // - `huge-no-fit`: a 2 MiB `no-fit` text;
 // - `unknown-node`, `not-ready`, `huge-answer` (2 Mi entries), `log-flood` (200 lines of 64 KiB
-//   with 64 fields of 1 KiB keys and values, then a good answer): as the Rust one.
+//   with 64 fields of 1 KiB keys and values, then a good answer): as the Rust one;
+// - `huge-reason` (contract 0.4): a good answer with a 1 MiB reason, as the Rust one (under the
+//   host's 4 MiB copy cap, so the host cuts it to 256 bytes rather than refusing the answer);
+// - `control-reason`: a good answer whose reason carries newlines, a NUL, terminal escapes, DEL
+//   and a bidi override: the Rust one's text, which the host turns into spaces;
+// - `surrogate-reason`: a good answer whose reason holds lone UTF-16 surrogates, which UTF-8
+//   cannot encode: the SDK sends U+FFFD for each.
+// `optimize` gives the reason modes' reasons to jobs so named. Every other answer carries no
+// reason, as a policy written for contract 0.3 answers: the component also shows that such a
+// policy still builds and answers.
 
 import { NoFit, log, policy } from "@diorch/plugin-sdk";
 
@@ -40,6 +49,23 @@ function logFlood() {
   const fields = Array.from({ length: 64 }, () => [key, value]);
   for (let i = 0; i < 200; i++) log.info(message, fields);
 }
+
+/** The reason of a reason mode, else undefined (built per call: not kept in the heap). */
+function reasonFor(mode) {
+  switch (mode) {
+    case "huge-reason":
+      return "why ".repeat(256 << 10);
+    case "control-reason":
+      return CONTROL_REASON;
+    case "surrogate-reason":
+      return "lone \ud800 high, lone \udc00 low, pair \ud83d\ude00 kept";
+    default:
+      return undefined;
+  }
+}
+
+/** The Rust hostile policy's `control-reason` text. */
+const CONTROL_REASON = "line one\nline two\r\0\u001b[31mred\u001b[0m \u202edesrever\u007f end";
 
 function misbehave(job, nodes) {
   const n = job.totalReplicas;
@@ -80,12 +106,24 @@ function misbehave(job, nodes) {
     case "log-flood":
       logFlood();
       return binpack.allocate(job, nodes);
+    case "huge-reason":
+    case "control-reason":
+    case "surrogate-reason":
+      return { nodes: binpack.allocate(job, nodes), reason: reasonFor(job.name) };
     default:
       return binpack.allocate(job, nodes);
   }
 }
 
-const hostile = policy({ allocate: misbehave, optimize: binpack.optimize });
+/** Bin-pack's plan, the reason modes' reasons on the jobs so named, no reason elsewhere. */
+function optimizeWithReasons(jobs, nodes, previous) {
+  return binpack.optimize(jobs, nodes, previous).map((entry) => {
+    const reason = reasonFor(jobs[entry.job].name);
+    return reason === undefined ? entry : { ...entry, reason };
+  });
+}
+
+const hostile = policy({ allocate: misbehave, optimize: optimizeWithReasons });
 
 export function allocate(cluster) {
   try {
