@@ -1,17 +1,33 @@
 """The SDK on CPython: views over a hand-built columnar record (including columns out of range),
-pod helpers, the placement loop on the repository's sample snapshot, and the build command's
-arguments. The Wasm side is tested by the host (tests/plugins/plugin_languages.rs in the
-repository)."""
+pod helpers, the placement loop on the repository's sample snapshot, the answers' mapping to the
+contract's types (with stand-ins for the generated bindings), the example policies' reasons,
+the SDK's copy of the contract, and a build of a policy without reasons. The Wasm side is tested
+by the host (tests/plugins/plugin_languages.rs in the repository)."""
 
+import dataclasses
+import importlib.util
 import json
+import re
 import sys
+import tempfile
+import types as pytypes
 import unittest
 from pathlib import Path
 from types import SimpleNamespace as R
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from diorch_plugin import InvalidInput, NoFit, Pod, placement  # noqa: E402
+import diorch_plugin  # noqa: E402
+from diorch_plugin import (  # noqa: E402
+    Decision,
+    InvalidInput,
+    JobAllocation,
+    JobDecision,
+    NoFit,
+    Pod,
+    placement,
+    policy,
+)
 from diorch_plugin.model import from_cluster  # noqa: E402
 from diorch_plugin.testing import load_snapshot, task_context  # noqa: E402
 
@@ -207,6 +223,177 @@ class AccelEnvTest(unittest.TestCase):
         pod = Pod.parse(PodTest.POD)
         app.mutate(task_context("collector"), pod)
         self.assertEqual(pod.value, untouched)
+
+
+# --- the contract's types, with stand-ins for the generated bindings -----------------------------
+
+
+class _Err(Exception):
+    def __init__(self, value):
+        super().__init__(value)
+        self.value = value
+
+
+def _bindings():
+    """Modules shaped like componentize-py's generated ones for `wit/plugins.wit` 0.4.0."""
+
+    def record(name, *fields):
+        return dataclasses.make_dataclass(name, fields)
+
+    types = pytypes.ModuleType("wit_world.imports.types")
+    types.Decision = record("Decision", "nodes", "reason")
+    types.JobDecision = record("JobDecision", "job", "nodes", "reason")
+    types.JobAllocation = record("JobAllocation", "job", "nodes")
+    for variant in ("NoFit", "InvalidInput", "Internal"):
+        setattr(types, f"Error_{variant}", record(f"Error_{variant}", "value"))
+    imports = pytypes.ModuleType("wit_world.imports")
+    imports.types = types
+    world = pytypes.ModuleType("wit_world")
+    world.imports = imports
+    cpt = pytypes.ModuleType("componentize_py_types")
+    cpt.Err = _Err
+    return {
+        "wit_world": world,
+        "wit_world.imports": imports,
+        "wit_world.imports.types": types,
+        "componentize_py_types": cpt,
+    }
+
+
+class WorldTest(unittest.TestCase):
+    """`policy(...)`'s `WitWorld` maps answers with and without reasons to `decision` and
+    `job-decision`; a policy written for 0.3 (lists, `JobAllocation`s) answers unchanged."""
+
+    def setUp(self):
+        self.saved = {k: sys.modules.get(k) for k in _bindings()}
+        sys.modules.update(_bindings())
+        self.t = sys.modules["wit_world.imports.types"]
+        self.cluster = ViewsTest().cluster()
+
+    def tearDown(self):
+        for k, v in self.saved.items():
+            if v is None:
+                sys.modules.pop(k, None)
+            else:
+                sys.modules[k] = v
+
+    def refusal(self, world, *args, call="allocate"):
+        with self.assertRaises(_Err) as e:
+            getattr(world(), call)(*args)
+        return e.exception.value
+
+    def test_a_policy_without_reasons_answers_as_before(self):
+        world = policy(lambda job, nodes: [0] * job.total_replicas)
+        self.assertEqual(world().allocate(self.cluster), self.t.Decision([0, 0], None))
+        # Without optimize: a job keeps a complete placement (this one's is not: nothing).
+        self.assertEqual(world().optimize(self.cluster, []), [])
+        plan = lambda jobs, nodes, previous: [JobAllocation(0, [0, 0]), (0, (1, 0))]  # noqa: E731
+        self.assertEqual(
+            policy(lambda j, n: [0], plan)().optimize(self.cluster, []),
+            [self.t.JobDecision(0, [0, 0], None), self.t.JobDecision(0, [1, 0], None)],
+        )
+
+    def test_reasons_reach_the_contract(self):
+        world = policy(lambda job, nodes: Decision([0, 0], "n0 has room"))
+        self.assertEqual(world().allocate(self.cluster), self.t.Decision([0, 0], "n0 has room"))
+        self.assertEqual(
+            policy(lambda j, n: Decision((0, 0)))().allocate(self.cluster), self.t.Decision([0, 0], None)
+        )
+        plan = lambda jobs, nodes, previous: [  # noqa: E731
+            JobDecision(0, [0, 0], "kept"),
+            JobDecision(0, [0, 0]),
+            (0, [0, 0], "a triple"),
+            R(job=0, nodes=[0, 0], reason="an object"),
+            R(job=0, nodes=[0, 0]),
+        ]
+        self.assertEqual(
+            policy(lambda j, n: [0], plan)().optimize(self.cluster, []),
+            [
+                self.t.JobDecision(0, [0, 0], "kept"),
+                self.t.JobDecision(0, [0, 0], None),
+                self.t.JobDecision(0, [0, 0], "a triple"),
+                self.t.JobDecision(0, [0, 0], "an object"),
+                self.t.JobDecision(0, [0, 0], None),
+            ],
+        )
+
+    def test_reasons_pass_as_they_are_except_what_utf8_cannot_hold(self):
+        # Length and control characters are the host's to bound; a lone surrogate cannot be
+        # sent at all, so it becomes U+FFFD rather than failing the answer.
+        text = "a\x00b\x1b[31m\u202e" + "x" * (1 << 20)
+        got = policy(lambda j, n: Decision([0, 0], text))().allocate(self.cluster)
+        self.assertEqual(got.reason, text)
+        got = policy(lambda j, n: Decision([0, 0], "bad \ud800 text"))().allocate(self.cluster)
+        self.assertEqual(got.reason, "bad \ufffd text")
+
+    def test_wrong_answers_are_internal_errors_not_traps(self):
+        err = self.refusal(policy(lambda j, n: Decision([0, 0], 42)), self.cluster)
+        self.assertIsInstance(err, self.t.Error_Internal)
+        self.assertIn("allocate's reason must be a str or None, got int", err.value)
+        err = self.refusal(policy(lambda j, n: Decision("n0")), self.cluster)
+        self.assertIsInstance(err, self.t.Error_Internal)
+        err = self.refusal(policy(lambda j, n: ([0, 0], "a tuple is not a decision")), self.cluster)
+        self.assertIn("allocate's answer must be a list of node indices", err.value)
+        bad_plans = [
+            [(0, [0], "why", "extra")],
+            [(0, [0], b"bytes")],
+            [JobDecision(-1, [0])],
+            [42],
+        ]
+        for bad in bad_plans:
+            err = self.refusal(policy(lambda j, n: [0], lambda *a, b=bad: b), self.cluster, [], call="optimize")
+            self.assertIsInstance(err, self.t.Error_Internal, bad)
+        err = self.refusal(policy(lambda j, n: (_ for _ in ()).throw(NoFit("full"))), self.cluster)
+        self.assertEqual(err, self.t.Error_NoFit("full"))
+
+
+# --- the contract copy and a build -----------------------------------------------------------------
+
+SDK = Path(__file__).resolve().parents[1]
+
+
+class ContractTest(unittest.TestCase):
+    def test_the_sdks_wit_is_the_repositorys_and_contract_names_its_version(self):
+        ours = (SDK / "src/diorch_plugin/wit/plugins.wit").read_text(encoding="utf-8")
+        self.assertEqual(ours, (REPO / "wit/plugins.wit").read_text(encoding="utf-8"))
+        (version,) = re.findall(r"^package diorch:plugins@([0-9.]+);$", ours, re.M)
+        self.assertEqual(diorch_plugin.CONTRACT, version)
+        self.assertEqual(version, "0.4.0")
+
+
+REASONLESS_POLICY = """
+from diorch_plugin import JobAllocation, NoFit, policy
+
+def allocate(job, nodes):
+    fit = [n for n in nodes if n.schedulable]
+    if not fit:
+        raise NoFit("no node")
+    return [fit[0].index] * job.total_replicas
+
+def optimize(jobs, nodes, previous):
+    return [JobAllocation(p.job, list(p.nodes)) for p in previous]
+
+WitWorld = policy(allocate, optimize)
+"""
+
+
+class BuildTest(unittest.TestCase):
+    def test_a_policy_without_reasons_builds_against_this_contract(self):
+        from diorch_plugin import build
+
+        try:
+            build.componentize_py()
+        except SystemExit as e:
+            self.skipTest(f"componentize-py is not installed here ({e}); scripts/build-lang-plugins.sh runs this")
+        with tempfile.TemporaryDirectory() as tmp:
+            app = Path(tmp) / "app.py"
+            app.write_text(REASONLESS_POLICY, encoding="utf-8")
+            out = Path(tmp) / "policy.wasm"
+            build.build(app, "policy", out)
+            wasm = out.read_bytes()
+        # A component (layer 1), importing this contract's version of the log interface.
+        self.assertEqual(wasm[:8], b"\0asm\x0d\x00\x01\x00")
+        self.assertIn(b"diorch:plugins/log@0.4.0", wasm)
 
 
 if __name__ == "__main__":
