@@ -225,6 +225,147 @@ class AccelEnvTest(unittest.TestCase):
         self.assertEqual(pod.value, untouched)
 
 
+# --- contract 0.4: reasons -----------------------------------------------------------------------
+
+
+def snapshot(nodes, jobs=()):
+    """(jobs, nodes) of a small snapshot document."""
+    jobs_, nodes_, _ = load_snapshot({"nodes": nodes, "jobs": list(jobs)})
+    return jobs_, nodes_
+
+
+def node(name, cpu=8000, gpus=0, zone=None):
+    d = {
+        "name": name,
+        "ready": True,
+        "allocatable": {"cpuMillis": cpu, "memoryBytes": 1 << 36, "gpus": gpus},
+        "free": {"cpuMillis": cpu, "memoryBytes": 1 << 36, "gpus": gpus},
+    }
+    if zone is not None:
+        d["labels"] = {placement.ZONE_LABEL: zone}
+    return d
+
+
+def job(key, tasks, current=None):
+    return {
+        "key": key,
+        "tasks": [
+            {"name": n, "replicas": r, "requests": {"cpuMillis": 1000, "memoryBytes": 1 << 20, "gpus": g}}
+            for n, r, g in tasks
+        ],
+        "current": current or [],
+    }
+
+
+class ReasonTest(unittest.TestCase):
+    """The reasons' exact text: the Rust and JS examples give the same bytes (the host's parity
+    test compares them), so every case pins the whole string."""
+
+    def test_tally_keeps_first_appearance_order(self):
+        self.assertEqual(placement.tally([3, 1, 3, 0, 1, 3]), [(3, 3), (1, 2), (0, 1)])
+        self.assertEqual(placement.tally([]), [])
+
+    def test_binpack_gpu_job_names_free_gpus(self):
+        # Any task asking for a GPU makes it a GPU job, even when this answer's first node is
+        # for a CPU-only task; the free amounts are the input's, before this placement.
+        jobs, nodes = snapshot(
+            [node("gpu-a", cpu=32000, gpus=2), node("gpu-b", cpu=64000, gpus=8)],
+            [job("ns/j", [("collector", 1, 0), ("learner", 2, 1)])],
+        )
+        self.assertEqual(
+            placement.binpack_reason(jobs[0], nodes, [1, 0, 0]),
+            "bin-pack, fullest fitting node first: gpu-b\u00d71 (8 free GPUs), gpu-a\u00d72 (2 free GPUs)",
+        )
+
+    def test_binpack_cpu_job_names_free_cpu(self):
+        jobs, nodes = snapshot(
+            [node("cpu-a", cpu=4000), node("cpu-b", cpu=16000, gpus=4)],
+            [job("ns/j", [("collector", 3, 0)])],
+        )
+        self.assertEqual(
+            placement.binpack_reason(jobs[0], nodes, [1, 1, 0]),
+            "bin-pack, fullest fitting node first: cpu-b\u00d72 (16000m CPU free), cpu-a\u00d71 (4000m CPU free)",
+        )
+
+    def test_spread_counts_zones_and_unlabelled_nodes_as_zones_of_their_own(self):
+        _, nodes = snapshot(
+            [node("a-1", zone="a"), node("a-2", zone="a"), node("b-1", zone="b"), node("bare-1"), node("bare-2")]
+        )
+        self.assertEqual(
+            placement.spread_reason(nodes, [0, 1, 2]),
+            "spread: 3 nodes in 2 zones, at most 1 per node: a-1\u00d71, a-2\u00d71, b-1\u00d71",
+        )
+        self.assertEqual(
+            placement.spread_reason(nodes, [0, 2, 3, 4, 0]),
+            "spread: 4 nodes in 4 zones, at most 2 per node: a-1\u00d72, b-1\u00d71, bare-1\u00d71, bare-2\u00d71",
+        )
+        self.assertEqual(
+            placement.spread_reason(nodes, [3, 3, 3]),
+            "spread: 1 nodes in 1 zones, at most 3 per node: bare-1\u00d73",
+        )
+
+    def test_empty_answers_have_no_reason(self):
+        jobs, nodes = snapshot([node("n0")], [job("ns/j", [("c", 1, 0)], current=[0])])
+        self.assertIsNone(placement.binpack_reason(jobs[0], nodes, []))
+        self.assertIsNone(placement.spread_reason(nodes, []))
+        self.assertIsNone(placement.replan_reason("bin-pack", jobs[0], nodes, []))
+
+    def test_replan_reason_counts_moved_replicas(self):
+        nodes = [node("n0"), node("n1"), node("n2")]
+        jobs, nodes = snapshot(
+            nodes,
+            [
+                job("ns/same", [("c", 2, 0)], current=[0, 1]),
+                job("ns/moved", [("c", 3, 0)], current=[0, 1, None]),
+                job("ns/new", [("c", 2, 0)]),
+                job("ns/partial", [("c", 2, 0)], current=[0, None]),
+            ],
+        )
+        same, moved, new, partial = jobs
+        self.assertIsNone(placement.replan_reason("bin-pack", same, nodes, [0, 1]))
+        self.assertEqual(
+            placement.replan_reason("bin-pack", same, nodes, [1, 1]),
+            "re-planned by bin-pack: 1 of 2 replicas move; now n1\u00d72",
+        )
+        # Grown: nothing moves, but the job's replicas change.
+        self.assertEqual(
+            placement.replan_reason("spread", same, nodes, [0, 1, 1]),
+            "re-planned by spread: 0 of 3 replicas move; now n0\u00d71, n1\u00d72",
+        )
+        # Shrunk: only the replicas both have are compared.
+        self.assertEqual(
+            placement.replan_reason("spread", moved, nodes, [2]),
+            "re-planned by spread: 1 of 1 replicas move; now n2\u00d71",
+        )
+        # A replica that was not placed does not count as moved.
+        self.assertEqual(
+            placement.replan_reason("bin-pack", moved, nodes, [0, 2, 2]),
+            "re-planned by bin-pack: 1 of 3 replicas move; now n0\u00d71, n2\u00d72",
+        )
+        self.assertEqual(
+            placement.replan_reason("bin-pack", new, nodes, [2, 2]),
+            "re-planned by bin-pack: 0 of 2 replicas move; now n2\u00d72",
+        )
+        self.assertEqual(
+            placement.replan_reason("spread", partial, nodes, [0, 1]),
+            "re-planned by spread: 0 of 2 replicas move; now n0\u00d71, n1\u00d71",
+        )
+
+    def test_with_reasons_wraps_a_plan(self):
+        jobs, nodes = snapshot(
+            [node("n0"), node("n1")],
+            [job("ns/a", [("c", 1, 0)], current=[0]), job("ns/b", [("c", 1, 0)], current=[0])],
+        )
+        plan = [JobAllocation(0, [0]), JobAllocation(1, [1])]
+        self.assertEqual(
+            placement.with_reasons("spread", jobs, nodes, plan),
+            [
+                JobDecision(0, [0], None),
+                JobDecision(1, [1], "re-planned by spread: 1 of 1 replicas move; now n1\u00d71"),
+            ],
+        )
+
+
 # --- the contract's types, with stand-ins for the generated bindings -----------------------------
 
 
