@@ -228,6 +228,15 @@ class AccelEnvTest(unittest.TestCase):
 # --- contract 0.4: reasons -----------------------------------------------------------------------
 
 
+def example(name):
+    """The example policy module plugins/examples-python/NAME/app.py, under its own name."""
+    path = REPO / "plugins/examples-python" / name / "app.py"
+    spec = importlib.util.spec_from_file_location(f"example_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def snapshot(nodes, jobs=()):
     """(jobs, nodes) of a small snapshot document."""
     jobs_, nodes_, _ = load_snapshot({"nodes": nodes, "jobs": list(jobs)})
@@ -364,6 +373,48 @@ class ReasonTest(unittest.TestCase):
                 JobDecision(1, [1], "re-planned by spread: 1 of 1 replicas move; now n1\u00d71"),
             ],
         )
+
+    def test_binpack_example_says_why_on_the_sample_snapshot(self):
+        jobs, nodes, _ = load_snapshot(str(REPO / "examples/snapshot.json"))
+        job_ = next(j for j in jobs if j.key == "research/ppo-football")
+        got = example("binpack").allocate(job_, nodes)
+        self.assertIsInstance(got, Decision)
+        self.assertEqual(got.nodes, [4, 4, 5, 5] + [7] * 9)
+        self.assertEqual(
+            got.reason,
+            "bin-pack, fullest fitting node first: gpu-b-01\u00d72 (2 free GPUs), gpu-b-02\u00d72 (4 free GPUs), "
+            "cpu-c-01\u00d79 (0 free GPUs)",
+        )
+
+    def test_spread_example_says_why(self):
+        jobs, nodes = snapshot(
+            [node("a-1", zone="a"), node("a-2", zone="a"), node("b-1", zone="b"), node("bare")],
+            [job("ns/j", [("c", 3, 0)])],
+        )
+        got = example("spread").allocate(jobs[0], nodes)
+        self.assertEqual(got.nodes, placement.place(placement.spread_score, jobs[0], nodes))
+        self.assertEqual(
+            got.reason,
+            "spread: 3 nodes in 3 zones, at most 1 per node: a-1\u00d71, b-1\u00d71, bare\u00d71",
+        )
+
+    def test_examples_optimize_give_reasons_only_where_a_job_changes(self):
+        jobs, nodes = snapshot(
+            [node("n0", cpu=2000), node("n1", cpu=2000)],
+            [
+                job("ns/stays", [("c", 1, 0)], current=[1]),
+                job("ns/new", [("c", 1, 0)]),
+            ],
+        )
+        for name, word in (("binpack", "bin-pack"), ("spread", "spread")):
+            plan = example(name).optimize(jobs, nodes, [])
+            self.assertEqual([type(p) for p in plan], [JobDecision, JobDecision], name)
+            self.assertEqual(plan[0], JobDecision(0, [1], None), name)
+            self.assertEqual(plan[1].job, 1)
+            (n,) = plan[1].nodes
+            self.assertEqual(
+                plan[1].reason, f"re-planned by {word}: 0 of 1 replicas move; now {nodes[n].name}\u00d71", name
+            )
 
 
 # --- the contract's types, with stand-ins for the generated bindings -----------------------------
