@@ -6,13 +6,35 @@ plugins/testdata/hostile-policy (Rust), for the host's bound tests in every lang
   exceptions, not exits: the interpreter aborts, a Wasm trap); `recurse`: unbounded recursion
   with the interpreter's limit lifted (CPython's frames live on its heap: the memory cap ends it);
 - `garbage`: an answer naming a node that does not exist; `wrong-count`: one node too few;
-- `huge-no-fit`: a 2 MiB no-fit message; `raise`: an exception the SDK maps to `internal`.
+- `huge-no-fit`: a 2 MiB no-fit message; `raise`: an exception the SDK maps to `internal`;
+- `huge-reason`: a good answer with a 4 MiB reason (contract 0.4; the host keeps 256 bytes);
+- `control-reason`: a good answer whose reason is control characters (NUL, ESC sequences, CR/LF,
+  DEL, C1), a bidi override, a BOM and a lone surrogate (the SDK makes it U+FFFD: UTF-8 cannot
+  hold it); the host turns control characters into spaces.
+`optimize` gives the same reasons to jobs so named. Every other answer carries no reason, as a
+policy written for contract 0.3 answers: the component also shows that such a policy still
+builds and answers.
 """
 
 import sys
 import time
 
-from diorch_plugin import NoFit, placement, policy
+from diorch_plugin import Decision, JobDecision, NoFit, placement, policy
+
+CONTROL_REASON = (
+    "\x00bell\x07 esc\x1b[2J\x1b]0;title\x07 cr\r lf\n tab\t del\x7f c1\x85\x9b"
+    " bidi\u202egnp.lam\u202c bom\ufeff lone\udc80 end"
+)
+
+
+def _reason(mode):
+    """The reason of a reason mode, else None (made per call: 4 MiB built at import would end
+    up in the component's initial memory)."""
+    if mode == "huge-reason":
+        return "why " * (1 << 20)
+    if mode == "control-reason":
+        return CONTROL_REASON
+    return None
 
 
 def _recurse(n):
@@ -45,11 +67,20 @@ def allocate(job, nodes):
         raise NoFit("x" * (2 << 20))
     if mode == "raise":
         raise KeyError("hostile policy raises on purpose")
-    return placement.place(placement.binpack_score, job, nodes)
+    chosen = placement.place(placement.binpack_score, job, nodes)
+    reason = _reason(mode)
+    if reason is not None:
+        return Decision(chosen, reason)
+    return chosen
 
 
 def optimize(jobs, nodes, previous):
-    return placement.optimize(placement.binpack_score, jobs, nodes, previous)
+    plan = placement.optimize(placement.binpack_score, jobs, nodes, previous)
+    out = []
+    for p in plan:
+        reason = _reason(jobs[p.job].name)
+        out.append(p if reason is None else JobDecision(p.job, p.nodes, reason))
+    return out
 
 
 WitWorld = policy(allocate, optimize)
