@@ -313,11 +313,25 @@ class ReasonTest(unittest.TestCase):
             "spread: 1 nodes in 1 zones, at most 3 per node: bare-1\u00d73",
         )
 
-    def test_empty_answers_have_no_reason(self):
-        jobs, nodes = snapshot([node("n0")], [job("ns/j", [("c", 1, 0)], current=[0])])
+    def test_empty_answers_have_no_reason_but_an_emptied_job_has(self):
+        jobs, nodes = snapshot([node("n0")], [job("ns/j", [("c", 1, 0)], current=[0]), job("ns/k", [])])
         self.assertIsNone(placement.binpack_reason(jobs[0], nodes, []))
         self.assertIsNone(placement.spread_reason(nodes, []))
-        self.assertIsNone(placement.replan_reason("bin-pack", jobs[0], nodes, []))
+        self.assertIsNone(placement.replan_reason("bin-pack", jobs[1], nodes, []))
+        self.assertEqual(
+            placement.replan_reason("bin-pack", jobs[0], nodes, []), "re-planned by bin-pack: 0 of 0 replicas move; now "
+        )
+
+    def test_nodes_out_of_range_read_as_question_marks_as_in_rust(self):
+        jobs, nodes = snapshot([node("n0", zone="a")], [job("ns/j", [("c", 1, 1)])])
+        self.assertEqual(
+            placement.binpack_reason(jobs[0], nodes, [7, 0]),
+            "bin-pack, fullest fitting node first: ?\u00d71 (), n0\u00d71 (0 free GPUs)",
+        )
+        self.assertEqual(
+            placement.spread_reason(nodes, [7, 8, 0]),
+            "spread: 3 nodes in 3 zones, at most 1 per node: ?\u00d71, ?\u00d71, n0\u00d71",
+        )
 
     def test_replan_reason_counts_moved_replicas(self):
         nodes = [node("n0"), node("n1"), node("n2")]
@@ -365,12 +379,14 @@ class ReasonTest(unittest.TestCase):
             [node("n0"), node("n1")],
             [job("ns/a", [("c", 1, 0)], current=[0]), job("ns/b", [("c", 1, 0)], current=[0])],
         )
-        plan = [JobAllocation(0, [0]), JobAllocation(1, [1])]
+        plan = [JobAllocation(0, [0]), JobAllocation(1, [1]), JobDecision(1, [1], "mine"), JobAllocation(5, [1])]
         self.assertEqual(
             placement.with_reasons("spread", jobs, nodes, plan),
             [
                 JobDecision(0, [0], None),
                 JobDecision(1, [1], "re-planned by spread: 1 of 1 replicas move; now n1\u00d71"),
+                JobDecision(1, [1], "mine"),
+                JobDecision(5, [1], None),
             ],
         )
 

@@ -332,6 +332,8 @@ def spread_score(ctx: Placing, i: int, left: Resources, task: Task) -> tuple:
 
 
 # --- reasons (contract 0.4) -----------------------------------------------------------------------
+# A port of the Rust library's `explain.rs`, edge cases included (a node index out of range reads
+# as the name "?"), so that the three languages' examples give the same bytes.
 
 
 def tally(answer: Sequence[int]) -> List[Tuple[int, int]]:
@@ -343,11 +345,12 @@ def tally(answer: Sequence[int]) -> List[Tuple[int, int]]:
 
 
 def _name(nodes: Sequence[Node], i: int) -> str:
-    return nodes[i].name if 0 <= i < len(nodes) else f"#{i}"
+    return nodes[i].name if 0 <= i < len(nodes) else "?"
 
 
-def _per_node(nodes: Sequence[Node], counts: List[Tuple[int, int]]) -> str:
-    return ", ".join(f"{_name(nodes, i)}\u00d7{c}" for i, c in counts)
+def _per_node(nodes: Sequence[Node], answer: Sequence[int]) -> str:
+    """`a×2, b×1`."""
+    return ", ".join(f"{_name(nodes, i)}\u00d7{c}" for i, c in tally(answer))
 
 
 def binpack_reason(job: Job, nodes: Sequence[Node], answer: Sequence[int]) -> Optional[str]:
@@ -355,15 +358,16 @@ def binpack_reason(job: Job, nodes: Sequence[Node], answer: Sequence[int]) -> Op
     what it had free before (GPUs for a job that asks for any, else CPU). None for an empty
     answer. E.g. `bin-pack, fullest fitting node first: gpu-a×2 (2 free GPUs), gpu-b×1 (8 free
     GPUs)`."""
-    counts = tally(answer)
-    if not counts:
+    if not answer:
         return None
     gpu_job = any(t.requests.gpus > 0 for t in job.tasks)
     parts = []
-    for i, c in counts:
-        free = nodes[i].free if 0 <= i < len(nodes) else Resources()
-        left = f"{free.gpus} free GPUs" if gpu_job else f"{free.cpu_millis}m CPU free"
-        parts.append(f"{_name(nodes, i)}\u00d7{c} ({left})")
+    for i, c in tally(answer):
+        free = ""
+        if 0 <= i < len(nodes):
+            left = nodes[i].free
+            free = f"{left.gpus} free GPUs" if gpu_job else f"{left.cpu_millis}m CPU free"
+        parts.append(f"{_name(nodes, i)}\u00d7{c} ({free})")
     return "bin-pack, fullest fitting node first: " + ", ".join(parts)
 
 
@@ -372,38 +376,39 @@ def spread_reason(nodes: Sequence[Node], answer: Sequence[int]) -> Optional[str]
     `topology.kubernetes.io/zone` label; a node without it is a zone of its own) and the most
     replicas on one node. None for an empty answer. E.g. `spread: 3 nodes in 2 zones, at most 1
     per node: a-1×1, b-1×1, a-2×1`."""
-    counts = tally(answer)
-    if not counts:
+    if not answer:
         return None
+    counts = tally(answer)
     zones = set()
-    unlabelled = 0
     for i, _ in counts:
-        zone = nodes[i].labels.get(ZONE_LABEL) if 0 <= i < len(nodes) else None
-        if zone is None:
-            unlabelled += 1
+        if 0 <= i < len(nodes):
+            zone = nodes[i].labels.get(ZONE_LABEL)
+            zones.add(f"node:{nodes[i].name}" if zone is None else f"zone:{zone}")
         else:
-            zones.add(zone)
+            zones.add(f"node:?{i}")
     most = max(c for _, c in counts)
-    return (
-        f"spread: {len(counts)} nodes in {len(zones) + unlabelled} zones, at most {most} per node: "
-        + _per_node(nodes, counts)
-    )
+    return f"spread: {len(counts)} nodes in {len(zones)} zones, at most {most} per node: " + _per_node(nodes, answer)
 
 
 def replan_reason(policy: str, job: Job, nodes: Sequence[Node], answer: Sequence[int]) -> Optional[str]:
     """Why a re-plan (`optimize`) gives `job` the nodes `answer`, next to its current placement:
-    None when nothing changes (every replica placed and staying where it is) or `answer` is
-    empty, else how many replicas move and where the job now runs, e.g. `re-planned by
+    None when it leaves the job exactly where it runs (every replica placed, none moves, as many
+    replicas), else how many replicas move and where the job now runs, e.g. `re-planned by
     bin-pack: 1 of 2 replicas move; now n0×2`. `policy` names the policy (`bin-pack`)."""
-    if not answer:
-        return None
     current = job.current
-    moved = sum(1 for c, n in zip(current, answer) if c is not None and c != n)
+    moved = sum(1 for n, c in zip(answer, current) if c is not None and c != n)
     if moved == 0 and len(answer) == len(current) and all(c is not None for c in current):
         return None
-    return f"re-planned by {policy}: {moved} of {len(answer)} replicas move; now " + _per_node(nodes, tally(answer))
+    return f"re-planned by {policy}: {moved} of {len(answer)} replicas move; now " + _per_node(nodes, answer)
 
 
 def with_reasons(policy: str, jobs: Sequence[Job], nodes: Sequence[Node], plan) -> List[JobDecision]:
-    """`plan` (`optimize`'s `JobAllocation`s) as `JobDecision`s with `replan_reason`s."""
-    return [JobDecision(p.job, p.nodes, replan_reason(policy, jobs[p.job], nodes, p.nodes)) for p in plan]
+    """`plan` (`optimize`'s `JobAllocation`s) as `JobDecision`s, each with its `replan_reason`
+    where it has no reason yet (an entry whose job is out of range keeps none)."""
+    out = []
+    for p in plan:
+        reason = getattr(p, "reason", None)
+        if reason is None and 0 <= p.job < len(jobs):
+            reason = replan_reason(policy, jobs[p.job], nodes, p.nodes)
+        out.append(JobDecision(p.job, p.nodes, reason))
+    return out
