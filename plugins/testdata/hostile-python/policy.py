@@ -7,31 +7,27 @@ plugins/testdata/hostile-policy (Rust), for the host's bound tests in every lang
   with the interpreter's limit lifted (CPython's frames live on its heap: the memory cap ends it);
 - `garbage`: an answer naming a node that does not exist; `wrong-count`: one node too few;
 - `huge-no-fit`: a 2 MiB no-fit message; `raise`: an exception the SDK maps to `internal`;
-- `huge-reason`: a good answer with a 4 MiB reason (contract 0.4; the host keeps 256 bytes);
-- `control-reason`: a good answer whose reason is control characters (NUL, ESC sequences, CR/LF,
-  DEL, C1), a bidi override, a BOM and a lone surrogate (the SDK makes it U+FFFD: UTF-8 cannot
-  hold it); the host turns control characters into spaces.
-`optimize` gives the same reasons to jobs so named. Every other answer carries no reason, as a
-policy written for contract 0.3 answers: the component also shows that such a policy still
-builds and answers.
+- `huge-reason`: a good answer with a 1 MiB reason (contract 0.4; under the host's copy cap, so
+  it is cut to 256 bytes, not refused); `control-reason`: a good answer whose reason carries
+  newlines, a NUL, terminal escapes, a bidi override and DEL (the host turns them into spaces).
+  Both reasons are the Rust twin's, byte for byte.
+Every other answer carries no reason, as a policy written for contract 0.3 answers: the
+component also shows that such a policy still builds and answers.
 """
 
 import sys
 import time
 
-from diorch_plugin import Decision, JobDecision, NoFit, placement, policy
+from diorch_plugin import Decision, NoFit, placement, policy
 
-CONTROL_REASON = (
-    "\x00bell\x07 esc\x1b[2J\x1b]0;title\x07 cr\r lf\n tab\t del\x7f c1\x85\x9b"
-    " bidi\u202egnp.lam\u202c bom\ufeff lone\udc80 end"
-)
+CONTROL_REASON = "line one\nline two\r\0\x1b[31mred\x1b[0m \u202edesrever\x7f end"
 
 
 def _reason(mode):
-    """The reason of a reason mode, else None (made per call: 4 MiB built at import would end
+    """The reason of a reason mode, else None (made per call: 1 MiB built at import would end
     up in the component's initial memory)."""
     if mode == "huge-reason":
-        return "why " * (1 << 20)
+        return "why " * (256 << 10)
     if mode == "control-reason":
         return CONTROL_REASON
     return None
@@ -75,12 +71,7 @@ def allocate(job, nodes):
 
 
 def optimize(jobs, nodes, previous):
-    plan = placement.optimize(placement.binpack_score, jobs, nodes, previous)
-    out = []
-    for p in plan:
-        reason = _reason(jobs[p.job].name)
-        out.append(p if reason is None else JobDecision(p.job, p.nodes, reason))
-    return out
+    return placement.optimize(placement.binpack_score, jobs, nodes, previous)
 
 
 WitWorld = policy(allocate, optimize)
