@@ -24,6 +24,7 @@ use kube::{Api, Client};
 
 use crate::clock::{Clock, SystemClock};
 use crate::metrics::{AllocationLabels, Metrics, PolicyCallLabels};
+use crate::plugin::checked::CheckedAllocation;
 use crate::plugin::registry::PluginRegistry;
 use crate::plugin::{self, Checked, NativePolicy, PluginError, PolicyError, SchedulingPolicy};
 use diorch_core::allocation::admit::{self, AfterCall, Answer};
@@ -34,7 +35,7 @@ use diorch_core::cached::CachedJob;
 use diorch_core::key::{BoxFuture, ObjectKey};
 use diorch_core::model as view;
 use diorch_core::placement::{
-    Placement, SlotNodes, holds_placement, needs_allocation, placed_slots,
+    Placement, SlotNodes, Why, holds_placement, needs_allocation, placed_slots,
 };
 use diorch_core::planner::{MAX_MESSAGE_BYTES, clip};
 use diorch_core::resources::Resources;
@@ -107,6 +108,9 @@ struct Proposal {
     slots: SlotNodes,
     replicas: Option<Vec<u32>>,
     by: String,
+    /// Why the built-in policy re-planned instead of the requested one.
+    fallback: Option<String>,
+    why: Why,
 }
 
 #[derive(Default)]
@@ -491,9 +495,10 @@ impl Allocator {
         Some(Admission::Placed {
             nodes: proposal.slots.clone(),
             by: proposal.by.clone(),
-            fallback: None,
+            fallback: proposal.fallback.clone(),
             replan: true,
             replicas: proposal.replicas.clone(),
+            why: proposal.why.clone(),
         })
     }
 
@@ -607,6 +612,7 @@ impl Allocator {
                 job: m.key.clone(),
                 nodes: current.get(key).cloned().map(Vec::from).unwrap_or_default(),
                 replicas: None,
+                reason: None,
             })
             .collect();
         let job_models: Arc<[plugin::Job]> = models
@@ -618,9 +624,13 @@ impl Allocator {
 
         let builtin = Checked::builtin(self.policies.builtin());
         let mut answer = None;
+        // The requested plugin's component, and why the built-in policy planned instead of it.
+        let mut plugin_sha = None;
+        let mut fallback = None;
         if let Some(policy) = requested.and_then(|name| self.policies.named(name)) {
             let policy = Checked::plugin(policy);
             let by = policy.by().to_string();
+            plugin_sha = policy.why(None).sha256;
             let version = ledger.book.version();
             drop(ledger);
             let started = Instant::now();
@@ -666,6 +676,7 @@ impl Allocator {
                     let error = clip(&e.to_string(), MAX_MESSAGE_BYTES);
                     tracing::warn!(policy = %by, reason = e.reason(), %error,
                         "optimize failed; the built-in policy re-plans instead");
+                    fallback = Some(error);
                 }
             }
             if book_changed {
@@ -734,7 +745,14 @@ impl Allocator {
             builtin.optimize_now(&jobs, &room_around(moving), &previous)
         };
         let (by, plan) = match replan::around_kept(plan, keys.len(), fits, rebuild) {
-            Ok(fitted) if fitted.by_builtin => (builtin.by().to_string(), fitted.plan),
+            Ok(fitted) if fitted.by_builtin => {
+                if by != builtin.by() {
+                    fallback = Some(format!(
+                        "the plan of {by} takes room of jobs it keeps where they are"
+                    ));
+                }
+                (builtin.by().to_string(), fitted.plan)
+            }
             Ok(fitted) => (by, fitted.plan),
             Err(e) => {
                 tracing::warn!(error = %e, "the built-in policy cannot re-plan around the kept jobs; nothing moves");
@@ -777,12 +795,23 @@ impl Allocator {
                                 since: self.settings.clock.now(),
                             },
                         );
+                        let by_plugin = by != builtin.by();
+                        let model_key = found.map(|(m, _, _, _)| m.key.as_str());
+                        let reason = plan
+                            .iter()
+                            .find(|e| Some(e.job.as_str()) == model_key)
+                            .and_then(|e| e.reason.clone());
                         ledger.proposals.insert(
                             key.clone(),
                             Proposal {
                                 slots: slots.clone(),
                                 replicas: replicas.clone(),
                                 by: by.clone(),
+                                fallback: if by_plugin { None } else { fallback.clone() },
+                                why: Why {
+                                    sha256: if by_plugin { plugin_sha.clone() } else { None },
+                                    reason,
+                                },
                             },
                         );
                         ledger
@@ -907,6 +936,7 @@ impl Allocator {
                 drop(active);
                 self.observe_call(started);
                 self.observe_policy_call(name, &by, "allocate", started);
+                let why = why_of(&answer, &policy);
                 let answer = answer_of(answer);
                 self.record(name, &by, || record::Decision::Allocate {
                     job: model.clone(),
@@ -938,10 +968,10 @@ impl Allocator {
                         return admit::ended(&by);
                     }
                     AfterCall::Place(slots) => {
-                        return self.place(&mut ledger, job, slots, &by, None);
+                        return self.place(&mut ledger, job, slots, &by, None, why);
                     }
-                    AfterCall::Wait(why) => {
-                        return self.wait(&mut ledger, job, &model, &nodes, &why, &by);
+                    AfterCall::Wait(no_fit) => {
+                        return self.wait(&mut ledger, job, &model, &nodes, &no_fit, &by, why);
                     }
                     AfterCall::AskAgain { why } => {
                         // Another admission took room this answer needs: ask again.
@@ -970,7 +1000,9 @@ impl Allocator {
         let model = view::model_job(job, &node_index, age);
         let by = builtin.by();
         let started = Instant::now();
-        let answer = answer_of(builtin.allocate_now(&model, &nodes));
+        let answer = builtin.allocate_now(&model, &nodes);
+        let why = why_of(&answer, &builtin);
+        let answer = answer_of(answer);
         self.observe_call(started);
         self.record(requested.as_deref().unwrap_or_default(), by, || {
             record::Decision::Allocate {
@@ -980,10 +1012,11 @@ impl Allocator {
             }
         });
         match answer {
-            Answer::Slots(slots) => self.place(&mut ledger, job, slots, by, fallback),
-            Answer::NoFit(why) | Answer::Failed { message: why, .. } => {
-                self.wait(&mut ledger, job, &model, &nodes, &why, by)
-            }
+            Answer::Slots(slots) => self.place(&mut ledger, job, slots, by, fallback, why),
+            Answer::NoFit(no_fit)
+            | Answer::Failed {
+                message: no_fit, ..
+            } => self.wait(&mut ledger, job, &model, &nodes, &no_fit, by, why),
         }
     }
 
@@ -1011,6 +1044,7 @@ impl Allocator {
         slots: SlotNodes,
         by: &str,
         fallback: Option<String>,
+        why: Why,
     ) -> Admission {
         let key = job_key(job);
         let held = Held {
@@ -1022,21 +1056,23 @@ impl Allocator {
         };
         ledger.book.hold(key.clone(), held);
         ledger.waiting.remove(&key);
-        let (answer, result) = admit::placed(slots, by, fallback);
+        let (answer, result) = admit::placed(slots, by, fallback, why);
         self.count_decision(by, result);
         tracing::info!(job = %key, policy = %by, result, "allocation decided");
         answer
     }
 
-    /// Tells `job` to wait for capacity (`why`, the policy's words; `nodes` is what it saw).
+    /// Tells `job` to wait for capacity (`no_fit`, the policy's words; `nodes` is what it saw).
+    #[allow(clippy::too_many_arguments)]
     fn wait(
         &self,
         ledger: &mut Ledger,
         job: &DIJob,
         model: &plugin::Job,
         nodes: &[plugin::Node],
-        why: &str,
+        no_fit: &str,
         by: &str,
+        why: Why,
     ) -> Admission {
         let key = job_key(job);
         ledger.waiting.insert(key.clone());
@@ -1045,8 +1081,9 @@ impl Allocator {
         admit::waiting(
             &view::describe_need(model),
             &view::describe_free(nodes),
-            why,
+            no_fit,
             by,
+            why,
         )
     }
 
@@ -1168,9 +1205,9 @@ impl Allocator {
 }
 
 /// A checked policy answer, as the admission rules read it (texts bounded).
-pub(crate) fn answer_of(answer: Result<SlotNodes, PluginError>) -> Answer {
+pub(crate) fn answer_of(answer: Result<CheckedAllocation, PluginError>) -> Answer {
     match answer {
-        Ok(slots) => Answer::Slots(slots),
+        Ok(a) => Answer::Slots(a.slots),
         Err(PluginError::Refused {
             error: PolicyError::NoFit(why),
             ..
@@ -1179,6 +1216,15 @@ pub(crate) fn answer_of(answer: Result<SlotNodes, PluginError>) -> Answer {
             reason: e.reason(),
             message: clip(&e.to_string(), MAX_MESSAGE_BYTES),
         },
+    }
+}
+
+/// What `answer` of `policy` records beside its slots: the component, and the reason when it
+/// placed the job.
+fn why_of<P>(answer: &Result<CheckedAllocation, PluginError>, policy: &Checked<P>) -> Why {
+    match answer {
+        Ok(a) => a.why.clone(),
+        Err(_) => policy.why(None),
     }
 }
 

@@ -25,6 +25,9 @@ impl Fixed {
     }
 }
 
+/// What [`Fixed`] says of each of its placements.
+const FIXED_REASON: &str = "the answer this test fixed";
+
 impl SchedulingPolicy for Fixed {
     fn describe(&self) -> String {
         "fixed@1234".into()
@@ -33,8 +36,11 @@ impl SchedulingPolicy for Fixed {
         &self,
         _: Arc<Job>,
         _: Arc<[plugin::Node]>,
-    ) -> BoxFuture<'static, Result<Vec<String>, PluginError>> {
-        let answer = self.0.clone();
+    ) -> BoxFuture<'static, Result<plugin::PolicyAnswer, PluginError>> {
+        let answer = self.0.clone().map(|nodes| plugin::PolicyAnswer {
+            nodes,
+            reason: Some(FIXED_REASON.to_string()),
+        });
         async move { answer }.boxed()
     }
     fn optimize(
@@ -212,7 +218,7 @@ async fn reservations_count_before_pods_exist_so_nothing_is_double_booked() {
     assert_eq!(placed_nodes(&again), placed_nodes(&a));
     // a holds 3 whole nodes though none of its pods exist: b (2 whole nodes) must wait.
     let b = h.allocator.admit(&job("b", 2, 8, None)).await;
-    let Admission::Waiting { message, by } = b else {
+    let Admission::Waiting { message, by, .. } = b else {
         panic!("b placed: {b:?}")
     };
     assert_eq!(by, "builtin-binpack");
@@ -403,7 +409,7 @@ async fn a_plugin_saying_no_fit_is_an_answer_not_a_failure() {
     }));
     let h = harness(4, vec![("p", no_fit)], Some("p"));
     let a = h.allocator.admit(&job("a", 1, 1, None)).await;
-    let Admission::Waiting { message, by } = a else {
+    let Admission::Waiting { message, by, .. } = a else {
         panic!("{a:?}")
     };
     assert_eq!(by, "fixed@1234");
@@ -466,6 +472,7 @@ fn plan(job: &str, nodes: &[&str]) -> JobPlan {
         job: job.into(),
         nodes: nodes.iter().map(|n| n.to_string()).collect(),
         replicas: None,
+        reason: None,
     }
 }
 
@@ -662,7 +669,7 @@ impl SchedulingPolicy for Gated {
         &self,
         job: Arc<Job>,
         nodes: Arc<[plugin::Node]>,
-    ) -> BoxFuture<'static, Result<Vec<String>, PluginError>> {
+    ) -> BoxFuture<'static, Result<plugin::PolicyAnswer, PluginError>> {
         let wait = self.wait();
         async move {
             wait.await;
@@ -766,7 +773,7 @@ async fn a_stale_plugin_answer_is_checked_again_and_exactly_one_job_gets_the_las
     gate.entered().await;
     gate.release_one();
     let a = a.await.expect("admission a");
-    let Admission::Waiting { by, message } = &a else {
+    let Admission::Waiting { by, message, .. } = &a else {
         panic!("a placed on b's room: {a:?}")
     };
     assert_eq!(by, "gated@1");
@@ -928,7 +935,7 @@ impl SchedulingPolicy for Renamed {
         &self,
         job: Arc<Job>,
         nodes: Arc<[plugin::Node]>,
-    ) -> BoxFuture<'static, Result<Vec<String>, PluginError>> {
+    ) -> BoxFuture<'static, Result<plugin::PolicyAnswer, PluginError>> {
         self.1.allocate(job, nodes)
     }
     fn optimize(
@@ -952,7 +959,7 @@ impl SchedulingPolicy for Hanging {
         &self,
         _: Arc<Job>,
         _: Arc<[plugin::Node]>,
-    ) -> BoxFuture<'static, Result<Vec<String>, PluginError>> {
+    ) -> BoxFuture<'static, Result<plugin::PolicyAnswer, PluginError>> {
         std::future::pending().boxed()
     }
     fn optimize(

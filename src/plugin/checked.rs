@@ -10,9 +10,17 @@
 
 use std::sync::Arc;
 
-use diorch_core::placement::SlotNodes;
+use diorch_core::placement::{SlotNodes, Why};
 
 use super::{Job, JobPlan, NativePolicy, Node, PluginError, SchedulingPolicy, checks};
+
+/// A checked `allocate` answer: one node per slot, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CheckedAllocation {
+    pub slots: SlotNodes,
+    /// The deciding component and the policy's (sanitised) reason.
+    pub why: Why,
+}
 
 /// A policy whose answers are checked before they are returned. `by` names it in errors
 /// (its `describe()`).
@@ -20,17 +28,30 @@ use super::{Job, JobPlan, NativePolicy, Node, PluginError, SchedulingPolicy, che
 pub struct Checked<P> {
     policy: P,
     by: String,
+    sha256: Option<String>,
 }
 
 impl<P> Checked<P> {
     /// `policy`, named `by` in errors and logs.
     pub fn new(policy: P, by: String) -> Checked<P> {
-        Checked { policy, by }
+        Checked {
+            policy,
+            by,
+            sha256: None,
+        }
     }
 
     /// The policy's name and version, as errors name it.
     pub fn by(&self) -> &str {
         &self.by
+    }
+
+    /// What an answer of this policy with `reason` records: its component and the reason.
+    pub fn why(&self, reason: Option<String>) -> Why {
+        Why {
+            sha256: self.sha256.clone(),
+            reason,
+        }
     }
 
     /// Whether `slots`, an answer for `job`, fit `nodes`: the nodes it was shown, or what is
@@ -54,7 +75,8 @@ impl Checked<Arc<dyn SchedulingPolicy>> {
     /// A loaded policy plugin (or any [`SchedulingPolicy`]), named by its `describe()`.
     pub fn plugin(policy: Arc<dyn SchedulingPolicy>) -> Self {
         let by = policy.describe();
-        Checked::new(policy, by)
+        let sha256 = policy.sha256();
+        Checked { policy, by, sha256 }
     }
 
     /// The policy's allocation of `job`, one node per slot, checked against `nodes`.
@@ -62,10 +84,13 @@ impl Checked<Arc<dyn SchedulingPolicy>> {
         &self,
         job: Arc<Job>,
         nodes: Arc<[Node]>,
-    ) -> Result<SlotNodes, PluginError> {
-        let slots = self.policy.allocate(job.clone(), nodes.clone()).await?;
-        self.fits(&job, &nodes, &slots)?;
-        Ok(SlotNodes::new(slots))
+    ) -> Result<CheckedAllocation, PluginError> {
+        let answer = self.policy.allocate(job.clone(), nodes.clone()).await?;
+        self.fits(&job, &nodes, &answer.nodes)?;
+        Ok(CheckedAllocation {
+            slots: SlotNodes::new(answer.nodes),
+            why: self.why(answer.reason),
+        })
     }
 
     /// The policy's plan for `jobs`, checked against `nodes`.
@@ -91,10 +116,17 @@ impl Checked<NativePolicy> {
     }
 
     /// [`Checked::allocate`] in the caller's thread (microseconds).
-    pub fn allocate_now(&self, job: &Job, nodes: &[Node]) -> Result<SlotNodes, PluginError> {
-        let slots = self.policy.allocate_now(job, nodes)?;
-        self.fits(job, nodes, &slots)?;
-        Ok(SlotNodes::new(slots))
+    pub fn allocate_now(
+        &self,
+        job: &Job,
+        nodes: &[Node],
+    ) -> Result<CheckedAllocation, PluginError> {
+        let answer = self.policy.allocate_now(job, nodes)?;
+        self.fits(job, nodes, &answer.nodes)?;
+        Ok(CheckedAllocation {
+            slots: SlotNodes::new(answer.nodes),
+            why: self.why(answer.reason),
+        })
     }
 
     /// [`Checked::optimize`] in the caller's thread.
@@ -128,9 +160,13 @@ mod tests {
             &self,
             job: Arc<Job>,
             nodes: Arc<[Node]>,
-        ) -> BoxFuture<'static, Result<Vec<String>, PluginError>> {
+        ) -> BoxFuture<'static, Result<crate::plugin::PolicyAnswer, PluginError>> {
             let name = nodes.first().map(|n| n.name.clone()).unwrap_or_default();
-            async move { Ok(vec![name; job.total_replicas()]) }.boxed()
+            let answer = crate::plugin::PolicyAnswer::new(
+                vec![name; job.total_replicas()],
+                Some("all on\nthe first node"),
+            );
+            async move { Ok(answer) }.boxed()
         }
 
         fn optimize(
@@ -146,6 +182,7 @@ mod tests {
                     job: j.key.clone(),
                     nodes: vec![name.clone(); j.total_replicas()],
                     replicas: None,
+                    reason: None,
                 })
                 .collect();
             async move { Ok(plan) }.boxed()
@@ -181,10 +218,14 @@ mod tests {
     async fn an_answer_that_fits_is_returned_and_checked_again_later() {
         let (job, nodes) = crate::plugin::sample::allocate_input(4, 2);
         let policy = Checked::plugin(Arc::new(FirstNode));
-        let slots = policy
+        let answer = policy
             .allocate(Arc::new(job.clone()), nodes.clone().into())
             .await
             .unwrap();
+        // The reason comes through sanitised; a test policy has no component.
+        assert_eq!(answer.why.reason.as_deref(), Some("all on the first node"));
+        assert_eq!(answer.why.sha256, None);
+        let slots = answer.slots;
         assert_eq!(slots.len(), job.total_replicas());
         assert!(policy.fits(&job, &nodes, slots.as_slice()).is_ok());
         // Later the first node is full: the same answer no longer fits.
@@ -199,7 +240,7 @@ mod tests {
         let (job, nodes) = crate::plugin::sample::allocate_input(10, 4);
         let builtin = Checked::builtin(NativePolicy::BinPack);
         assert_eq!(builtin.by(), "builtin-binpack");
-        let slots = builtin.allocate_now(&job, &nodes).unwrap();
+        let slots = builtin.allocate_now(&job, &nodes).unwrap().slots;
         assert!(builtin.fits(&job, &nodes, slots.as_slice()).is_ok());
         // No room at all: the built-in policy refuses rather than over-commit.
         let mut full = nodes.clone();

@@ -77,7 +77,11 @@ pub fn plan_to_indices(jobs: &[Job], nodes: &[Node], plan: &[JobPlan]) -> Vec<Jo
                 .iter()
                 .map(|n| node_index.get(n.as_str()).copied())
                 .collect::<Option<Vec<u32>>>()?;
-            Some(JobAllocation { job, nodes })
+            Some(JobAllocation {
+                job,
+                nodes,
+                reason: None,
+            })
         })
         .collect()
 }
@@ -135,6 +139,7 @@ pub fn plan(
                 job: job.key.clone(),
                 nodes: allocation(plugin, &sized, nodes, &p.nodes)?,
                 replicas,
+                reason: p.reason.as_deref().and_then(diorch_core::reason::sanitize),
             })
         })
         .collect()
@@ -157,6 +162,7 @@ pub(super) fn capacity(
             job: job.key.clone(),
             nodes: alloc.to_vec(),
             replicas: None,
+            reason: None,
         }],
     )
 }
@@ -424,6 +430,7 @@ mod tests {
         let grown = JobAllocation {
             job: 0,
             nodes: vec![0, 0, 1, 1, 1, 2, 2, 3, 3],
+            reason: None,
         };
         let p = plan("p", std::slice::from_ref(&job), &nodes, &[grown]).expect("resize");
         assert_eq!(p[0].replicas, Some(vec![2, 1, 6]));
@@ -432,6 +439,7 @@ mod tests {
         let too_many = JobAllocation {
             job: 0,
             nodes: vec![0; 12],
+            reason: None,
         };
         let err = plan("p", std::slice::from_ref(&job), &nodes, &[too_many]).expect_err("max");
         assert!(err.to_string().contains("outside its minReplicas"), "{err}");
@@ -439,6 +447,7 @@ mod tests {
         let short = JobAllocation {
             job: 0,
             nodes: vec![0; 2],
+            reason: None,
         };
         assert!(plan("p", std::slice::from_ref(&job), &nodes, &[short]).is_err());
         // No collector task: no resize.
@@ -447,6 +456,7 @@ mod tests {
         let other = JobAllocation {
             job: 0,
             nodes: vec![0; 4],
+            reason: None,
         };
         let err = plan("p", &[fixed], &nodes, &[other]).expect_err("not elastic");
         assert!(

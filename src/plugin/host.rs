@@ -41,13 +41,13 @@ use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use super::{
-    Job, JobAllocation, JobPlan, Node, PluginError, PodMutator, PolicyError, SchedulingPolicy,
-    TaskContext, checks,
+    Job, JobAllocation, JobPlan, Node, PluginError, PodMutator, PolicyAnswer, PolicyError,
+    SchedulingPolicy, TaskContext, checks,
 };
 
 mod bindings {
-    /// The current contract (`wit/plugins.wit`, 0.3.0).
-    pub mod v3 {
+    /// The current contract (`wit/plugins.wit`, 0.4.0).
+    pub mod v4 {
         pub mod policy {
             wasmtime::component::bindgen!({ path: "wit/plugins.wit", world: "scheduling-policy" });
         }
@@ -57,6 +57,29 @@ mod bindings {
                 world: "pod-mutator",
                 with: {
                     "diorch:plugins/types": super::policy::diorch::plugins::types,
+                    "diorch:plugins/log": super::policy::diorch::plugins::log,
+                },
+            });
+        }
+    }
+    /// The frozen 0.3.0 contract (`wit/v0.3/plugins.wit`). Its input records are 0.4's, field
+    /// for field (wasmtime checks component types by structure, not by package version), so
+    /// both versions share one set of Rust types and one input builder; its log import is its
+    /// own.
+    pub mod v3 {
+        pub mod policy {
+            wasmtime::component::bindgen!({
+                path: "wit/v0.3/plugins.wit",
+                world: "scheduling-policy",
+                with: { "diorch:plugins/types": crate::plugin::host::bindings::v4::policy::diorch::plugins::types },
+            });
+        }
+        pub mod mutator {
+            wasmtime::component::bindgen!({
+                path: "wit/v0.3/plugins.wit",
+                world: "pod-mutator",
+                with: {
+                    "diorch:plugins/types": crate::plugin::host::bindings::v4::policy::diorch::plugins::types,
                     "diorch:plugins/log": super::policy::diorch::plugins::log,
                 },
             });
@@ -85,15 +108,18 @@ mod columns;
 mod compile;
 mod records;
 
-pub use calls::{CallPaths, WasmMutator, WasmPolicy};
+pub use calls::{CallPaths, RawAllocation, WasmMutator, WasmPolicy};
 use calls::{LoadedPolicy, MutatorPre, PolicyPre};
 
 use bindings::v2::policy::diorch::plugins::{log as log_v2, types as wit_v2};
-use bindings::v3::policy::diorch::plugins::{log as log_v3, types as wit};
+use bindings::v3::policy::diorch::plugins::log as log_v3;
+use bindings::v4::policy::diorch::plugins::{log as log_v4, types as wit};
 
-/// The contract versions the host calls: the current one, and the one before it.
+/// The contract versions the host calls: the current one, and the two before it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 pub enum Contract {
+    #[serde(rename = "0.4.0")]
+    V4,
     #[serde(rename = "0.3.0")]
     V3,
     #[serde(rename = "0.2.0")]
@@ -103,6 +129,7 @@ pub enum Contract {
 impl fmt::Display for Contract {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
+            Contract::V4 => "0.4.0",
             Contract::V3 => "0.3.0",
             Contract::V2 => "0.2.0",
         })
@@ -129,7 +156,7 @@ impl World {
 
 impl fmt::Display for World {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.at(Contract::V3))
+        f.write_str(&self.at(Contract::V4))
     }
 }
 
@@ -536,6 +563,7 @@ macro_rules! log_host {
     };
 }
 
+log_host!(log_v4);
 log_host!(log_v3);
 log_host!(log_v2);
 
@@ -649,7 +677,9 @@ fn declared_contract(engine: &Engine, component: &Component) -> Option<Contract>
         .imports(engine)
         .find_map(|(name, _)| {
             let version = name.strip_prefix("diorch:plugins/")?.split_once('@')?.1;
-            if version.starts_with("0.3.") {
+            if version.starts_with("0.4.") {
+                Some(Contract::V4)
+            } else if version.starts_with("0.3.") {
                 Some(Contract::V3)
             } else if version.starts_with("0.2.") {
                 Some(Contract::V2)
@@ -659,8 +689,9 @@ fn declared_contract(engine: &Engine, component: &Component) -> Option<Contract>
         })
 }
 
-/// The log import of both contract versions.
+/// The log import of every contract version.
 fn add_log(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
+    log_v4::add_to_linker::<HostState, HasSelf<HostState>>(linker, |s| s)?;
     log_v3::add_to_linker::<HostState, HasSelf<HostState>>(linker, |s| s)?;
     log_v2::add_to_linker::<HostState, HasSelf<HostState>>(linker, |s| s)
 }
@@ -780,25 +811,31 @@ impl PluginHost {
             .linker
             .instantiate_pre(&component)
             .map_err(wrong)?;
-        // The version its imports name first: a mutator's export has the same type in both,
-        // so the type check alone would not tell which one it was built against.
-        let (first, second) = match declared_contract(&self.inner.engine, &component) {
-            Some(Contract::V2) => (Contract::V2, Contract::V3),
-            _ => (Contract::V3, Contract::V2),
-        };
-        let (contract, pre) = match typed(first, pre.clone()) {
-            Ok(typed) => (first, typed),
-            Err(first_error) => match typed(second, pre) {
-                Ok(typed) => (second, typed),
-                // Reported against the current version: what a plugin author should build for.
-                Err(second_error) => {
-                    return Err(wrong(if first == Contract::V3 {
-                        first_error
-                    } else {
-                        second_error
-                    }));
+        // The version its imports name first: a mutator's export has the same type in every
+        // version, so the type check alone would not tell which one it was built against.
+        let declared = declared_contract(&self.inner.engine, &component);
+        let order = declared.into_iter().chain(
+            [Contract::V4, Contract::V3, Contract::V2]
+                .into_iter()
+                .filter(|c| Some(*c) != declared),
+        );
+        let mut current_error = None;
+        let mut typed_pre = None;
+        for contract in order {
+            match typed(contract, pre.clone()) {
+                Ok(typed) => {
+                    typed_pre = Some((contract, typed));
+                    break;
                 }
-            },
+                // Reported against the current version: what a plugin author should build for.
+                Err(e) if contract == Contract::V4 => current_error = Some(e),
+                Err(_) => {}
+            }
+        }
+        let Some((contract, pre)) = typed_pre else {
+            return Err(wrong(current_error.unwrap_or_else(|| {
+                wasmtime::Error::msg("matches no contract version")
+            })));
         };
         Ok(Loaded {
             core: self.loaded_core(name, hash, limits, contract),

@@ -35,8 +35,8 @@ pub use diorch_policies::{
 };
 pub use host::{
     CallPaths, ComponentInfo, Contract, ERROR_TEXT_CAP, HOST_COPY_CAP, HostConfig, Limits,
-    MAX_COMPONENT_BYTES, MUTATOR_OUTPUT_CAP, PluginHost, WasmMutator, WasmPolicy, World,
-    default_memory_budget,
+    MAX_COMPONENT_BYTES, MUTATOR_OUTPUT_CAP, PluginHost, RawAllocation, WasmMutator, WasmPolicy,
+    World, default_memory_budget,
 };
 pub use native::NativePolicy;
 
@@ -101,19 +101,44 @@ impl TaskContext {
     }
 }
 
+/// A policy's checked answer to `allocate`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PolicyAnswer {
+    /// One node name per replica, in rank order.
+    pub nodes: Vec<String>,
+    /// Why, in the policy's words (contract 0.4.0), already through
+    /// [`diorch_core::reason::sanitize`]; `None` from older components or when it said nothing.
+    pub reason: Option<String>,
+}
+
+impl PolicyAnswer {
+    /// `nodes` with the policy's raw `reason`, sanitised here.
+    pub fn new(nodes: Vec<String>, reason: Option<&str>) -> PolicyAnswer {
+        PolicyAnswer {
+            nodes,
+            reason: reason.and_then(diorch_core::reason::sanitize),
+        }
+    }
+}
+
 /// Places jobs. Inputs are shared (`Arc`) so a call can move to a blocking thread without a copy.
 pub trait SchedulingPolicy: Send + Sync {
     /// Name and version for logs, e.g. `binpack@3f2a…` or `builtin-binpack`.
     fn describe(&self) -> String;
 
-    /// One node name per replica of `job`, in rank order; checked against `nodes`.
+    /// sha256 (hex) of the Wasm component behind this policy; `None` for a built-in one.
+    fn sha256(&self) -> Option<String> {
+        None
+    }
+
+    /// One node name per replica of `job`, in rank order, checked against `nodes`, and why.
     fn allocate(
         &self,
         job: Arc<Job>,
         nodes: Arc<[Node]>,
-    ) -> BoxFuture<'static, Result<Vec<String>, PluginError>>;
+    ) -> BoxFuture<'static, Result<PolicyAnswer, PluginError>>;
 
-    /// A new plan for `jobs` (jobs missing from it are not placed).
+    /// A new plan for `jobs` (jobs missing from it are not placed); entries may say why.
     fn optimize(
         &self,
         jobs: Arc<[Job]>,

@@ -14,7 +14,8 @@ use diorch_policies::goodput::Goodput;
 use diorch_policies::spread::Spread;
 
 use super::{
-    Job, JobAllocation, JobPlan, Node, PluginError, PolicyError, SchedulingPolicy, checks,
+    Job, JobAllocation, JobPlan, Node, PluginError, PolicyAnswer, PolicyError, SchedulingPolicy,
+    checks,
 };
 
 /// Which built-in algorithm.
@@ -63,12 +64,22 @@ impl NativePolicy {
         }
     }
 
-    /// Checked allocation, in the caller's thread (microseconds).
-    pub fn allocate_now(self, job: &Job, nodes: &[Node]) -> Result<Vec<String>, PluginError> {
+    fn explain_logic(self, job: &Job, nodes: &[Node], answer: &[u32]) -> Option<String> {
+        match self {
+            NativePolicy::BinPack => BinPack.explain_allocate(job, nodes, answer),
+            NativePolicy::Spread => Spread.explain_allocate(job, nodes, answer),
+            NativePolicy::Goodput => Goodput.explain_allocate(job, nodes, answer),
+        }
+    }
+
+    /// Checked allocation with its reason, in the caller's thread (microseconds).
+    pub fn allocate_now(self, job: &Job, nodes: &[Node]) -> Result<PolicyAnswer, PluginError> {
         let alloc = self
             .allocate_logic(job, nodes)
             .map_err(|e| self.refused(e))?;
-        checks::allocation(self.name(), job, nodes, &alloc)
+        let names = checks::allocation(self.name(), job, nodes, &alloc)?;
+        let reason = self.explain_logic(job, nodes, &alloc);
+        Ok(PolicyAnswer::new(names, reason.as_deref()))
     }
 
     pub fn optimize_now(
@@ -94,7 +105,7 @@ impl SchedulingPolicy for NativePolicy {
         &self,
         job: Arc<Job>,
         nodes: Arc<[Node]>,
-    ) -> BoxFuture<'static, Result<Vec<String>, PluginError>> {
+    ) -> BoxFuture<'static, Result<PolicyAnswer, PluginError>> {
         let this = *self;
         async move { this.allocate_now(&job, &nodes) }.boxed()
     }
@@ -124,10 +135,17 @@ mod tests {
             NativePolicy::Spread,
             NativePolicy::Goodput,
         ] {
-            let names = p
+            let answer = p
                 .allocate(Arc::new(job.clone()), nodes.clone())
                 .await
                 .unwrap();
+            let names = answer.nodes;
+            // Every built-in policy says why, in the shared words of `diorch_policies::explain`.
+            let reason = answer.reason.unwrap();
+            assert!(
+                reason.starts_with("bin-pack") || reason.starts_with("spread"),
+                "{reason}"
+            );
             assert_eq!(names.len(), job.total_replicas());
             assert!(
                 names

@@ -695,11 +695,15 @@ impl SchedulingPolicy for MeteredPolicy {
         self.inner.describe()
     }
 
+    fn sha256(&self) -> Option<String> {
+        Some(self.inner.sha256().to_string())
+    }
+
     fn allocate(
         &self,
         job: Arc<Job>,
         nodes: Arc<[Node]>,
-    ) -> BoxFuture<'static, Result<Vec<String>, PluginError>> {
+    ) -> BoxFuture<'static, Result<super::PolicyAnswer, PluginError>> {
         metered(
             Some(self.metrics.clone()),
             self.inner.name(),

@@ -302,6 +302,7 @@ pub fn snapshot() -> Snapshot {
                 .map(|&i| nodes[i as usize].name.clone())
                 .collect(),
             replicas: None,
+            reason: None,
         })
         .collect();
     Snapshot {

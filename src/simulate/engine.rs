@@ -271,11 +271,15 @@ impl SchedulingPolicy for Recorded {
         self.inner.describe()
     }
 
+    fn sha256(&self) -> Option<String> {
+        self.inner.sha256()
+    }
+
     fn allocate(
         &self,
         job: Arc<Job>,
         nodes: Arc<[crate::plugin::Node]>,
-    ) -> BoxFuture<'static, Result<Vec<String>, PluginError>> {
+    ) -> BoxFuture<'static, Result<crate::plugin::PolicyAnswer, PluginError>> {
         let call = self.inner.allocate(job, nodes);
         let stats = self.stats.clone();
         async move {

@@ -253,7 +253,10 @@ mod tests {
 
     fn allocate_record(nodes_count: usize) -> Record {
         let (job, nodes) = crate::plugin::sample::allocate_input(nodes_count, 2);
-        let placed = NativePolicy::BinPack.allocate_now(&job, &nodes).unwrap();
+        let placed = NativePolicy::BinPack
+            .allocate_now(&job, &nodes)
+            .unwrap()
+            .nodes;
         Record {
             v: FORMAT_VERSION,
             at: "2026-11-27T00:00:00Z".into(),

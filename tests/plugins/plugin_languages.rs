@@ -257,6 +257,7 @@ fn arb_optimize() -> impl Strategy<Value = OptimizeCase> {
                     .map(|(j, at)| JobAllocation {
                         job: j,
                         nodes: vec![at; jobs[j as usize].total_replicas()],
+                        reason: None,
                     })
                     .collect();
                 (jobs, nodes, previous)
@@ -519,7 +520,11 @@ fn hostile_policies_in_python_and_js_are_contained_like_rust_ones() {
                 "{lang} {mode} took {took:?}"
             );
             let good = p.allocate_blocking(&hostile_job("fine"), &nodes);
-            assert_eq!(good.map(|a| a.len()).ok(), Some(7), "{lang}: after {mode}");
+            assert_eq!(
+                good.map(|a| a.nodes.len()).ok(),
+                Some(7),
+                "{lang}: after {mode}"
+            );
         }
     }
 }

@@ -26,6 +26,7 @@ pub mod naming;
 pub mod placement;
 pub mod planner;
 pub mod ranks;
+pub mod reason;
 pub mod resources;
 pub mod step;
 pub mod validate;

@@ -84,6 +84,17 @@ macro_rules! node_list {
 
 node_list!(SlotNodes, RankNodes);
 
+/// What an admission records about the policy beyond its name (`by`): the deciding component
+/// and the policy's own reason.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Why {
+    /// sha256 (hex) of the Wasm component that decided; `None` for a built-in policy.
+    pub sha256: Option<String>,
+    /// The policy's reason (contract 0.4.0), already passed through
+    /// [`crate::reason::sanitize`]; `None` when it gave none.
+    pub reason: Option<String>,
+}
+
 /// The allocator's answer for a preemptible job that needs an allocation.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Admission {
@@ -99,9 +110,14 @@ pub enum Admission {
         /// New replica count per task (spec order) when an elastic policy resized the job;
         /// `nodes` are the slots at these counts.
         replicas: Option<Vec<u32>>,
+        why: Why,
     },
     /// Not every replica fits now; the job waits in Pending.
-    Waiting { message: String, by: String },
+    Waiting {
+        message: String,
+        by: String,
+        why: Why,
+    },
 }
 
 /// What places preemptible jobs, as the controller sees it. The operator's allocator

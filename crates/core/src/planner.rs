@@ -13,12 +13,12 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use serde_json::Value;
 
 use crate::api::{
-    CleanPodPolicy, DIJob, DIJobStatus, JobCondition, Phase, RestartPolicy, TaskReplicaStatus,
-    labels,
+    AllocationDecision, CleanPodPolicy, DIJob, DIJobStatus, DecisionAction, JobCondition, Phase,
+    RestartPolicy, TaskReplicaStatus, labels,
 };
 use crate::build::{self, BuildContext, ReplicaSlot};
 use crate::cached::{CachedPod, CachedService};
-use crate::placement::{Admission, RankNodes};
+use crate::placement::{Admission, RankNodes, Why};
 use crate::ranks::RankTable;
 use crate::validate;
 
@@ -74,6 +74,13 @@ pub fn clip(text: &str, max: usize) -> String {
     let cut = text.floor_char_boundary(max.saturating_sub(ELLIPSIS.len()));
     format!("{}{ELLIPSIS}", &text[..cut])
 }
+
+/// Entries kept in `status.decisions` (newest first).
+pub const MAX_DECISIONS: usize = 10;
+
+/// Most bytes of a decision entry's `policy`, `hostChanged` and `message` (its `reason` is
+/// bounded by [`crate::reason::MAX_REASON_BYTES`]).
+pub const MAX_DECISION_TEXT_BYTES: usize = 256;
 
 /// Condition (not a phase) saying whether a preemptible job holds an allocation, and from
 /// which policy. Kept first in `status.conditions`, so the current phase stays last.
@@ -674,18 +681,26 @@ impl Planner<'_> {
                     fallback,
                     replan,
                     replicas,
+                    why,
                 }) => {
                     let allocation = nodes.by_rank(&desired_names, &ranks);
                     // The same allocation again (a retried answer) is nothing new.
                     if self.status.allocation.as_deref() != Some(allocation.as_slice()) {
-                        self.allocated(allocation, by, fallback.as_deref(), *replan);
+                        self.allocated(
+                            allocation,
+                            by,
+                            fallback.as_deref(),
+                            *replan,
+                            replicas.is_some(),
+                            why,
+                        );
                         if replicas.is_some() {
                             self.resized_event();
                         }
                     }
                     placed = true;
                 }
-                Some(Admission::Waiting { message, by }) => self.waiting(message, by),
+                Some(Admission::Waiting { message, by, why }) => self.waiting(message, by, why),
                 // Allocated already (or the allocator has not answered: nothing is placed).
                 None => {
                     placed = self

@@ -10,6 +10,10 @@ impl Policy for GpuBinPack {
         BinPack.allocate(job, nodes)
     }
 
+    fn explain_allocate(job: &Job, nodes: &[NodeView<'_>], answer: &[u32]) -> Option<String> {
+        BinPack.explain_allocate(job, nodes, answer)
+    }
+
     fn optimize(
         jobs: &[Job],
         nodes: &[NodeView<'_>],
@@ -57,10 +61,13 @@ mod tests {
             age_seconds: 0,
         };
         let nodes = vec![node("a", 8), node("b", 3), node("c", 2)];
-        // Fullest first: two on c, the third on b.
+        // Fullest first: two on c, the third on b; the reason says so through the WIT.
+        let decision =
+            allocate::<super::GpuBinPack>(encode(std::slice::from_ref(&job), &nodes)).unwrap();
+        assert_eq!(decision.nodes, vec![2, 2, 1]);
         assert_eq!(
-            allocate::<super::GpuBinPack>(encode(std::slice::from_ref(&job), &nodes)).unwrap(),
-            vec![2, 2, 1]
+            decision.reason.as_deref(),
+            Some("bin-pack, fullest fitting node first: c×2 (2 free GPUs), b×1 (3 free GPUs)")
         );
         let full = vec![node("a", 1)];
         assert!(matches!(

@@ -11,6 +11,10 @@ impl Policy for GoodputPolicy {
         Goodput.allocate(job, nodes)
     }
 
+    fn explain_allocate(job: &Job, nodes: &[NodeView<'_>], answer: &[u32]) -> Option<String> {
+        Goodput.explain_allocate(job, nodes, answer)
+    }
+
     fn optimize(
         jobs: &[Job],
         nodes: &[NodeView<'_>],
@@ -65,10 +69,9 @@ mod tests {
     #[test]
     fn allocates_by_bin_packing_through_the_wit_types() {
         let nodes = vec![node("a", 8), node("b", 3)];
-        assert_eq!(
-            allocate::<super::GoodputPolicy>(encode(&[job("")], &nodes)).unwrap(),
-            vec![1, 1, 1]
-        );
+        let decision = allocate::<super::GoodputPolicy>(encode(&[job("")], &nodes)).unwrap();
+        assert_eq!(decision.nodes, vec![1, 1, 1]);
+        assert!(decision.reason.unwrap().starts_with("bin-pack, fullest"));
     }
 
     #[test]

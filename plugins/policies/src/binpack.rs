@@ -2,7 +2,7 @@
 //! whole GPU nodes stay free for large jobs.
 
 use crate::engine::{Chooser, Placing, Score};
-use crate::model::{Amounts, NodeInfo, Task};
+use crate::model::{Amounts, Job, NodeInfo, Task};
 
 /// Best fit on GPUs, then CPU, then memory; CPU-only replicas avoid GPU nodes when they can;
 /// PreferNoSchedule nodes only when nothing else fits.
@@ -10,6 +10,12 @@ use crate::model::{Amounts, NodeInfo, Task};
 pub struct BinPack;
 
 impl Chooser for BinPack {
+    const LABEL: &'static str = "bin-pack";
+
+    fn explain<N: NodeInfo>(&self, job: &Job, nodes: &[N], answer: &[u32]) -> Option<String> {
+        crate::explain::binpack(job, nodes, answer)
+    }
+
     fn score<N: NodeInfo>(
         &self,
         ctx: &Placing<'_, N>,
@@ -161,7 +167,8 @@ mod tests {
             plan[0],
             JobAllocation {
                 job: 0,
-                nodes: vec![1; 4]
+                nodes: vec![1; 4],
+                reason: None,
             }
         );
         assert_eq!(plan[1].nodes, vec![0, 0]);

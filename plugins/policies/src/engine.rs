@@ -101,6 +101,12 @@ pub(crate) trait Chooser {
         left: &impl Amounts,
         task: &Task,
     ) -> Option<Score>;
+
+    /// The strategy's name in reasons, e.g. `bin-pack`.
+    const LABEL: &'static str;
+
+    /// Why an `allocate` answer is what it is (see [`crate::explain`]).
+    fn explain<N: NodeInfo>(&self, job: &Job, nodes: &[N], answer: &[u32]) -> Option<String>;
 }
 
 pub(crate) type Score = [u64; 4];
@@ -118,7 +124,18 @@ impl<C: Chooser> Policy for C {
         nodes: &[N],
         previous: &[JobAllocation],
     ) -> Result<Vec<JobAllocation>, PolicyError> {
-        optimize(self, jobs, nodes, previous, &mut Overlay::default())
+        let mut plan = optimize(self, jobs, nodes, previous, &mut Overlay::default())?;
+        crate::explain::replans(C::LABEL, jobs, nodes, &mut plan);
+        Ok(plan)
+    }
+
+    fn explain_allocate<N: NodeInfo>(
+        &self,
+        job: &Job,
+        nodes: &[N],
+        answer: &[u32],
+    ) -> Option<String> {
+        self.explain(job, nodes, answer)
     }
 }
 
@@ -319,6 +336,7 @@ pub(crate) fn optimize<C: Chooser, N: NodeInfo>(
             plan.push(JobAllocation {
                 job: index,
                 nodes: chosen,
+                reason: None,
             });
         }
     }

@@ -166,6 +166,59 @@ impl Resize {
         self.to < self.from
     }
 
+    /// Why `entry` resizes the job: the measured step the change rests on, and where the new
+    /// collectors run. The entry's length says how far growth got (it stops when nothing fits).
+    fn reason<N: NodeInfo>(&self, job: &Job, nodes: &[N], entry: &JobAllocation) -> Option<String> {
+        let others = job.total_replicas() - self.from as usize;
+        let to = entry.nodes.len().checked_sub(others)?;
+        if to == self.from as usize {
+            return None;
+        }
+        let profile = CollectorProfile::parse(&job.profilings)?;
+        let steps = profile.points().windows(2);
+        let step = if self.shrinks() {
+            steps.clone().find(|s| s[0].0 as usize == to)
+        } else {
+            steps.clone().find(|s| s[1].0 as usize == to)
+        }
+        .or_else(|| steps.last());
+        let head = format!("collectors {} → {to}", self.from);
+        let Some(&[(a, ta), (b, tb)]) = step else {
+            let a = profile.points().first().map_or(0, |p| p.0);
+            return Some(format!(
+                "{head}: one measurement so far ({a} collectors), probing the next count"
+            ));
+        };
+        let per_added = (tb - ta) / f64::from(b - a);
+        let average = ta / f64::from(a);
+        let percent = if average > 0.0 {
+            format!("{:+.0} %", 100.0 * per_added / average)
+        } else {
+            format!("{per_added:+.1} steps/s")
+        };
+        Some(if self.shrinks() {
+            format!(
+                "{head}: the measured step {a} → {b} collectors added {percent} per collector, \
+                 under the {MIN_GAIN_PERCENT} % that pays off"
+            )
+        } else {
+            let first_new = self.start + self.from as usize;
+            let added = &entry.nodes[first_new.min(entry.nodes.len())..self.start + to];
+            let on = crate::explain::tally(added)
+                .iter()
+                .map(|&(n, c)| {
+                    let name = nodes.get(n as usize).map_or("?", NodeInfo::name);
+                    format!("{name}×{c}")
+                })
+                .collect::<Vec<_>>()
+                .join(", ");
+            format!(
+                "{head}: {percent} throughput per added collector in the measured step \
+                 {a} → {b}; new ones on {on}"
+            )
+        })
+    }
+
     /// `ranks` (one entry per replica of the job as it runs now) without the dropped collectors,
     /// or `None` when `ranks` has another length and so does not describe this job.
     fn shrink<T: Clone>(&self, ranks: &[T], total: usize) -> Option<Vec<T>> {
@@ -226,6 +279,15 @@ impl Policy for Goodput {
         BinPack.allocate(job, nodes)
     }
 
+    fn explain_allocate<N: NodeInfo>(
+        &self,
+        job: &Job,
+        nodes: &[N],
+        answer: &[u32],
+    ) -> Option<String> {
+        BinPack.explain_allocate(job, nodes, answer)
+    }
+
     fn optimize<N: NodeInfo>(
         &self,
         jobs: &[Job],
@@ -252,6 +314,7 @@ impl Policy for Goodput {
                     Some(r) if r.shrinks() => Some(JobAllocation {
                         job: p.job,
                         nodes: r.shrink(&p.nodes, job.total_replicas())?,
+                        reason: None,
                     }),
                     _ => Some(p.clone()),
                 }
@@ -276,6 +339,13 @@ impl Policy for Goodput {
                 &mut free,
             );
         }
+        for entry in &mut plan {
+            let j = entry.job as usize;
+            if let (Some(job), Some(Some(r))) = (jobs.get(j), resizes.get(j)) {
+                entry.reason = r.reason(job, nodes, entry);
+            }
+        }
+        crate::explain::replans("goodput", jobs, nodes, &mut plan);
         Ok(plan)
     }
 }
@@ -461,6 +531,14 @@ mod tests {
         let plan = Goodput.optimize(&[j], &nodes, &[]).unwrap();
         // Measured up to 4 and still rising: 4, plus one probe. New ranks follow the old ones.
         assert_eq!(only(&plan, 0), &[0, 2, 2, 2, 2, 2]);
+        // 3 → 4 added 100 steps/s against an average of 100: +100 %.
+        assert_eq!(
+            plan[0].reason.as_deref(),
+            Some(
+                "collectors 2 → 5: +100 % throughput per added collector in the measured step \
+                 3 → 4; new ones on cpu-1×3"
+            )
+        );
     }
 
     #[test]
@@ -516,6 +594,14 @@ mod tests {
         let plan = Goodput.optimize(&[j], &nodes, &[]).unwrap();
         // Collector ranks 4 and 5 go; the evaluator keeps its node after the shorter block.
         assert_eq!(only(&plan, 0), &[0, 1, 2, 1, 2, 1]);
+        // 4 → 6 added 5 steps/s per collector against an average of 500: +1 %.
+        assert_eq!(
+            plan[0].reason.as_deref(),
+            Some(
+                "collectors 6 → 4: the measured step 4 → 6 collectors added +1 % per collector, \
+                 under the 5 % that pays off"
+            )
+        );
     }
 
     #[test]
@@ -526,6 +612,7 @@ mod tests {
         let previous = [JobAllocation {
             job: 0,
             nodes: vec![0, 2, 1, 2],
+            reason: None,
         }];
         let plan = Goodput.optimize(&[j], &nodes, &previous).unwrap();
         assert_eq!(only(&plan, 0), &[0, 2]);
@@ -562,10 +649,19 @@ mod tests {
             a.current = vec![Some(1), Some(2), Some(1)];
             let b = elastic("ns/b", 4, 1, 10, profilings);
             let jobs = [a, b];
+            let placements = |plan: Vec<JobAllocation>| -> Vec<(u32, Vec<u32>)> {
+                plan.into_iter().map(|e| (e.job, e.nodes)).collect()
+            };
             let plan = Goodput.optimize(&jobs, &nodes, &[]).unwrap();
             assert_eq!(
-                plan,
-                BinPack.optimize(&jobs, &nodes, &[]).unwrap(),
+                placements(plan.clone()),
+                placements(BinPack.optimize(&jobs, &nodes, &[]).unwrap()),
+                "{profilings}"
+            );
+            // The same words as bin-pack's, under goodput's name.
+            assert_eq!(
+                plan[1].reason.as_deref(),
+                Some("re-planned by goodput: 0 of 5 replicas move; now half×1, cpu×4"),
                 "{profilings}"
             );
             assert_eq!(only(&plan, 0), &[1, 2, 1]);
@@ -718,6 +814,7 @@ mod tests {
                     nodes: (0..len)
                         .map(|_| g.below(nodes.len() as u64) as u32)
                         .collect(),
+                    reason: None,
                 });
             }
         }

@@ -7,6 +7,7 @@
 
 pub mod binpack;
 mod engine;
+pub mod explain;
 pub mod goodput;
 pub mod model;
 pub mod spread;
@@ -22,13 +23,26 @@ pub trait Policy {
     /// One node index per replica, in rank order.
     fn allocate<N: NodeInfo>(&self, job: &Job, nodes: &[N]) -> Result<Vec<u32>, PolicyError>;
 
-    /// A whole new plan for `jobs` (see the WIT doc of `optimize`).
+    /// A whole new plan for `jobs` (see the WIT doc of `optimize`); an entry may say why in
+    /// its `reason`.
     fn optimize<N: NodeInfo>(
         &self,
         jobs: &[Job],
         nodes: &[N],
         previous: &[JobAllocation],
     ) -> Result<Vec<JobAllocation>, PolicyError>;
+
+    /// Why `answer`, this policy's `allocate` answer for `job` on `nodes`, is what it is, for
+    /// people (contract 0.4.0's `decision.reason`); `None` when there is nothing to say.
+    fn explain_allocate<N: NodeInfo>(
+        &self,
+        job: &Job,
+        nodes: &[N],
+        answer: &[u32],
+    ) -> Option<String> {
+        let _ = (job, nodes, answer);
+        None
+    }
 }
 
 #[cfg(test)]

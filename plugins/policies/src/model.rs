@@ -340,6 +340,13 @@ pub struct JobAllocation {
     pub job: u32,
     /// One node index per replica.
     pub nodes: Vec<u32>,
+    /// Why, for people (contract 0.4.0's `job-decision.reason`): set on a policy's answers,
+    /// never read from `previous`.
+    #[cfg_attr(
+        feature = "serde",
+        serde(default, skip_serializing_if = "Option::is_none")
+    )]
+    pub reason: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

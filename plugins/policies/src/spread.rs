@@ -2,7 +2,7 @@
 //! then the least-allocated node, so one node or zone failure takes out as few as possible.
 
 use crate::engine::{Chooser, Placing, Score};
-use crate::model::{Amounts, NodeInfo, Task};
+use crate::model::{Amounts, Job, NodeInfo, Task};
 
 /// The node label whose values count as failure domains.
 pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
@@ -11,6 +11,12 @@ pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
 pub struct Spread;
 
 impl Chooser for Spread {
+    const LABEL: &'static str = "spread";
+
+    fn explain<N: NodeInfo>(&self, job: &Job, nodes: &[N], answer: &[u32]) -> Option<String> {
+        crate::explain::spread(job, nodes, answer)
+    }
+
     fn score<N: NodeInfo>(
         &self,
         ctx: &Placing<'_, N>,

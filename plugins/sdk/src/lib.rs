@@ -1,5 +1,5 @@
 //! Guest SDK for diorch plugins (wasm32-wasip2 components built against `wit/plugins.wit`,
-//! contract version 0.3.0).
+//! contract version 0.4.0).
 //!
 //! Owns: the wit-bindgen bindings of both worlds, borrowed views of a policy call's input for
 //! the plain model of `diorch-policies` (and the model-to-WIT encoding for native tests), the
@@ -51,8 +51,8 @@ pub mod mutator_bindings {
         pub_export_macro: true,
         export_macro_name: "export_world",
         with: {
-            "diorch:plugins/types@0.3.0": crate::policy_bindings::diorch::plugins::types,
-            "diorch:plugins/log@0.3.0": crate::policy_bindings::diorch::plugins::log,
+            "diorch:plugins/types@0.4.0": crate::policy_bindings::diorch::plugins::types,
+            "diorch:plugins/log@0.4.0": crate::policy_bindings::diorch::plugins::log,
         },
     });
 }
@@ -69,7 +69,15 @@ pub trait Policy {
     /// One node index per replica, in rank order.
     fn allocate(job: &Job, nodes: &[NodeView<'_>]) -> Result<Vec<u32>, PluginError>;
 
-    /// The whole new plan; the default keeps every job's current complete placement.
+    /// Why `answer` (this policy's `allocate` answer) is what it is, in words for the job's
+    /// owner: sent as the answer's `reason` (the host keeps 256 bytes of it). `None` by default.
+    fn explain_allocate(job: &Job, nodes: &[NodeView<'_>], answer: &[u32]) -> Option<String> {
+        let _ = (job, nodes, answer);
+        None
+    }
+
+    /// The whole new plan (an entry's `reason` says why, if set); the default keeps every job's
+    /// current complete placement.
     fn optimize(
         jobs: &[Job],
         nodes: &[NodeView<'_>],
@@ -83,6 +91,7 @@ pub trait Policy {
             .map(|(i, j)| JobAllocation {
                 job: i as u32,
                 nodes: j.current.iter().flatten().copied().collect(),
+                reason: None,
             })
             .collect())
     }
@@ -105,7 +114,7 @@ pub mod __private {
         }
     }
 
-    pub fn allocate<P: Policy>(cluster: wit::Cluster) -> Result<Vec<u32>, wit::Error> {
+    pub fn allocate<P: Policy>(cluster: wit::Cluster) -> Result<wit::Decision, wit::Error> {
         let jobs = view::job_count(&cluster);
         if jobs != 1 {
             return Err(wit::Error::InvalidInput(format!(
@@ -113,13 +122,19 @@ pub mod __private {
             )));
         }
         let job = view::job(&cluster, 0);
-        P::allocate(&job, &NodeView::all(&cluster)).map_err(error)
+        let nodes = NodeView::all(&cluster);
+        let answer = P::allocate(&job, &nodes).map_err(error)?;
+        let reason = P::explain_allocate(&job, &nodes, &answer);
+        Ok(wit::Decision {
+            nodes: answer,
+            reason,
+        })
     }
 
     pub fn optimize<P: Policy>(
         cluster: wit::Cluster,
         previous: Vec<wit::JobAllocation>,
-    ) -> Result<Vec<wit::JobAllocation>, wit::Error> {
+    ) -> Result<Vec<wit::JobDecision>, wit::Error> {
         let jobs: Vec<Job> = (0..view::job_count(&cluster))
             .map(|j| view::job(&cluster, j))
             .collect();
@@ -128,14 +143,16 @@ pub mod __private {
             .map(|p| JobAllocation {
                 job: p.job,
                 nodes: p.nodes,
+                reason: None,
             })
             .collect();
         P::optimize(&jobs, &NodeView::all(&cluster), &previous)
             .map(|plan| {
                 plan.into_iter()
-                    .map(|p| wit::JobAllocation {
+                    .map(|p| wit::JobDecision {
                         job: p.job,
                         nodes: p.nodes,
+                        reason: p.reason,
                     })
                     .collect()
             })
@@ -158,13 +175,13 @@ macro_rules! export_policy {
         impl $crate::policy_bindings::Guest for __DiorchPolicyExport {
             fn allocate(
                 cluster: $crate::wit::Cluster,
-            ) -> ::std::result::Result<::std::vec::Vec<u32>, $crate::wit::Error> {
+            ) -> ::std::result::Result<$crate::wit::Decision, $crate::wit::Error> {
                 $crate::__private::allocate::<$ty>(cluster)
             }
             fn optimize(
                 cluster: $crate::wit::Cluster,
                 previous: ::std::vec::Vec<$crate::wit::JobAllocation>,
-            ) -> ::std::result::Result<::std::vec::Vec<$crate::wit::JobAllocation>, $crate::wit::Error>
+            ) -> ::std::result::Result<::std::vec::Vec<$crate::wit::JobDecision>, $crate::wit::Error>
             {
                 $crate::__private::optimize::<$ty>(cluster, previous)
             }

@@ -10,6 +10,10 @@ impl Policy for SpreadPolicy {
         Spread.allocate(job, nodes)
     }
 
+    fn explain_allocate(job: &Job, nodes: &[NodeView<'_>], answer: &[u32]) -> Option<String> {
+        Spread.explain_allocate(job, nodes, answer)
+    }
+
     fn optimize(
         jobs: &[Job],
         nodes: &[NodeView<'_>],
@@ -62,12 +66,22 @@ mod tests {
 
     #[test]
     fn spreads_through_the_wit_types() {
-        let mut alloc =
+        let decision =
             allocate::<super::SpreadPolicy>(encode(&[job("ns/a", 3)], &nodes(3))).unwrap();
+        assert!(
+            decision
+                .reason
+                .as_deref()
+                .is_some_and(|r| r.starts_with("spread: 3 nodes in ")),
+            "{decision:?}"
+        );
+        let mut alloc = decision.nodes;
         alloc.sort();
         assert_eq!(alloc, vec![0, 1, 2]);
         // Zones read through the views: two replicas on four nodes in two zones.
-        let alloc = allocate::<super::SpreadPolicy>(encode(&[job("ns/a", 2)], &nodes(4))).unwrap();
+        let alloc = allocate::<super::SpreadPolicy>(encode(&[job("ns/a", 2)], &nodes(4)))
+            .unwrap()
+            .nodes;
         assert_ne!(alloc[0] / 2, alloc[1] / 2, "{alloc:?}");
     }
 

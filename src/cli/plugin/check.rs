@@ -88,7 +88,7 @@ pub fn check_granted(
                             out,
                             "allocate: job of {} replicas on {n} nodes -> {} in {} (fresh instance + call)",
                             job.total_replicas(),
-                            result.join(","),
+                            result.nodes.join(","),
                             micros(t)
                         )?;
                     }

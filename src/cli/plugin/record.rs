@@ -58,6 +58,7 @@ pub fn build(nodes: &[Node], pods: &[UsagePod], jobs: &[DIJob], now: &jiff::Time
                     .filter_map(|i| model_nodes.get(*i as usize).map(|n| n.name.clone()))
                     .collect(),
                 replicas: None,
+                reason: None,
             });
         }
         snapshot.jobs.push(model);

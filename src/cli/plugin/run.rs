@@ -11,7 +11,7 @@ use std::time::Instant;
 use crate::plugin::snapshot::{self, Snapshot};
 use crate::plugin::{
     Checked, HostConfig, Job, JobPlan, Limits, NativePolicy, Node, PluginError, PluginHost,
-    SchedulingPolicy as _, WasmPolicy, checks,
+    PolicyAnswer, SchedulingPolicy as _, WasmPolicy, checks,
 };
 
 use super::timing::{micros, timed};
@@ -175,12 +175,22 @@ fn run_allocate(
         let (raw, time) = timed(RUN_REPEATS, || policy.allocate_raw(job, &nodes));
         report.calls += 1;
         let answer = raw
-            .and_then(|alloc| checks::allocation(policy.name(), job, &nodes, &alloc))
-            .and_then(|names| checked.fits(job, &nodes, &names).map(|()| names));
+            .and_then(|raw| {
+                let names = checks::allocation(policy.name(), job, &nodes, &raw.nodes)?;
+                Ok(PolicyAnswer::new(names, raw.reason.as_deref()))
+            })
+            .and_then(|a| checked.fits(job, &nodes, &a.nodes).map(|()| a));
         let before = nodes.clone();
         let ours = match answer {
-            Ok(names) => {
+            Ok(PolicyAnswer {
+                nodes: names,
+                reason,
+            }) => {
                 write_placement(out, "  ", job, &names)?;
+                // As the job's status will show it: sanitised and bounded.
+                if let Some(reason) = reason {
+                    writeln!(out, "  reason    {reason}")?;
+                }
                 writeln!(out, "  check     ok: one ready node per replica")?;
                 writeln!(out, "  capacity  ok: {CAPACITY_OK}")?;
                 snapshot::take(&mut nodes, job, &names);
@@ -204,7 +214,7 @@ fn run_allocate(
             micros(time)
         )?;
         if let Some(native) = options.compare {
-            let theirs = native.allocate_now(job, &before);
+            let theirs = native.allocate_now(job, &before).map(|a| a.nodes);
             write_comparison(out, native, job, ours.as_deref(), theirs)?;
         }
     }

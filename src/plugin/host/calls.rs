@@ -28,8 +28,17 @@ pub(super) struct LoadedPolicy {
 
 /// A policy's typed pre-instance, in the contract version it was built against.
 pub(super) enum PolicyPre {
+    V4(bindings::v4::policy::SchedulingPolicyPre<HostState>),
     V3(bindings::v3::policy::SchedulingPolicyPre<HostState>),
     V2(bindings::v2::policy::SchedulingPolicyPre<HostState>),
+}
+
+/// An `allocate` answer as the component gave it: node indices, unchecked, and its reason
+/// (raw: sanitised only once the answer is checked).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawAllocation {
+    pub nodes: Vec<u32>,
+    pub reason: Option<String>,
 }
 
 impl PolicyPre {
@@ -38,6 +47,7 @@ impl PolicyPre {
         pre: wasmtime::component::InstancePre<HostState>,
     ) -> wasmtime::Result<PolicyPre> {
         Ok(match contract {
+            Contract::V4 => PolicyPre::V4(bindings::v4::policy::SchedulingPolicyPre::new(pre)?),
             Contract::V3 => PolicyPre::V3(bindings::v3::policy::SchedulingPolicyPre::new(pre)?),
             Contract::V2 => PolicyPre::V2(bindings::v2::policy::SchedulingPolicyPre::new(pre)?),
         })
@@ -51,8 +61,10 @@ impl PolicyPre {
         nodes: &[Node],
     ) -> Result<PolicyInput, PluginError> {
         Ok(match self {
-            PolicyPre::V3(_) => PolicyInput::V3(columns::cluster(plugin, jobs, nodes)?),
-            PolicyPre::V2(_) => PolicyInput::V2(records::cluster(plugin, jobs, nodes)?),
+            PolicyPre::V4(_) | PolicyPre::V3(_) => {
+                PolicyInput::Columns(columns::cluster(plugin, jobs, nodes)?)
+            }
+            PolicyPre::V2(_) => PolicyInput::Records(records::cluster(plugin, jobs, nodes)?),
         })
     }
 
@@ -61,16 +73,30 @@ impl PolicyPre {
         &self,
         store: &mut Store<HostState>,
         input: &PolicyInput,
-    ) -> wasmtime::Result<Result<Vec<u32>, PolicyError>> {
+    ) -> wasmtime::Result<Result<RawAllocation, PolicyError>> {
+        let reasonless = |nodes| RawAllocation {
+            nodes,
+            reason: None,
+        };
         match (self, input) {
-            (PolicyPre::V3(pre), PolicyInput::V3(c)) => pre
+            (PolicyPre::V4(pre), PolicyInput::Columns(c)) => pre
                 .instantiate(&mut *store)?
                 .call_allocate(&mut *store, c)
-                .map(|r| r.map_err(PolicyError::from)),
-            (PolicyPre::V2(pre), PolicyInput::V2(c)) => pre
+                .map(|r| {
+                    r.map(|d| RawAllocation {
+                        nodes: d.nodes,
+                        reason: d.reason,
+                    })
+                    .map_err(PolicyError::from)
+                }),
+            (PolicyPre::V3(pre), PolicyInput::Columns(c)) => pre
                 .instantiate(&mut *store)?
                 .call_allocate(&mut *store, c)
-                .map(|r| r.map_err(PolicyError::from)),
+                .map(|r| r.map(reasonless).map_err(PolicyError::from)),
+            (PolicyPre::V2(pre), PolicyInput::Records(c)) => pre
+                .instantiate(&mut *store)?
+                .call_allocate(&mut *store, c)
+                .map(|r| r.map(reasonless).map_err(PolicyError::from)),
             _ => Err(mismatch()),
         }
     }
@@ -82,8 +108,9 @@ impl PolicyPre {
         input: &PolicyInput,
         previous: &[JobAllocation],
     ) -> wasmtime::Result<Result<Vec<JobAllocation>, PolicyError>> {
+        // `$reason` reads an entry's reason: 0.4's `job-decision` has one, older entries none.
         macro_rules! call {
-            ($pre:expr, $c:expr, $wit:ident) => {{
+            ($pre:expr, $c:expr, $wit:ident, |$p:ident| $reason:expr) => {{
                 let previous: Vec<$wit::JobAllocation> = previous
                     .iter()
                     .map(|p| $wit::JobAllocation {
@@ -96,9 +123,10 @@ impl PolicyPre {
                     .map(|r| {
                         r.map(|plan| {
                             plan.into_iter()
-                                .map(|p| JobAllocation {
-                                    job: p.job,
-                                    nodes: p.nodes,
+                                .map(|$p| JobAllocation {
+                                    job: $p.job,
+                                    reason: $reason,
+                                    nodes: $p.nodes,
                                 })
                                 .collect()
                         })
@@ -107,8 +135,9 @@ impl PolicyPre {
             }};
         }
         match (self, input) {
-            (PolicyPre::V3(pre), PolicyInput::V3(c)) => call!(pre, c, wit),
-            (PolicyPre::V2(pre), PolicyInput::V2(c)) => call!(pre, c, wit_v2),
+            (PolicyPre::V4(pre), PolicyInput::Columns(c)) => call!(pre, c, wit, |p| p.reason),
+            (PolicyPre::V3(pre), PolicyInput::Columns(c)) => call!(pre, c, wit, |p| None),
+            (PolicyPre::V2(pre), PolicyInput::Records(c)) => call!(pre, c, wit_v2, |p| None),
             _ => Err(mismatch()),
         }
     }
@@ -118,11 +147,13 @@ impl PolicyPre {
 // One lives on the stack per call, never in a collection: boxing would only add an allocation.
 #[allow(clippy::large_enum_variant)]
 pub(super) enum PolicyInput {
-    V3(wit::Cluster),
-    V2(wit_v2::Cluster),
+    /// 0.3.0 and 0.4.0.
+    Columns(wit::Cluster),
+    /// 0.2.0.
+    Records(wit_v2::Cluster),
 }
 
-/// An input built for one contract version passed to the other: inputs are built by the same
+/// An input built for one contract version passed to another: inputs are built by the same
 /// `PolicyPre` that calls them (`PolicyPre::input`), and a policy's inline and pool pre-instances
 /// are of one version, so this is a host bug, reported as a host error rather than a panic.
 pub(super) fn mismatch() -> wasmtime::Error {
@@ -148,6 +179,7 @@ refusal!(wit_v2);
 
 /// A mutator's typed pre-instance, in the contract version it was built against.
 pub(super) enum MutatorPre {
+    V4(bindings::v4::mutator::PodMutatorPre<HostState>),
     V3(bindings::v3::mutator::PodMutatorPre<HostState>),
     V2(bindings::v2::mutator::PodMutatorPre<HostState>),
 }
@@ -158,6 +190,7 @@ impl MutatorPre {
         pre: wasmtime::component::InstancePre<HostState>,
     ) -> wasmtime::Result<MutatorPre> {
         Ok(match contract {
+            Contract::V4 => MutatorPre::V4(bindings::v4::mutator::PodMutatorPre::new(pre)?),
             Contract::V3 => MutatorPre::V3(bindings::v3::mutator::PodMutatorPre::new(pre)?),
             Contract::V2 => MutatorPre::V2(bindings::v2::mutator::PodMutatorPre::new(pre)?),
         })
@@ -170,7 +203,7 @@ impl MutatorPre {
         ctx: &TaskContext,
         pod_json: &str,
     ) -> wasmtime::Result<Result<String, PolicyError>> {
-        // The task context has the same fields in both versions.
+        // The task context has the same fields in every version (0.3's type is 0.4's).
         macro_rules! call {
             ($pre:expr, $wit:ident) => {{
                 let ctx = $wit::TaskContext {
@@ -191,6 +224,7 @@ impl MutatorPre {
             }};
         }
         match self {
+            MutatorPre::V4(pre) => call!(pre, wit),
             MutatorPre::V3(pre) => call!(pre, wit),
             MutatorPre::V2(pre) => call!(pre, wit_v2),
         }
@@ -226,8 +260,8 @@ impl WasmPolicy {
         self.inner.core.contract
     }
 
-    /// Raw call: node indices as the plugin returned them, unchecked (blocking).
-    pub fn allocate_raw(&self, job: &Job, nodes: &[Node]) -> Result<Vec<u32>, PluginError> {
+    /// Raw call: node indices and reason as the plugin returned them, unchecked (blocking).
+    pub fn allocate_raw(&self, job: &Job, nodes: &[Node]) -> Result<RawAllocation, PluginError> {
         let input = self.inner.pre.input(&self.inner.core.name, &[job], nodes)?;
         match self.allocate_call(&input, false) {
             Ok(answer) => answer,
@@ -244,7 +278,7 @@ impl WasmPolicy {
         &self,
         input: &PolicyInput,
         inline: bool,
-    ) -> Result<Result<Vec<u32>, PluginError>, OverBudget> {
+    ) -> Result<Result<RawAllocation, PluginError>, OverBudget> {
         let core = &self.inner.core;
         let pre = match (inline, &self.inner.inline_pre) {
             (false, _) => &self.inner.pre,
@@ -266,10 +300,14 @@ impl WasmPolicy {
         })
     }
 
-    /// Checked allocation: node names, one per replica (blocking).
-    pub fn allocate_blocking(&self, job: &Job, nodes: &[Node]) -> Result<Vec<String>, PluginError> {
-        let alloc = self.allocate_raw(job, nodes)?;
-        checks::allocation(&self.inner.core.name, job, nodes, &alloc)
+    /// Checked allocation: node names, one per replica, and the sanitised reason (blocking).
+    pub fn allocate_blocking(
+        &self,
+        job: &Job,
+        nodes: &[Node],
+    ) -> Result<PolicyAnswer, PluginError> {
+        let raw = self.allocate_raw(job, nodes)?;
+        checked(&self.inner.core.name, job, nodes, raw)
     }
 
     /// Raw optimize: entries as the plugin returned them, unchecked (blocking).
@@ -322,9 +360,24 @@ impl WasmPolicy {
     }
 }
 
+/// `raw` checked against `nodes`, its reason sanitised.
+fn checked(
+    plugin: &str,
+    job: &Job,
+    nodes: &[Node],
+    raw: RawAllocation,
+) -> Result<PolicyAnswer, PluginError> {
+    let names = checks::allocation(plugin, job, nodes, &raw.nodes)?;
+    Ok(PolicyAnswer::new(names, raw.reason.as_deref()))
+}
+
 impl SchedulingPolicy for WasmPolicy {
     fn describe(&self) -> String {
         self.inner.core.describe()
+    }
+
+    fn sha256(&self) -> Option<String> {
+        Some(self.inner.core.sha256.to_string())
     }
 
     /// Admissions are serialised and an `allocate` usually takes well under a millisecond, so
@@ -340,7 +393,7 @@ impl SchedulingPolicy for WasmPolicy {
         &self,
         job: Arc<Job>,
         nodes: Arc<[Node]>,
-    ) -> BoxFuture<'static, Result<Vec<String>, PluginError>> {
+    ) -> BoxFuture<'static, Result<PolicyAnswer, PluginError>> {
         let this = self.clone();
         let slots = self.inner.core.slots();
         async move {
@@ -351,7 +404,7 @@ impl SchedulingPolicy for WasmPolicy {
                 match this.allocate_call(&input, true) {
                     Ok(answer) => {
                         this.inner.inline_answers.fetch_add(1, Ordering::Relaxed);
-                        return checks::allocation(&core.name, &job, &nodes, &answer?);
+                        return checked(&core.name, &job, &nodes, answer?);
                     }
                     Err(OverBudget) => this.inner.inline_ok.store(false, Ordering::Relaxed),
                 }

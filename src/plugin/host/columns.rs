@@ -1,4 +1,4 @@
-//! The 0.3.0 contract's policy input (`wit/plugins.wit`): every table as columns of integers,
+//! The 0.3.0 and 0.4.0 contracts' policy input (`wit/plugins.wit`, the same in both): every table as columns of integers,
 //! which wasmtime copies into the guest one block per column, where the 0.2 lists of records
 //! were written one field at a time (about half of a 100-node `allocate`, see
 //! docs/performance.md).

@@ -66,7 +66,7 @@ fn one_memory_cap_covers_every_memory_of_the_instance() {
         deadline: Duration::from_secs(5),
         memory_bytes: 64 << 20,
     };
-    let core = host.loaded_core("memories", [0; 32], Some(limits), Contract::V3);
+    let core = host.loaded_core("memories", [0; 32], Some(limits), Contract::V4);
     let mut store = core.new_store(false);
     let instance = Linker::new(engine)
         .instantiate(&mut store, &component)

@@ -51,7 +51,7 @@ async fn allocate_runs_inline_within_one_tick_else_on_the_pool_with_its_full_dea
     // Fast calls are answered inline (at least two of three, in case a tick cut one short).
     let before = p.call_paths();
     for _ in 0..3 {
-        assert_eq!(call("fine").await.unwrap().len(), 7);
+        assert_eq!(call("fine").await.unwrap().nodes.len(), 7);
     }
     let (inline, _) = paths(before);
     assert!(inline >= 2, "only {inline} of 3 fast calls ran inline");
@@ -75,7 +75,7 @@ async fn allocate_runs_inline_within_one_tick_else_on_the_pool_with_its_full_dea
 
     // The next call goes to the pool; once one is fast there, calls run inline again.
     let before = p.call_paths();
-    assert_eq!(call("fine").await.unwrap().len(), 7);
+    assert_eq!(call("fine").await.unwrap().nodes.len(), 7);
     assert_eq!(
         paths(before),
         (0, 1),
@@ -86,7 +86,7 @@ async fn allocate_runs_inline_within_one_tick_else_on_the_pool_with_its_full_dea
     let before = p.call_paths();
     let mut calls = 0;
     while paths(before).0 < 2 && calls < 20 {
-        assert_eq!(call("fine").await.unwrap().len(), 7);
+        assert_eq!(call("fine").await.unwrap().nodes.len(), 7);
         calls += 1;
     }
     let (inline, _) = paths(before);
@@ -122,7 +122,7 @@ async fn example_policies_answer_allocate_inline() {
             let job = sample::job(&format!("default/j{i}"), 4);
             let replicas = job.tasks.iter().map(|t| t.replicas as usize).sum::<usize>();
             let out = p.allocate(Arc::new(job), nodes.clone()).await;
-            assert_eq!(out.unwrap().len(), replicas, "{name}");
+            assert_eq!(out.unwrap().nodes.len(), replicas, "{name}");
         }
         let paths = p.call_paths();
         assert_eq!(paths.inline + paths.pooled, 20, "{name}");

@@ -78,7 +78,7 @@ async fn hostile_policy_calls_fail_cleanly_while_others_are_served() {
             err.to_string().len()
         );
         for g in good {
-            assert_eq!(g.unwrap().len(), 7);
+            assert_eq!(g.unwrap().nodes.len(), 7);
         }
         // Bounded by the deadline (the 20 good calls share the slots); an unbounded mode would
         // never end, so a generous allowance for a loaded machine loses nothing.
@@ -156,7 +156,7 @@ async fn hostile_library_is_cut_off_by_its_bounds_while_good_calls_keep_succeedi
             // Only the busy loop runs into its deadline; it stops within a tick of it.
             "loop" => assert_eq!(reason, "Timeout"),
             // Log lines are capped and dropped, the answer is good.
-            "log-flood" => assert_eq!(out.unwrap().len(), 7),
+            "log-flood" => assert_eq!(out.unwrap().nodes.len(), 7),
             _ => assert!(
                 !matches!(reason, "Timeout" | "ok"),
                 "{mode}: must be stopped by its bound, not the deadline: {out:?}"
@@ -180,7 +180,7 @@ async fn hostile_library_is_cut_off_by_its_bounds_while_good_calls_keep_succeedi
         async move {
             let started = Instant::now();
             let out = p.allocate(Arc::new(hostile_job("fine")), nodes).await;
-            assert_eq!(out.unwrap().len(), 7);
+            assert_eq!(out.unwrap().nodes.len(), 7);
             started.elapsed()
         }
     };

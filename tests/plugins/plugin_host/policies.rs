@@ -24,7 +24,7 @@ fn example_policies_match_the_native_library() {
                 native.allocate_now(&job, &nodes).unwrap(),
                 "{file} on {n} nodes"
             );
-            assert_eq!(got.len(), job.total_replicas());
+            assert_eq!(got.nodes.len(), job.total_replicas());
         }
         let (jobs, nodes) = sample::optimize_input(50, 100);
         let plan = p.optimize_blocking(&jobs, &nodes, &[]).unwrap();

@@ -170,7 +170,7 @@ async fn thousand_calls_during_twenty_hot_swaps_all_succeed() {
                     let policy = reg.policy(Some("default"));
                     let described = policy.describe();
                     let names = policy.allocate(job.clone(), nodes.clone()).await?;
-                    seen.push((described, names.len()));
+                    seen.push((described, names.nodes.len()));
                     completed.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
                 }
                 Ok::<_, PluginError>(seen)

@@ -9,7 +9,7 @@
 use std::time::{Duration, Instant};
 
 use super::book::Held;
-use crate::placement::{Admission, SlotNodes};
+use crate::placement::{Admission, SlotNodes, Why};
 use crate::planner::{MAX_MESSAGE_BYTES, clip};
 
 /// Times a policy plugin is asked for one admission whose answers keep going stale (other
@@ -72,6 +72,8 @@ pub fn reservation(held: Option<&Held>, uid: &str, want: usize) -> Option<Admiss
         fallback: None,
         replan: false,
         replicas: None,
+        // The answer being repeated was not recorded; its words are not kept with the hold.
+        why: Why::default(),
     })
 }
 
@@ -121,7 +123,12 @@ fn contended(by: &str) -> Fallback {
 
 /// The answer that places a job on `slots`, and its result label
 /// (`diorch_allocator_decisions_total{result}`).
-pub fn placed(slots: SlotNodes, by: &str, fallback: Option<String>) -> (Admission, &'static str) {
+pub fn placed(
+    slots: SlotNodes,
+    by: &str,
+    fallback: Option<String>,
+    why: Why,
+) -> (Admission, &'static str) {
     let result = if fallback.is_none() {
         "placed"
     } else {
@@ -134,20 +141,22 @@ pub fn placed(slots: SlotNodes, by: &str, fallback: Option<String>) -> (Admissio
             fallback,
             replan: false,
             replicas: None,
+            why,
         },
         result,
     )
 }
 
 /// The answer that tells a job to wait: what it needs (`need`), what is free (`free`), and why
-/// (the policy's words, bounded).
-pub fn waiting(need: &str, free: &str, why: &str, by: &str) -> Admission {
+/// (the policy's no-fit words, bounded).
+pub fn waiting(need: &str, free: &str, no_fit: &str, by: &str, why: Why) -> Admission {
     Admission::Waiting {
         message: format!(
             "waiting for capacity: {need} do not all fit ({free}); {}",
-            clip(why, MAX_MESSAGE_BYTES)
+            clip(no_fit, MAX_MESSAGE_BYTES)
         ),
         by: by.to_string(),
+        why,
     }
 }
 
@@ -156,6 +165,7 @@ pub fn ended(by: &str) -> Admission {
     Admission::Waiting {
         message: "the job ended or was deleted during placement".to_string(),
         by: by.to_string(),
+        why: Why::default(),
     }
 }
 

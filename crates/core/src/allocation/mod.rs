@@ -25,4 +25,7 @@ pub struct JobPlan {
     /// resizing the job); `None` keeps the job's counts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replicas: Option<Vec<u32>>,
+    /// Why, in the policy's words (contract 0.4.0), sanitised; never compared when plans are.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }

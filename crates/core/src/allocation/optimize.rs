@@ -91,6 +91,7 @@ mod tests {
             job: job.into(),
             nodes: nodes.iter().map(|n| n.to_string()).collect(),
             replicas: None,
+            reason: None,
         }
     }
 

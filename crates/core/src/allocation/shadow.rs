@@ -209,6 +209,7 @@ mod tests {
             job: job.to_string(),
             nodes: nodes.iter().map(|n| n.to_string()).collect(),
             replicas,
+            reason: None,
         }
     }
 

@@ -441,6 +441,63 @@ pub struct DIJobStatus {
     /// One condition per phase the job has been in; the current one is last and `True`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conditions: Option<Vec<JobCondition>>,
+
+    /// diorch extension: the latest allocation decisions for a preemptible job, newest first
+    /// (at most 10): each placement, move, resize, fallback and wait, with the policy that
+    /// made it and why. `kubectl dijob explain JOB` shows them. Written by diorch only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decisions: Option<Vec<AllocationDecision>>,
+}
+
+/// diorch extension: one entry of `status.decisions`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AllocationDecision {
+    /// When it was made.
+    pub time: Time,
+    /// What happened to the job.
+    pub action: DecisionAction,
+    /// The policy that decided, as the `Allocated` condition names it: a plugin with its
+    /// version (`binpack@3f2a…`) or a built-in policy (`builtin-binpack`).
+    pub policy: String,
+    /// sha256 (hex) of the plugin's Wasm component; absent for a built-in policy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+    /// What the operator changed about the requested policy's answer, when it did: a fallback
+    /// to the built-in policy after the plugin failed (error, trap, deadline, memory) or gave
+    /// an answer that does not fit. Absent when the policy's answer was applied as given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_changed: Option<String>,
+    /// The policy's own reason (contract 0.4.0 policies): at most 256 bytes, control and
+    /// bidi characters replaced by spaces.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// What the decision did, as the `Allocated` condition said it.
+    pub message: String,
+}
+
+/// What an allocation decision did to a job.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
+pub enum DecisionAction {
+    /// A first placement.
+    Placed,
+    /// A re-plan moved replicas.
+    Moved,
+    /// An elastic policy changed the job's replica counts.
+    Resized,
+    /// Not every replica fits: the job waits.
+    Waiting,
+}
+
+impl DecisionAction {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DecisionAction::Placed => "Placed",
+            DecisionAction::Moved => "Moved",
+            DecisionAction::Resized => "Resized",
+            DecisionAction::Waiting => "Waiting",
+        }
+    }
 }
 
 fn default_phase() -> Option<Phase> {

@@ -12,13 +12,15 @@ impl Planner<'_> {
         RankNodes::new(self.status.allocation.clone().unwrap_or_default())
     }
 
-    /// Records a new allocation with its condition and Event.
+    /// Records a new allocation with its condition, Event and decision entry.
     pub(super) fn allocated(
         &mut self,
         allocation: RankNodes,
         by: &str,
         fallback: Option<&str>,
         replan: bool,
+        resized: bool,
+        why: &Why,
     ) {
         let mut per_node: BTreeMap<&str, usize> = BTreeMap::new();
         for node in allocation.as_slice().iter().filter(|n| !n.is_empty()) {
@@ -40,6 +42,18 @@ impl Planner<'_> {
             format!("re-planned by {by}: {moved} replicas move; now on {spread}")
         } else {
             format!("placed by {by} on {spread}")
+        };
+        let action = if resized {
+            DecisionAction::Resized
+        } else if replan {
+            DecisionAction::Moved
+        } else {
+            DecisionAction::Placed
+        };
+        self.decided(action, by, fallback, why, &message);
+        let message = match &why.reason {
+            Some(reason) => format!("{message}; why: {reason}"),
+            None => message,
         };
         self.status.allocation = Some(allocation.into());
         self.plan.allocated = true;
@@ -90,8 +104,9 @@ impl Planner<'_> {
         });
     }
 
-    /// Keeps a job that does not fit waiting, saying why (the Event only when the reason changes).
-    pub(super) fn waiting(&mut self, message: &str, by: &str) {
+    /// Keeps a job that does not fit waiting, saying why (the Event and the decision entry only
+    /// when the reason changes).
+    pub(super) fn waiting(&mut self, message: &str, by: &str, why: &Why) {
         // A policy's no-fit text is as long as the policy made it; the policy's name stays
         // readable at the end however long that is.
         let by = clip(by, MAX_MESSAGE_BYTES / 4);
@@ -107,6 +122,7 @@ impl Planner<'_> {
             .flatten()
             .any(|c| c.type_ == ALLOCATED_CONDITION && c.message.as_deref() == Some(&message));
         if !same {
+            self.decided(DecisionAction::Waiting, &by, None, why, &message);
             self.plan.events.push(JobEvent {
                 type_: EventType::Warning,
                 reason: "FailedAllocation",
@@ -114,6 +130,31 @@ impl Planner<'_> {
             });
             self.set_allocated_condition("False", "Unschedulable", message);
         }
+    }
+
+    /// Puts a decision first in `status.decisions`, keeping the newest [`MAX_DECISIONS`]. Its
+    /// texts are cut to [`MAX_DECISION_TEXT_BYTES`]: the condition keeps the whole message, and
+    /// ten entries stay a few KiB of the object every cache holds.
+    fn decided(
+        &mut self,
+        action: DecisionAction,
+        by: &str,
+        fallback: Option<&str>,
+        why: &Why,
+        message: &str,
+    ) {
+        let entry = AllocationDecision {
+            time: self.now.clone(),
+            action,
+            policy: clip(by, MAX_DECISION_TEXT_BYTES),
+            sha256: why.sha256.clone(),
+            host_changed: fallback.map(|f| clip(f, MAX_DECISION_TEXT_BYTES)),
+            reason: why.reason.clone(),
+            message: clip(message, MAX_DECISION_TEXT_BYTES),
+        };
+        let decisions = self.status.decisions.get_or_insert_with(Vec::new);
+        decisions.insert(0, entry);
+        decisions.truncate(MAX_DECISIONS);
     }
 
     pub(super) fn set_allocated_condition(&mut self, status: &str, reason: &str, message: String) {

@@ -71,6 +71,7 @@ impl Sim {
                 fallback: None,
                 replan: false,
                 replicas: None,
+                why: Why::default(),
             }),
             job,
             ctx: BuildContext::default(),
@@ -928,6 +929,7 @@ fn oversized_jobs_fail_naming_the_field_before_any_slot_is_built() {
                 fallback: None,
                 replan: false,
                 replicas: Some(vec![u32::MAX; 70]),
+                why: Why::default(),
             };
             let observed = Observed {
                 admission: Some(&admission),
@@ -1166,6 +1168,7 @@ fn waiting(message: &str) -> Admission {
     Admission::Waiting {
         message: message.into(),
         by: "binpack@abc".into(),
+        why: Why::default(),
     }
 }
 
@@ -1176,6 +1179,7 @@ fn placed(nodes: &[&str], fallback: Option<&str>) -> Admission {
         fallback: fallback.map(String::from),
         replan: false,
         replicas: None,
+        why: Why::default(),
     }
 }
 

@@ -46,6 +46,7 @@ impl Policy for Flapping {
                 Some(JobAllocation {
                     job: u32::try_from(j).ok()?,
                     nodes,
+                    reason: None,
                 })
             })
             .collect())

@@ -8,7 +8,9 @@
 //!   answer; `log-amplify`: one log line whose 64 fields all alias one 512 KiB string, so the
 //!   host would copy 64 MiB (under wasmtime's default cap of 128 MiB) out of 512 KiB of guest
 //!   memory;
-//! - `unknown-node`, `wrong-count`, `not-ready`: answers the host must refuse.
+//! - `unknown-node`, `wrong-count`, `not-ready`: answers the host must refuse;
+//! - `huge-reason`: a good answer with a 1 MiB reason (under the host's copy cap, so it is cut, not refused); `control-reason`: a good answer whose
+//!   reason carries newlines, a NUL, terminal escapes and a bidi override.
 
 use std::hint::black_box;
 use std::mem::ManuallyDrop;
@@ -92,6 +94,16 @@ impl Policy for Hostile {
                 Ok(vec![i as u32; job.total_replicas()])
             }
             _ => BinPack.allocate(job, nodes),
+        }
+    }
+
+    fn explain_allocate(job: &Job, nodes: &[NodeView<'_>], answer: &[u32]) -> Option<String> {
+        match job.key.rsplit('/').next().unwrap_or_default() {
+            "huge-reason" => Some("why ".repeat(256 << 10)),
+            "control-reason" => Some(
+                "line one\nline two\r\0\u{1b}[31mred\u{1b}[0m \u{202e}desrever\u{7f} end".into(),
+            ),
+            _ => BinPack.explain_allocate(job, nodes, answer),
         }
     }
 

@@ -30,6 +30,7 @@ fn a_reservation_of_this_job_is_answered_again_until_its_status_confirms_it() {
             fallback: None,
             replan: false,
             replicas: None,
+            why: Why::default(),
         })
     );
     // Confirmed, another job of the same name, or another size: asked again.
@@ -91,7 +92,8 @@ fn a_job_released_during_the_call_is_neither_placed_nor_held() {
         ended("p"),
         Admission::Waiting {
             message: "the job ended or was deleted during placement".into(),
-            by: "p".into()
+            by: "p".into(),
+            why: Why::default(),
         }
     );
 }
@@ -122,26 +124,43 @@ fn no_fit_waits_and_a_failed_call_falls_back_with_its_reason_bounded() {
 
 #[test]
 fn placed_and_waiting_answers_say_who_decided_and_why() {
-    let (answer, result) = placed(slots(&["a"]), "builtin-binpack", Some("p failed".into()));
+    let why = Why {
+        sha256: None,
+        reason: Some("packed".into()),
+    };
+    let (answer, result) = placed(
+        slots(&["a"]),
+        "builtin-binpack",
+        Some("p failed".into()),
+        why.clone(),
+    );
     assert_eq!(result, "placed_by_fallback");
     assert!(matches!(
         answer,
         Admission::Placed {
             fallback: Some(_),
+            why: ref w,
             ..
-        }
+        } if *w == why
     ));
-    assert_eq!(placed(slots(&["a"]), "p", None).1, "placed");
+    assert_eq!(placed(slots(&["a"]), "p", None, Why::default()).1, "placed");
     let wait = waiting(
         "2 replicas: 1 GPU",
         "a: 0 GPUs free",
         &"y".repeat(3000),
         "p",
+        why.clone(),
     );
-    let Admission::Waiting { message, by } = wait else {
+    let Admission::Waiting {
+        message,
+        by,
+        why: w,
+    } = wait
+    else {
         panic!("waiting")
     };
     assert_eq!(by, "p");
+    assert_eq!(w, why);
     assert!(message.starts_with(
         "waiting for capacity: 2 replicas: 1 GPU do not all fit (a: 0 GPUs free); yyy"
     ));

@@ -107,6 +107,7 @@ fn entry(job: &str, nodes: &[&str]) -> JobPlan {
         job: job.to_string(),
         nodes: nodes.iter().map(|n| n.to_string()).collect(),
         replicas: None,
+        reason: None,
     }
 }
 

@@ -136,6 +136,7 @@ fn a_re_plan_moves_only_the_replicas_whose_node_changed() {
         fallback: None,
         replan: true,
         replicas: None,
+        why: Why::default(),
     });
     let plan = sim.step();
     assert!(plan.status_first());
@@ -175,6 +176,7 @@ fn an_elastic_resize_grows_and_shrinks_a_task_within_min_and_max() {
         fallback: None,
         replan: true,
         replicas: Some(counts.to_vec()),
+        why: Why::default(),
     };
     // Grow the collectors 2 -> 4: the two new ones go to n2.
     sim.admission = Some(resize(&[1, 4], &["n0", "n1", "n0", "n2", "n2"]));
@@ -386,4 +388,130 @@ fn a_changed_allocation_moves_only_the_misplaced_pods_of_a_preemptible_job() {
         3,
         "only one pod moved"
     );
+}
+
+/// Each allocation decision is explained where a user looks: the policy's reason in the
+/// `Allocated` condition and the Event, and an entry in `status.decisions` (newest first, at
+/// most `MAX_DECISIONS`) with the policy, its component, what the host changed and why. A wait
+/// is recorded once per new message; a retried answer adds nothing.
+#[test]
+fn every_decision_is_recorded_with_its_policy_and_reason() {
+    let mut sim = Sim::new(job_with(json!({"preemptible": true})));
+    let why = |reason: &str| Why {
+        sha256: Some("ab".repeat(32)),
+        reason: Some(reason.to_string()),
+    };
+    sim.admission = Some(Admission::Waiting {
+        message: "full".into(),
+        by: "binpack@abab".into(),
+        why: why("nothing fits"),
+    });
+    sim.settle();
+    sim.step();
+    let decisions = sim.status().decisions.unwrap();
+    assert_eq!(decisions.len(), 1, "a wait is recorded once: {decisions:?}");
+    assert_eq!(decisions[0].action, DecisionAction::Waiting);
+    assert_eq!(decisions[0].message, "full (policy binpack@abab)");
+
+    sim.admission = Some(Admission::Placed {
+        nodes: SlotNodes::new(["a", "b", "c", "c"].map(String::from).to_vec()),
+        by: "binpack@abab".into(),
+        fallback: None,
+        replan: false,
+        replicas: None,
+        why: why("a-3 has the 2 free GPUs"),
+    });
+    sim.step();
+    let c = allocated_condition(&sim);
+    assert_eq!(
+        c.message.as_deref(),
+        Some("placed by binpack@abab on a×1, b×1, c×2; why: a-3 has the 2 free GPUs")
+    );
+    assert!(sim.events.iter().any(|e| e.reason == "JobAllocated"
+        && e.message == "placed by binpack@abab on a×1, b×1, c×2; why: a-3 has the 2 free GPUs"));
+    let decisions = sim.status().decisions.unwrap();
+    assert_eq!(decisions.len(), 2);
+    let d = &decisions[0];
+    assert_eq!(d.action, DecisionAction::Placed);
+    assert_eq!(d.policy, "binpack@abab");
+    assert_eq!(d.sha256.as_deref(), Some("ab".repeat(32).as_str()));
+    assert_eq!(d.host_changed, None);
+    assert_eq!(d.reason.as_deref(), Some("a-3 has the 2 free GPUs"));
+    assert_eq!(d.message, "placed by binpack@abab on a×1, b×1, c×2");
+    // The same answer again (a retry) is not a decision.
+    sim.step();
+    assert_eq!(sim.status().decisions.unwrap().len(), 2);
+
+    // A re-plan by the built-in policy after the plugin failed: the host changed the answer.
+    sim.admission = Some(Admission::Placed {
+        nodes: SlotNodes::new(["a", "a", "b", "b"].map(String::from).to_vec()),
+        by: "builtin-binpack".into(),
+        fallback: Some("plugin binpack trapped: unreachable".into()),
+        replan: true,
+        replicas: None,
+        why: Why {
+            sha256: None,
+            reason: Some("bin-pack, fullest fitting node first: a×2, b×2".into()),
+        },
+    });
+    sim.step();
+    let d = &sim.status().decisions.unwrap()[0];
+    assert_eq!(d.action, DecisionAction::Moved);
+    assert_eq!(d.sha256, None);
+    assert_eq!(
+        d.host_changed.as_deref(),
+        Some("plugin binpack trapped: unreachable")
+    );
+
+    // Only the newest MAX_DECISIONS stay, newest first.
+    for i in 0..2 * MAX_DECISIONS {
+        let nodes = if i % 2 == 0 {
+            ["a", "b", "a", "b"]
+        } else {
+            ["b", "a", "b", "a"]
+        };
+        sim.admission = Some(Admission::Placed {
+            nodes: SlotNodes::new(nodes.map(String::from).to_vec()),
+            by: "binpack@abab".into(),
+            fallback: None,
+            replan: true,
+            replicas: None,
+            why: why(&format!("move {i}")),
+        });
+        sim.step();
+    }
+    let decisions = sim.status().decisions.unwrap();
+    assert_eq!(decisions.len(), MAX_DECISIONS);
+    assert_eq!(
+        decisions[0].reason.as_deref(),
+        Some(format!("move {}", 2 * MAX_DECISIONS - 1).as_str())
+    );
+    assert!(decisions.iter().all(|d| d.action == DecisionAction::Moved));
+}
+
+/// A resize says so, and the entry's texts are bounded whatever the policy's name or the
+/// fallback's error.
+#[test]
+fn a_resize_is_recorded_as_one_and_entry_texts_are_bounded() {
+    let elastic = json!({"preemptible": true, "tasks": [
+        {"name": "learner", "type": "learner", "replicas": 1, "template": {"spec": {"containers": [{"name": "di-container", "image": "i"}]}}},
+        {"name": "collector", "type": "collector", "replicas": 2, "minReplicas": 1, "maxReplicas": 4, "template": {"spec": {"containers": [{"name": "di-container", "image": "i"}]}}}
+    ]});
+    let mut sim = Sim::running(job_with(elastic));
+    let long = "x".repeat(5_000);
+    sim.admission = Some(Admission::Placed {
+        nodes: SlotNodes::new(["n0", "n1", "n0", "n2"].map(String::from).to_vec()),
+        by: long.clone(),
+        fallback: Some(long.clone()),
+        replan: true,
+        replicas: Some(vec![1, 3]),
+        why: Why::default(),
+    });
+    sim.step();
+    let d = &sim.status().decisions.unwrap()[0];
+    assert_eq!(d.action, DecisionAction::Resized);
+    assert!(d.policy.len() <= MAX_DECISION_TEXT_BYTES);
+    assert!(d.host_changed.as_ref().unwrap().len() <= MAX_DECISION_TEXT_BYTES);
+    assert!(d.message.len() <= MAX_DECISION_TEXT_BYTES);
+    assert_eq!(d.reason, None);
 }

@@ -728,6 +728,7 @@ fn a_preemptible_job_shows_the_scale_it_waits_for_then_the_one_it_got() {
     sim.admission = Some(Admission::Waiting {
         message: "no room".into(),
         by: "test".into(),
+        why: Why::default(),
     });
     sim.settle();
     assert!(sim.pods.is_empty());
