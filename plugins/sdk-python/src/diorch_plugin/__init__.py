@@ -2,7 +2,7 @@
 
 A policy (build with `diorch-plugin build --world policy app.py -o policy.wasm`):
 
-    from diorch_plugin import NoFit, policy
+    from diorch_plugin import Decision, NoFit, policy
 
     def allocate(job, nodes):
         free = [n for n in nodes if n.schedulable and n.free.gpus >= job.tasks[0].requests.gpus]
@@ -11,6 +11,14 @@ A policy (build with `diorch-plugin build --world policy app.py -o policy.wasm`)
         return [free[0].index] * job.total_replicas
 
     WitWorld = policy(allocate)
+
+To say why (contract 0.4), answer `Decision(nodes, reason)` instead of the list; the reason
+shows in the job's `Allocated` condition, its Events and `kubectl dijob explain`:
+
+        return Decision([free[0].index] * job.total_replicas, f"{free[0].name} has the GPUs")
+
+`optimize(jobs, nodes, previous)` entries likewise: `JobDecision(job, nodes, reason)` where a
+`JobAllocation(job, nodes)` gives none. A policy that never gives a reason needs no change.
 
 A mutator (`--world mutator`):
 
@@ -21,23 +29,25 @@ A mutator (`--world mutator`):
 
     WitWorld = mutator(mutate)
 
-Owns: the public names. The modules: `model` (read-only views of nodes, jobs and resources),
-`placement` (the greedy loop diorch's own policies use, for policies that only rank nodes),
-`pod` (pod helpers), `log`, `errors`, `testing` (snapshots on CPython), `build` (the one-command
-build).
+Owns: the public names. The modules: `model` (read-only views of nodes, jobs and resources,
+and the answer types), `placement` (the greedy loop diorch's own policies use, for policies that
+only rank nodes, and their reasons), `pod` (pod helpers), `log`, `errors`, `testing` (snapshots
+on CPython), `build` (the one-command build).
 """
 
 from . import log, placement
 from ._world import TaskContext, mutator, policy
 from .errors import Internal, InvalidInput, NoFit, PluginError
-from .model import Job, JobAllocation, Node, Resources, Taint, Task
+from .model import Decision, Job, JobAllocation, JobDecision, Node, Resources, Taint, Task
 from .pod import Pod
 
 __all__ = [
+    "Decision",
     "Internal",
     "InvalidInput",
     "Job",
     "JobAllocation",
+    "JobDecision",
     "NoFit",
     "Node",
     "PluginError",
@@ -53,4 +63,4 @@ __all__ = [
 ]
 
 #: The contract version this SDK builds against (`wit/plugins.wit`).
-CONTRACT = "0.3.0"
+CONTRACT = "0.4.0"

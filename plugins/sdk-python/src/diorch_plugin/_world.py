@@ -1,7 +1,10 @@
 """The glue between plain Python functions and the contract's two worlds.
 
 Owns: `policy(...)` and `mutator(...)`, which return the `WitWorld` class componentize-py
-exports, and the mapping of answers and exceptions to the contract's types. Must not touch:
+exports, and the mapping of answers and exceptions to the contract's types: a policy's answer
+(a list of node indices or a `Decision`; plan entries as `JobAllocation`, `JobDecision` or
+tuples) becomes the contract's `decision` / `job-decision`, with `reason` none when the policy
+gave none. Must not touch:
 policy logic. The generated bindings (`wit_world`) exist only inside a build, so they are
 imported on the first call; on CPython the returned class can still be called with records of
 the same shape (the tests do).
@@ -9,11 +12,11 @@ the same shape (the tests do).
 
 from __future__ import annotations
 
-from typing import Callable, List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence, Tuple, Union
 
 from . import model
 from .errors import InvalidInput, PluginError
-from .model import Job, JobAllocation, Node
+from .model import Decision, Job, JobAllocation, JobDecision, Node
 from .pod import Pod
 
 U32_MAX = 0xFFFFFFFF
@@ -51,15 +54,63 @@ def _indices(value, what: str) -> List[int]:
     return out
 
 
+def _reason(value, what: str) -> Optional[str]:
+    """A plugin's reason as the contract's `option<string>`: None stays None, a str passes as
+    it is (the host bounds its length and control characters), except that lone surrogates,
+    which no UTF-8 string can hold, become U+FFFD instead of failing the whole answer."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise PluginError(f"{what} must be a str or None, got {type(value).__name__}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        value = "".join("\ufffd" if 0xD800 <= ord(c) <= 0xDFFF else c for c in value)
+    return value
+
+
+def _decision(value) -> Tuple[List[int], Optional[str]]:
+    """(nodes, reason) of an `allocate` answer: a `Decision`, or node indices without reason."""
+    if isinstance(value, Decision):
+        return _indices(value.nodes, "allocate's answer"), _reason(value.reason, "allocate's reason")
+    return _indices(value, "allocate's answer"), None
+
+
+def _plan_entry(entry) -> Tuple[int, List[int], Optional[str]]:
+    """(job, nodes, reason) of an `optimize` answer's entry: a `JobDecision`, a `JobAllocation`,
+    a `(job, nodes)` pair or a `(job, nodes, reason)` triple."""
+    if isinstance(entry, tuple):  # NamedTuples included
+        if len(entry) == 2:
+            (job, chosen), reason = entry, None
+        elif len(entry) == 3:
+            job, chosen, reason = entry
+        else:
+            raise PluginError(f"a plan's entry must be (job, nodes) or (job, nodes, reason), got {len(entry)} items")
+    else:
+        try:
+            job, chosen = entry.job, entry.nodes
+        except AttributeError:
+            raise PluginError(f"a plan's entry must be a JobDecision, got {type(entry).__name__}") from None
+        reason = getattr(entry, "reason", None)
+    return (
+        _indices([job], "a plan's job")[0],
+        _indices(chosen, "a plan's nodes"),
+        _reason(reason, "a plan's reason"),
+    )
+
+
 def policy(
-    allocate: Callable[[Job, List[Node]], Sequence[int]],
+    allocate: Callable[[Job, List[Node]], Union[Sequence[int], Decision]],
     optimize: Optional[Callable[[List[Job], List[Node], List[JobAllocation]], Sequence]] = None,
 ):
     """The `scheduling-policy` world from two functions:
 
-    - `allocate(job, nodes)`: one node index per replica of `job`, in rank order;
-    - `optimize(jobs, nodes, previous)` (optional): the whole new plan, as `JobAllocation`s
-      or `(job, nodes)` pairs; without it, every job keeps its complete current placement.
+    - `allocate(job, nodes)`: one node index per replica of `job`, in rank order, as a list,
+      or as `Decision(nodes, reason)` to say why (contract 0.4; a list is a decision without
+      a reason);
+    - `optimize(jobs, nodes, previous)` (optional): the whole new plan, as `JobAllocation`s,
+      `JobDecision`s (with a reason), `(job, nodes)` pairs or `(job, nodes, reason)` triples;
+      without it, every job keeps its complete current placement.
 
     Raise `NoFit` or `InvalidInput` to refuse; any other exception reaches the host as
     `internal`. Use as `WitWorld = policy(allocate, optimize)` in the module you build.
@@ -80,7 +131,8 @@ def policy(
                 jobs, nodes = model.from_cluster(cluster)
                 if len(jobs) != 1:
                     raise InvalidInput(f"allocate takes exactly one job, got {len(jobs)}")
-                return _indices(allocate(jobs[0], nodes), "allocate's answer")
+                chosen, reason = _decision(allocate(jobs[0], nodes))
+                return _types().Decision(chosen, reason)
             except Exception as e:  # every failure becomes the contract's error, never a trap
                 raise _err(e) from None
 
@@ -90,11 +142,7 @@ def policy(
                 prev = [JobAllocation(p.job, list(p.nodes)) for p in previous]
                 plan = optimize_fn(jobs, nodes, prev)
                 t = _types()
-                out = []
-                for entry in plan:
-                    job, chosen = entry if isinstance(entry, tuple) else (entry.job, entry.nodes)
-                    out.append(t.JobAllocation(_indices([job], "a plan's job")[0], _indices(chosen, "a plan's nodes")))
-                return out
+                return [t.JobDecision(*_plan_entry(entry)) for entry in plan]
             except Exception as e:
                 raise _err(e) from None
 

@@ -1,8 +1,10 @@
 """Read-only views of what a policy call sees: nodes, jobs, tasks and resource amounts.
 
-Owns: `Resources`, `Node`, `Task`, `Job`, `JobAllocation`, `Taint`, and the two ways to get
-them: from the contract's columnar `cluster` record (`from_cluster`, inside the component) and
-from a snapshot document (`testing.load_snapshot`, on CPython). Must not touch: the generated
+Owns: `Resources`, `Node`, `Task`, `Job`, `Taint`, and the two ways to get them: from the
+contract's columnar `cluster` record (`from_cluster`, inside the component) and from a snapshot
+document (`testing.load_snapshot`, on CPython); and a policy's answers: `JobAllocation` (a plan
+entry), `Decision` and `JobDecision` (an `allocate` answer and a plan entry with an optional
+reason, contract 0.4). Must not touch: the generated
 bindings' modules (the record is read by attribute only, so this file imports on any Python).
 
 The contract lays a call out as columns of integers with one string table (see
@@ -87,10 +89,30 @@ class Task(NamedTuple):
 
 
 class JobAllocation(NamedTuple):
-    """A plan entry: job index (into the call's jobs) and one node index per replica."""
+    """A plan entry: job index (into the call's jobs) and one node index per replica. `optimize`
+    gets the previous plan as these; it may answer with them (no reason) or `JobDecision`s."""
 
     job: int
     nodes: list
+
+
+class Decision(NamedTuple):
+    """An `allocate` answer with a reason: one node index per replica, and optionally why, in
+    words a person reading the job's status understands. Returning a plain list of node indices
+    is the same as `Decision(nodes)` (no reason). The host keeps at most 256 bytes of a reason
+    and turns control characters into spaces."""
+
+    nodes: list
+    reason: Optional[str] = None
+
+
+class JobDecision(NamedTuple):
+    """An `optimize` answer's entry with a reason: `JobAllocation` plus an optional `reason`
+    (see `Decision`). A `JobAllocation` or a `(job, nodes)` pair is the same without one."""
+
+    job: int
+    nodes: list
+    reason: Optional[str] = None
 
 
 class Node:

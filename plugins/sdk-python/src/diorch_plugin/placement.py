@@ -1,8 +1,9 @@
 """The greedy placement loop diorch's own policies use, for policies that only rank nodes.
 
 Owns: the free-resource overlay, `place` (one job) and `optimize` (the keep-or-place re-plan),
-the re-plan's job order, and the no-fit message. Must not touch: how nodes are ranked (a
-policy's `score`) and anything beyond placement.
+the re-plan's job order, the no-fit message, and the reasons diorch's example policies give
+(`binpack_reason`, `spread_reason`, `replan_reason`, `with_reasons`: contract 0.4). Must not
+touch: how nodes are ranked (a policy's `score`) and anything beyond placement.
 
 It is a line-by-line port of the Rust library `diorch-policies` (`engine.rs`), so a policy
 written as a score function here decides exactly as the same score function does in Rust: the
@@ -11,15 +12,27 @@ parity tests run both over random clusters and compare every answer.
 A score is a tuple, lower is better, ties go to the lower node index:
 
     def score(ctx: Placing, node: int, left: Resources, task: Task) -> tuple | None
+
+A policy that says why (contract 0.4) wraps its answers, e.g.
+
+    def allocate(job, nodes):
+        chosen = placement.place(placement.binpack_score, job, nodes)
+        return Decision(chosen, placement.binpack_reason(job, nodes, chosen))
+
+    def optimize(jobs, nodes, previous):
+        plan = placement.optimize(placement.binpack_score, jobs, nodes, previous)
+        return placement.with_reasons("bin-pack", jobs, nodes, plan)
+
+The reasons read the same, byte for byte, as those of the Rust and JavaScript examples.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Callable, List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence, Tuple
 
 from .errors import InvalidInput, NoFit, PluginError
-from .model import U64_MAX, Job, JobAllocation, Node, Resources, Task
+from .model import U64_MAX, Job, JobAllocation, JobDecision, Node, Resources, Task
 
 
 class Placing:
@@ -316,3 +329,86 @@ def spread_score(ctx: Placing, i: int, left: Resources, task: Task) -> tuple:
     cpu_left = saturating((left.cpu_millis - task.requests.cpu_millis) * 1000)
     used_permille = 1000 - min(cpu_left // max(n.allocatable.cpu_millis, 1), 1000)
     return (n.prefers_no_schedule, same_zone, same_node, used_permille)
+
+
+# --- reasons (contract 0.4) -----------------------------------------------------------------------
+# A port of the Rust library's `explain.rs`, edge cases included (a node index out of range reads
+# as the name "?"), so that the three languages' examples give the same bytes.
+
+
+def tally(answer: Sequence[int]) -> List[Tuple[int, int]]:
+    """(node index, replicas on it) of an answer, in the order each node first appears."""
+    counts = {}
+    for n in answer:
+        counts[n] = counts.get(n, 0) + 1
+    return list(counts.items())
+
+
+def _name(nodes: Sequence[Node], i: int) -> str:
+    return nodes[i].name if 0 <= i < len(nodes) else "?"
+
+
+def _per_node(nodes: Sequence[Node], answer: Sequence[int]) -> str:
+    """`a×2, b×1`."""
+    return ", ".join(f"{_name(nodes, i)}\u00d7{c}" for i, c in tally(answer))
+
+
+def binpack_reason(job: Job, nodes: Sequence[Node], answer: Sequence[int]) -> Optional[str]:
+    """Why the bin-pack policy put `job` on `answer`: each node it chose with its replicas and
+    what it had free before (GPUs for a job that asks for any, else CPU). None for an empty
+    answer. E.g. `bin-pack, fullest fitting node first: gpu-a×2 (2 free GPUs), gpu-b×1 (8 free
+    GPUs)`."""
+    if not answer:
+        return None
+    gpu_job = any(t.requests.gpus > 0 for t in job.tasks)
+    parts = []
+    for i, c in tally(answer):
+        free = ""
+        if 0 <= i < len(nodes):
+            left = nodes[i].free
+            free = f"{left.gpus} free GPUs" if gpu_job else f"{left.cpu_millis}m CPU free"
+        parts.append(f"{_name(nodes, i)}\u00d7{c} ({free})")
+    return "bin-pack, fullest fitting node first: " + ", ".join(parts)
+
+
+def spread_reason(nodes: Sequence[Node], answer: Sequence[int]) -> Optional[str]:
+    """Why the spread policy put a job on `answer`: how many nodes and zones (the
+    `topology.kubernetes.io/zone` label; a node without it is a zone of its own) and the most
+    replicas on one node. None for an empty answer. E.g. `spread: 3 nodes in 2 zones, at most 1
+    per node: a-1×1, b-1×1, a-2×1`."""
+    if not answer:
+        return None
+    counts = tally(answer)
+    zones = set()
+    for i, _ in counts:
+        if 0 <= i < len(nodes):
+            zone = nodes[i].labels.get(ZONE_LABEL)
+            zones.add(f"node:{nodes[i].name}" if zone is None else f"zone:{zone}")
+        else:
+            zones.add(f"node:?{i}")
+    most = max(c for _, c in counts)
+    return f"spread: {len(counts)} nodes in {len(zones)} zones, at most {most} per node: " + _per_node(nodes, answer)
+
+
+def replan_reason(policy: str, job: Job, nodes: Sequence[Node], answer: Sequence[int]) -> Optional[str]:
+    """Why a re-plan (`optimize`) gives `job` the nodes `answer`, next to its current placement:
+    None when it leaves the job exactly where it runs (every replica placed, none moves, as many
+    replicas), else how many replicas move and where the job now runs, e.g. `re-planned by
+    bin-pack: 1 of 2 replicas move; now n0×2`. `policy` names the policy (`bin-pack`)."""
+    current = job.current
+    moved = sum(1 for n, c in zip(answer, current) if c is not None and c != n)
+    if moved == 0 and len(answer) == len(current) and all(c is not None for c in current):
+        return None
+    return f"re-planned by {policy}: {moved} of {len(answer)} replicas move; now " + _per_node(nodes, answer)
+
+
+def with_reasons(policy: str, jobs: Sequence[Job], nodes: Sequence[Node], plan) -> List[JobDecision]:
+    """`plan` (`optimize`'s `JobAllocation`s) as `JobDecision`s, each with its `replan_reason`
+    where it has no reason yet (an entry whose job is out of range keeps none)."""
+    out = []
+    for p in plan:
+        reason = getattr(p, "reason", None)
+        if reason is None and 0 <= p.job < len(jobs):
+            reason = replan_reason(policy, jobs[p.job], nodes, p.nodes)
+        out.append(JobDecision(p.job, p.nodes, reason))
+    return out
