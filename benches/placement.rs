@@ -4,8 +4,13 @@
 //! as a Wasm plugin (`target/plugins/binpack.wasm`, uploaded as a ConfigMap and named by
 //! `--default-policy`), in rounds of native, Wasm, Wasm, native, and the means compared.
 //!
+//! With `SHADOW=1`, then at the largest size (on the sandbox only): the Wasm bin-pack alone
+//! against Wasm bin-pack with Wasm spread attached as its shadow (`diorch.io/shadow-of`), in
+//! rounds of alone, shadowed, shadowed, alone: placement time and the operator's CPU seconds
+//! per 1 000 jobs, as `shadow,placement,…` rows.
+//!
 //! `cargo bench --bench placement` (env: SIZES=100,1000 (on a real server REAL_SIZES, default
-//! SIZES), NODES=100, CONCURRENCY=32, ROUNDS=3;
+//! SIZES), NODES=100, CONCURRENCY=32, ROUNDS=3, SHADOW=0;
 //! PLACEMENT_METRICS=1 prints each run's policy-call histogram and CPU seconds). Needs
 //! `scripts/build-plugins.sh` first for the Wasm run.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a measurement program: a panic is its report
@@ -91,32 +96,58 @@ fn nodes(count: usize) -> Nodes {
     ])
 }
 
-/// One run: a fresh cluster of `nodes` nodes, the operator (with the Wasm bin-pack policy if
-/// `wasm`), N jobs created; returns the time to all 4N pods bound.
+/// Which policy places the jobs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Variant {
+    Native,
+    Wasm,
+    /// Wasm bin-pack with Wasm spread as its shadow.
+    Shadowed,
+}
+
+/// Uploads `target/plugins/<file>.wasm` as policy `name` (with `rollout`) into `namespace`.
+async fn upload(
+    cluster: &Cluster,
+    namespace: &str,
+    file: &str,
+    name: &str,
+    rollout: diorch::plugin::spec::Rollout,
+) -> anyhow::Result<()> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("target/plugins")
+        .join(format!("{file}.wasm"));
+    let bytes = std::fs::read(&path)
+        .map_err(|e| anyhow::anyhow!("{}: {e}; run scripts/build-plugins.sh", path.display()))?;
+    let mut spec =
+        diorch::plugin::spec::PluginSpec::new(name, diorch::plugin::spec::PluginKind::Policy);
+    spec.rollout = rollout;
+    let cm = diorch::plugin::spec::to_configmap(&spec, bytes, Some(namespace));
+    Api::<ConfigMap>::namespaced(cluster.client.clone(), namespace)
+        .create(&PostParams::default(), &cm)
+        .await?;
+    Ok(())
+}
+
+/// One run: a fresh cluster of `nodes` nodes, the operator with `variant`'s policies, N jobs
+/// created; returns the time to all 4N pods bound and the operator's CPU seconds meanwhile.
 async fn run(
     server: &Server,
     n: usize,
     nodes_count: usize,
-    wasm: bool,
+    variant: Variant,
     concurrency: usize,
-) -> anyhow::Result<Duration> {
+) -> anyhow::Result<(Duration, f64)> {
     let cluster = Cluster::start(server, &nodes(nodes_count)).await?;
     let namespace = cluster.namespace.clone();
     let mut extra = vec!["--optimize-period", "0s", "--plugin-namespace", &namespace];
+    let wasm = variant != Variant::Native;
     if wasm {
-        let path =
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/plugins/binpack.wasm");
-        let bytes = std::fs::read(&path).map_err(|e| {
-            anyhow::anyhow!("{}: {e}; run scripts/build-plugins.sh", path.display())
-        })?;
-        let spec = diorch::plugin::spec::PluginSpec::new(
-            "binpack",
-            diorch::plugin::spec::PluginKind::Policy,
-        );
-        let cm = diorch::plugin::spec::to_configmap(&spec, bytes, Some(&namespace));
-        Api::<ConfigMap>::namespaced(cluster.client.clone(), &namespace)
-            .create(&PostParams::default(), &cm)
-            .await?;
+        use diorch::plugin::spec::Rollout;
+        upload(&cluster, &namespace, "binpack", "binpack", Rollout::Own).await?;
+        if variant == Variant::Shadowed {
+            let shadow = Rollout::ShadowOf("binpack".into());
+            upload(&cluster, &namespace, "spread", "binpack-next", shadow).await?;
+        }
         extra.extend(["--default-policy", "binpack"]);
     }
     // PLACEMENT_METRICS=1: serve the operator's metrics and print the allocator's and
@@ -150,17 +181,66 @@ async fn run(
         .try_collect::<Vec<_>>()
         .await?;
     let end = tokio::time::timeout(Duration::from_secs(600), done).await???;
+    let operator_cpu = cpu_seconds(operator.pid()) - cpu_before.0;
     if let Some(addr) = &operator.metrics {
         print_totals(addr, if wasm { "Wasm" } else { "native" }).await?;
         println!(
-            "      CPU seconds while placing (user + system): operator {:.2}, sandbox {:.2}",
-            cpu_seconds(operator.pid()) - cpu_before.0,
+            "      CPU seconds while placing (user + system): operator {operator_cpu:.2}, sandbox {:.2}",
             server_pid.map_or(0.0, cpu_seconds) - cpu_before.1
         );
     }
     drop(operator);
     cluster.finish().await?;
-    Ok(end - start)
+    Ok((end - start, operator_cpu))
+}
+
+/// `SHADOW=1`: Wasm bin-pack alone against the same with a shadow, at `n` jobs on the sandbox,
+/// in `rounds` rounds of alone, shadowed, shadowed, alone.
+async fn shadow_cost(
+    n: usize,
+    nodes: usize,
+    concurrency: usize,
+    rounds: usize,
+) -> anyhow::Result<()> {
+    let server = Server::Sandbox;
+    let (mut alone, mut shadowed) = ((Duration::ZERO, 0.0), (Duration::ZERO, 0.0));
+    for round in 1..=rounds {
+        let a = run(&server, n, nodes, Variant::Wasm, concurrency).await?;
+        let s1 = run(&server, n, nodes, Variant::Shadowed, concurrency).await?;
+        let s2 = run(&server, n, nodes, Variant::Shadowed, concurrency).await?;
+        let b = run(&server, n, nodes, Variant::Wasm, concurrency).await?;
+        println!(
+            "  shadow, N = {n}, round {round}: alone {:.1} ms ({:.2} s CPU), shadowed {:.1} ms ({:.2} s CPU)",
+            (a.0 + b.0).as_secs_f64() * 500.0,
+            (a.1 + b.1) / 2.0,
+            (s1.0 + s2.0).as_secs_f64() * 500.0,
+            (s1.1 + s2.1) / 2.0,
+        );
+        alone = (alone.0 + a.0 + b.0, alone.1 + a.1 + b.1);
+        shadowed = (shadowed.0 + s1.0 + s2.0, shadowed.1 + s1.1 + s2.1);
+    }
+    let runs = 2.0 * rounds as f64;
+    let ms = |d: Duration| d.as_secs_f64() * 1e3 / runs;
+    let per_1000 = |cpu: f64| cpu / runs * 1000.0 / n as f64;
+    println!(
+        "  shadow, N = {n}: placement alone {:.1} ms, shadowed {:.1} ms ({:.3}x); operator CPU per 1 000 jobs alone {:.2} s, shadowed {:.2} s",
+        ms(alone.0),
+        ms(shadowed.0),
+        shadowed.0.as_secs_f64() / alone.0.as_secs_f64(),
+        per_1000(alone.1),
+        per_1000(shadowed.1)
+    );
+    common::csv_row(&format!(
+        "shadow,placement,time to all pods bound ms N = {n},{:.1},{:.1}",
+        ms(alone.0),
+        ms(shadowed.0)
+    ));
+    common::csv_row(&format!(
+        "shadow,placement,operator CPU s per 1000 jobs,{:.3},{:.3}",
+        per_1000(alone.1),
+        per_1000(shadowed.1)
+    ));
+    Ok(())
 }
 
 /// Prints the policy-call histogram, the reconcile duration's sum and count and the reconcile
@@ -217,10 +297,14 @@ async fn main() -> anyhow::Result<()> {
             for round in 1..=rounds {
                 // Native, Wasm, Wasm, native: on a shared machine the load drifts between runs; the
                 // mean of each variant's two runs cancels a drift that is linear in time.
-                let native_a = run(&server, n, nodes, false, concurrency).await?;
-                let wasm_a = run(&server, n, nodes, true, concurrency).await?;
-                let wasm_b = run(&server, n, nodes, true, concurrency).await?;
-                let native_b = run(&server, n, nodes, false, concurrency).await?;
+                let native_a = run(&server, n, nodes, Variant::Native, concurrency)
+                    .await?
+                    .0;
+                let wasm_a = run(&server, n, nodes, Variant::Wasm, concurrency).await?.0;
+                let wasm_b = run(&server, n, nodes, Variant::Wasm, concurrency).await?.0;
+                let native_b = run(&server, n, nodes, Variant::Native, concurrency)
+                    .await?
+                    .0;
                 let native = (native_a + native_b) / 2;
                 let wasm = (wasm_a + wasm_b) / 2;
                 let ratio = wasm.as_secs_f64() / native.as_secs_f64();
@@ -256,6 +340,11 @@ async fn main() -> anyhow::Result<()> {
                 ));
             }
         }
+    }
+    if env_usize("SHADOW", 0) == 1
+        && let Some(&n) = sizes.iter().max()
+    {
+        shadow_cost(n, nodes, concurrency, rounds).await?;
     }
     Ok(())
 }

@@ -7,8 +7,8 @@
 //! included once its queue has drained), and how many shadow calls were made and dropped:
 //! admissions back to back leave a shadow no idle time, so most of a burst's are dropped.
 //!
-//! `cargo bench --bench shadow_cost` (env: JOBS=1000, NODES=100, ROUNDS=2). Needs
-//! `scripts/build-plugins.sh` first.
+//! `cargo bench --bench shadow_cost` (env: JOBS=1000, NODES=100, ROUNDS=2; BENCH_CSV gets
+//! `shadow,admit,…` rows). Needs `scripts/build-plugins.sh` first.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a measurement program: a panic is its report
 
 mod common;
@@ -201,4 +201,15 @@ async fn main() {
         "  p99 shadowed/alone {ratio:.3} (goal <= 1.05), p50 {:.3}",
         p50s.as_secs_f64() / p50a.as_secs_f64()
     );
+    for (measure, a, s) in [
+        ("active allocate p50 ms", ms(p50a), ms(p50s)),
+        ("active allocate p99 ms", ms(p99a), ms(p99s)),
+        (
+            "process CPU s per 1000 admissions",
+            per_1000(cpu_alone),
+            per_1000(cpu_shadowed),
+        ),
+    ] {
+        common::csv_row(&format!("shadow,admit,{measure},{a:.4},{s:.4}"));
+    }
 }

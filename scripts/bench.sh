@@ -64,7 +64,8 @@ memory_gib=$(free -g | awk '/^Mem:/ {print $2}')
     echo "meta,commit,$commit"
     echo "meta,date,$(date -u +%Y-%m-%dT%H:%M:%SZ)"
     echo "meta,command,controller,SIZES=$CONTROLLER_SIZES REAL_SIZES=$REAL_CONTROLLER_SIZES MEMORY_JOBS=$MEMORY_JOBS REAL_MEMORY_JOBS=$REAL_MEMORY_JOBS WRITE_JOBS=$WRITE_JOBS cargo bench --locked --bench controller_scale"
-    echo "meta,command,placement,SIZES=$PLACEMENT_SIZES REAL_SIZES=$REAL_PLACEMENT_SIZES ROUNDS=$ROUNDS cargo bench --locked --bench placement"
+    echo "meta,command,placement,SIZES=$PLACEMENT_SIZES REAL_SIZES=$REAL_PLACEMENT_SIZES ROUNDS=$ROUNDS SHADOW=1 cargo bench --locked --bench placement"
+    echo "meta,command,shadow-cost,cargo bench --locked --bench shadow_cost"
     echo "meta,command,plugin-calls,cargo bench --locked --bench plugin_calls"
     echo "meta,command,hot-swap,cargo bench --locked --bench hot_swap"
     echo "meta,command,replica-api,bash scripts/bench-replica-api.sh"
@@ -106,7 +107,8 @@ run controller env SIZES="$CONTROLLER_SIZES" REAL_SIZES="$REAL_CONTROLLER_SIZES"
     cargo bench --locked --bench controller_scale
 # On the real server a placement run is the operator's client throttle (--qps 100) times its
 # writes for either policy (1.003 at N = 1000, 78 s a run, four runs): N = 300 says the same.
-run placement env SIZES="$PLACEMENT_SIZES" REAL_SIZES="$REAL_PLACEMENT_SIZES" ROUNDS="$ROUNDS" \
+# SHADOW=1: then Wasm bin-pack alone against it with a shadow policy attached (sandbox only).
+run placement env SIZES="$PLACEMENT_SIZES" REAL_SIZES="$REAL_PLACEMENT_SIZES" ROUNDS="$ROUNDS" SHADOW=1 \
     cargo bench --locked --bench placement
 # The rest use no real server: stop it, so its background work (garbage collection of the
 # benches' namespaces) does not share the cores with them (the replica API's p99 doubled).
@@ -117,6 +119,7 @@ fi
 unset BENCH_KUBECONFIG
 run plugin_calls cargo bench --locked --bench plugin_calls
 run hot_swap cargo bench --locked --bench hot_swap
+run shadow_cost cargo bench --locked --bench shadow_cost
 # The benches above built target/release's operator and sandbox from this tree.
 run replica_api env BUILD=0 bash scripts/bench-replica-api.sh
 # Last: it builds the operator on another allocator, which the benches above must not wait for.

@@ -489,6 +489,8 @@ fn e2e_gpu_placement() {
                 &plugins,
                 "--record-decisions",
                 recording,
+                "--optimize-period",
+                "1s",
             ],
         );
         let ns = format!("{base}-recorded");

@@ -28,6 +28,8 @@ pub const HOT_SWAP_GOAL_MS: f64 = 100.0;
 /// Write requests per job a controller cannot go below (without Events).
 pub const WRITES_FLOOR_TO_RUNNING: f64 = 8.0;
 pub const WRITES_FLOOR_TO_SUCCEEDED: f64 = 2.0;
+/// A shadow policy may slow the active one's allocate p99 by at most 5 % (issue 37).
+pub const SHADOW_P99_GOAL: f64 = 1.05;
 pub const WRITE_VERBS: [&str; 5] = ["create", "update", "patch", "delete", "deletecollection"];
 
 /// One line of the goals table.
@@ -146,7 +148,7 @@ pub fn writes_measured(total: f64, without_events: f64, floor: f64) -> String {
 
 /// The order of the goals table, by the start of `Goal::what` (a stable sort keeps the servers'
 /// order within each).
-pub const GOAL_ORDER: [&str; 13] = [
+pub const GOAL_ORDER: [&str; 14] = [
     "pods exist",
     "pods Running",
     "operator CPU",
@@ -158,6 +160,7 @@ pub const GOAL_ORDER: [&str; 13] = [
     "placement",
     "plugin call goal",
     "plugin hot swap goal",
+    "shadow cost",
     "plugin call",
     "plugin hot swap",
 ];
@@ -392,6 +395,43 @@ pub fn goals(rows: &[Row]) -> Vec<Goal> {
             command: command(rows, &["hot-swap", "hot_swap"]),
         });
     }
+    // Shadow policies: the active policy's allocate p99 with a shadow attached is the goal;
+    // the rest is reported.
+    for row in rows {
+        let Row::Shadow {
+            bench,
+            measure,
+            alone,
+            shadowed,
+        } = row
+        else {
+            continue;
+        };
+        let ratio = shadowed / alone;
+        let cmd = if bench == "admit" {
+            command(rows, &["shadow-cost", "shadow_cost"])
+        } else {
+            command(rows, &["placement"])
+        };
+        if bench == "admit" && measure == "active allocate p99 ms" {
+            out.push(Goal {
+                what: "shadow cost goal: the active policy's allocate p99, shadowed / alone"
+                    .to_string(),
+                goal: format!("≤ {SHADOW_P99_GOAL}"),
+                measured: format!("{ratio:.3} ({alone:.3} ms alone, {shadowed:.3} ms shadowed)"),
+                met: Some(ratio <= SHADOW_P99_GOAL),
+                command: cmd,
+            });
+        } else {
+            out.push(Goal {
+                what: format!("shadow cost: {bench}, {measure}"),
+                goal: "-".to_string(),
+                measured: format!("{alone:.3} alone, {shadowed:.3} shadowed ({ratio:.3}x)"),
+                met: None,
+                command: cmd,
+            });
+        }
+    }
     for row in rows {
         match row {
             Row::PluginCall { name, microseconds } => out.push(Goal {
@@ -431,6 +471,43 @@ mod tests {
             .iter()
             .find(|g| g.what == what)
             .unwrap_or_else(|| panic!("no goal {what:?} in {goals:#?}"))
+    }
+
+    #[test]
+    fn the_shadow_cost_is_a_goal_at_p99_and_reported_otherwise() {
+        let (rows, _) = parse(SAMPLE);
+        let goals = goals(&rows);
+        // 0.270 / 0.264 = 1.023.
+        let g = goal(
+            &goals,
+            "shadow cost goal: the active policy's allocate p99, shadowed / alone",
+        );
+        assert_eq!(g.met, Some(true));
+        assert_eq!(g.measured, "1.023 (0.264 ms alone, 0.270 ms shadowed)");
+        assert_eq!(
+            g.command.as_deref(),
+            Some("cargo bench --locked --bench shadow_cost")
+        );
+        let g = goal(
+            &goals,
+            "shadow cost: placement, operator CPU s per 1000 jobs",
+        );
+        assert_eq!(g.met, None);
+        assert_eq!(g.measured, "2.700 alone, 2.900 shadowed (1.074x)");
+        // Over the goal: marked not met.
+        let mut worse = rows.clone();
+        worse.push(Row::Shadow {
+            bench: "admit".into(),
+            measure: "active allocate p99 ms".into(),
+            alone: 1.0,
+            shadowed: 1.2,
+        });
+        let worse = super::goals(&worse);
+        assert!(
+            worse
+                .iter()
+                .any(|g| g.what.starts_with("shadow cost goal") && g.met == Some(false))
+        );
     }
 
     #[test]

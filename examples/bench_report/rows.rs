@@ -61,6 +61,14 @@ pub enum Row {
         owner: String,
         mib: f64,
     },
+    /// A measure of the active policy alone and with a shadow attached (issue 37): `bench` is
+    /// `admit` (shadow_cost) or `placement` (placement, SHADOW=1).
+    Shadow {
+        bench: String,
+        measure: String,
+        alone: f64,
+        shadowed: f64,
+    },
     Meta {
         key: String,
         value: String,
@@ -204,6 +212,15 @@ pub fn parse_line(line: &str) -> Result<Line, String> {
         "heap-owner" => {
             let (owner, mib) = name_and_number(rest, "mib")?;
             Row::HeapOwner { owner, mib }
+        }
+        "shadow" => {
+            want(4, "bench,measure,alone,shadowed")?;
+            Row::Shadow {
+                bench: text(rest[0], "bench")?,
+                measure: text(rest[1], "measure")?,
+                alone: number(rest[2], "alone")?,
+                shadowed: number(rest[3], "shadowed")?,
+            }
         }
         "meta" => match rest.split_first() {
             Some((key, value)) if !value.is_empty() => Row::Meta {

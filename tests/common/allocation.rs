@@ -425,8 +425,9 @@ fn sha256_hex(bytes: &[u8]) -> String {
 
 /// Recorded decisions replayed (`diorch run --record-decisions DIR`, then
 /// `diorch simulate replay DIR --policy P`): the policy that made every recorded decision agrees
-/// with all of them (the fidelity test); another policy differs where it would place otherwise.
-/// `dir` is the operator's recording directory.
+/// with all of them (the fidelity test), its admissions and its re-plans (the operator runs with
+/// `--optimize-period 1s`); another policy differs where it would place otherwise. `dir` is the
+/// operator's recording directory.
 pub fn recorded_decisions_replay_in_full_agreement(
     k: &Kubectl,
     ns: &str,
@@ -445,10 +446,10 @@ pub fn recorded_decisions_replay_in_full_agreement(
         let (_, _, message) = wait_allocated(&k, job, "True");
         assert!(message.starts_with("placed by recorded@"), "{message}");
     }
-    // The recorder writes on a task of its own: wait until the three admissions are on disk.
-    let deadline = Instant::now() + T;
-    loop {
-        let lines: usize = std::fs::read_dir(dir)
+    // The recorder writes on a task of its own: wait until the three admissions and a re-plan
+    // of the placed jobs are on disk.
+    let recorded = |call: &str| -> usize {
+        std::fs::read_dir(dir)
             .map(|entries| {
                 entries
                     .filter_map(Result::ok)
@@ -456,19 +457,24 @@ pub fn recorded_decisions_replay_in_full_agreement(
                     .map(|text| {
                         text.lines()
                             .filter(|l| {
-                                l.contains(r#""call":"allocate""#) && l.contains("recorded@")
+                                l.contains(&format!(r#""call":"{call}""#))
+                                    && l.contains("recorded@")
                             })
                             .count()
                     })
                     .sum()
             })
-            .unwrap_or(0);
-        if lines >= jobs.len() {
+            .unwrap_or(0)
+    };
+    let deadline = Instant::now() + T;
+    loop {
+        let (admissions, replans) = (recorded("allocate"), recorded("optimize"));
+        if admissions >= jobs.len() && replans >= 1 {
             break;
         }
         assert!(
             Instant::now() < deadline,
-            "{lines} admissions recorded in {}",
+            "{admissions} admissions and {replans} re-plans recorded in {}",
             dir.display()
         );
         std::thread::sleep(Duration::from_millis(100));

@@ -47,8 +47,10 @@ fn recorded_decisions_replayed_by_the_policy_that_made_them_agree_in_full() {
     let sandbox = scenario::gpu_sandbox();
     let dir = tempfile::tempdir().expect("recording dir");
     let recording = dir.path().to_str().expect("utf-8 path");
-    let _operator =
-        OperatorProcess::start_with(&sandbox.kubeconfig, &["--record-decisions", recording]);
+    let _operator = OperatorProcess::start_with(
+        &sandbox.kubeconfig,
+        &["--record-decisions", recording, "--optimize-period", "1s"],
+    );
     scenario::recorded_decisions_replay_in_full_agreement(
         &sandbox.kubectl(),
         "default",

@@ -1,6 +1,6 @@
 //! Plugins in Python and JavaScript, through the same host as Rust ones:
 //! - parity: the bin-pack, spread and accel-env examples in Rust, Python and JS give identical
-//!   answers (node indices, refusals with their variant and message, mutated pods) on random
+//!   answers (node indices and reasons, refusals with their variant and message, mutated pods) on random
 //!   clusters and task contexts from one shared generator (property-based, deterministic seed;
 //!   `DIORCH_PARITY_CASES` raises the count);
 //! - bounds: the hostile modes tested for Rust guests, written again in each language, are
@@ -313,6 +313,13 @@ fn example_policies_decide_alike_in_rust_python_and_js() {
                 );
             }
             if answers[0].starts_with("ok") {
+                // Contract 0.4.0: the answers compared include each policy's reason, word
+                // for word; every placement has one.
+                assert!(
+                    answers[0].contains("reason: Some("),
+                    "{name} allocate case {i}: {}",
+                    answers[0]
+                );
                 placed += 1;
             } else {
                 refused += 1;
@@ -526,6 +533,36 @@ fn hostile_policies_in_python_and_js_are_contained_like_rust_ones() {
                 "{lang}: after {mode}"
             );
         }
+        // Reasons (contract 0.4.0): whatever a guest sends comes out bounded and without
+        // control characters, or, past the host's copy cap, the call ends as a huge answer's does.
+        for mode in ["huge-reason", "control-reason"] {
+            let out = p.allocate_blocking(&hostile_job(mode), &nodes);
+            println!(
+                "{lang} hostile {mode:12} -> {:?}",
+                out.as_ref().map(|a| &a.reason)
+            );
+            match &out {
+                Ok(answer) => {
+                    assert_eq!(answer.nodes.len(), 7, "{lang} {mode}");
+                    let reason = answer.reason.as_deref().unwrap_or_default();
+                    assert!(!reason.is_empty(), "{lang} {mode}: the reason is kept");
+                    assert!(
+                        reason.len() <= diorch_core::reason::MAX_REASON_BYTES,
+                        "{lang} {mode}: {} bytes",
+                        reason.len()
+                    );
+                    assert!(
+                        !reason.chars().any(|c| c.is_control() || c == '\u{202e}'),
+                        "{lang} {mode}: {reason:?}"
+                    );
+                }
+                Err(e) => assert!(
+                    mode == "huge-reason"
+                        && e.to_string().contains("too much data is being copied"),
+                    "{lang} {mode}: {e}"
+                ),
+            }
+        }
     }
 }
 
@@ -667,9 +704,9 @@ fn new_projects_test_themselves_and_build_in_every_language() {
                 String::from_utf8_lossy(&check.stderr)
             );
             let expected = if world == "policy" {
-                "scheduling-policy@0.3.0"
+                "scheduling-policy@0.4.0"
             } else {
-                "pod-mutator@0.3.0"
+                "pod-mutator@0.4.0"
             };
             assert!(report.contains(expected), "{lang} {world}: {report}");
         }

@@ -89,13 +89,16 @@ pub fn spread<N: NodeInfo>(_job: &Job, nodes: &[N], answer: &[u32]) -> Option<St
 }
 
 /// An `optimize` entry of the policy called `policy`: how many replicas move, and where the job
-/// runs now; `None` when the entry leaves the job exactly where it runs.
+/// runs now; `None` when the entry leaves the job exactly where it runs, or places nothing.
 pub fn replan<N: NodeInfo>(
     policy: &str,
     job: &Job,
     nodes: &[N],
     entry: &JobAllocation,
 ) -> Option<String> {
+    if entry.nodes.is_empty() {
+        return None;
+    }
     let moved = entry
         .nodes
         .iter()

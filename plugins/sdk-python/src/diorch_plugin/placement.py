@@ -392,9 +392,12 @@ def spread_reason(nodes: Sequence[Node], answer: Sequence[int]) -> Optional[str]
 
 def replan_reason(policy: str, job: Job, nodes: Sequence[Node], answer: Sequence[int]) -> Optional[str]:
     """Why a re-plan (`optimize`) gives `job` the nodes `answer`, next to its current placement:
-    None when it leaves the job exactly where it runs (every replica placed, none moves, as many
-    replicas), else how many replicas move and where the job now runs, e.g. `re-planned by
-    bin-pack: 1 of 2 replicas move; now n0×2`. `policy` names the policy (`bin-pack`)."""
+    None when it places nothing or leaves the job exactly where it runs (every replica placed,
+    none moves, as many replicas), else how many replicas move and where the job now runs, e.g.
+    `re-planned by bin-pack: 1 of 2 replicas move; now n0×2`. `policy` names the policy
+    (`bin-pack`)."""
+    if not answer:
+        return None
     current = job.current
     moved = sum(1 for n, c in zip(answer, current) if c is not None and c != n)
     if moved == 0 and len(answer) == len(current) and all(c is not None for c in current):
