@@ -87,6 +87,10 @@ pub struct Divergence {
     /// The input's size: jobs and nodes the policies were shown.
     pub input_jobs: usize,
     pub input_nodes: usize,
+    /// The shadow's own reason for its `allocate` answer (contract 0.4.0; sanitised, 256
+    /// bytes), so a platform team reads why the candidate would place the job otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shadow_reason: Option<String>,
     #[serde(flatten)]
     pub comparison: Comparison,
 }
@@ -325,13 +329,16 @@ fn the_shadow_thread_runs_at_the_lowest_priority_and_others_do_not() {
 /// Calls one shadow, compares, counts and records.
 async fn run(metrics: &Metrics, reports: &Mutex<BTreeMap<String, Report>>, task: Task) {
     let started = Instant::now();
-    let (comparison, jobs, nodes) = match task.call.as_ref() {
+    let (comparison, jobs, nodes, shadow_reason) = match task.call.as_ref() {
         Call::Allocate { job, nodes, active } => {
-            let answer = answer_of(task.shadow.allocate(job.clone(), nodes.clone()).await);
+            let answer = task.shadow.allocate(job.clone(), nodes.clone()).await;
+            let reason = answer.as_ref().ok().and_then(|a| a.why.reason.clone());
+            let answer = answer_of(answer);
             (
                 compare::allocation(&job.key, active, &answer),
                 1,
                 nodes.len(),
+                reason,
             )
         }
         Call::Optimize {
@@ -350,6 +357,7 @@ async fn run(metrics: &Metrics, reports: &Mutex<BTreeMap<String, Report>>, task:
                 compare::plan(&keys, active, &answer),
                 jobs.len(),
                 nodes.len(),
+                None,
             )
         }
     };
@@ -396,6 +404,7 @@ async fn run(metrics: &Metrics, reports: &Mutex<BTreeMap<String, Report>>, task:
         shadow: task.shadow.by().to_string(),
         input_jobs: jobs,
         input_nodes: nodes,
+        shadow_reason,
         comparison,
     });
 }

@@ -1091,6 +1091,8 @@ async fn a_shadow_is_given_the_active_policys_input_and_its_answer_is_compared_n
         .expect("the divergent decision is recorded");
     assert_eq!(differs.call, "allocate");
     assert_eq!(differs.active, "fixed@1234");
+    // The shadow's reason is kept with its divergent answer.
+    assert_eq!(differs.shadow_reason.as_deref(), Some(FIXED_REASON));
     assert_eq!(differs.comparison.jobs[0].job, "ns/a");
     assert!(metric(
         &h,

@@ -145,6 +145,29 @@ pub fn render(report: &Value) -> String {
         }
     }
     table(&mut out, &rows);
+    // The shadows' reasons (contract 0.4.0), under the table: they are sentences.
+    let reasons: Vec<String> = divergences
+        .iter()
+        .filter_map(|d| {
+            let reason = d["shadowReason"].as_str()?;
+            let reason = diorch_core::reason::sanitize(reason)?;
+            let at = d["at"].as_str().unwrap_or("-");
+            let at = at.split('.').next().unwrap_or(at);
+            let job = d["jobs"][0]["job"].as_str().unwrap_or("-");
+            let job = diorch_core::reason::sanitize(job).unwrap_or_default();
+            Some(format!("- {at}  {job}: {reason}"))
+        })
+        .collect();
+    if !reasons.is_empty() {
+        let _ = writeln!(
+            out,
+            "
+why the shadow answered as it did:"
+        );
+        for line in reasons {
+            let _ = writeln!(out, "{line}");
+        }
+    }
     out
 }
 
@@ -249,6 +272,11 @@ mod tests {
                  "jobs": [{"job": "ns/a",
                            "active": {"placed": {"nodes": ["n0", "n1", "n2"]}},
                            "shadow": {"placed": {"nodes": ["n0", "n0", "n0", "n1"], "replicas": [1, 3]}}}]},
+                {"at": "2026-11-27T00:00:00.5Z", "call": "allocate", "active": "team@aa",
+                 "shadow": "team-next@bb", "verdict": "different", "differing": 1,
+                 "shadowReason": "bin-pack, fullest\nfitting node first: n0×2\u{1b}[2J",
+                 "jobs": [{"job": "ns/c", "active": {"placed": {"nodes": ["n0", "n1"]}},
+                           "shadow": {"placed": {"nodes": ["n0", "n0"]}}}]},
                 {"at": "2026-11-27T00:00:00Z", "call": "allocate", "active": "team@aa",
                  "shadow": "team-next@bb", "verdict": "failed", "differing": 0,
                  "jobs": [{"job": "ns/b", "active": {"waits": "no room"},
@@ -278,6 +306,12 @@ mod tests {
             "{b}"
         );
         assert!(!text.contains('\u{1b}'), "control characters are dropped");
+        assert!(
+            text.ends_with(
+                "\nwhy the shadow answered as it did:\n- 2026-11-27T00:00:00  ns/c: bin-pack, fullest fitting node first: n0×2 [2J\n"
+            ),
+            "{text}"
+        );
     }
 
     #[test]
