@@ -84,6 +84,11 @@ pub struct Settings {
     pub clock: Arc<dyn Clock>,
     /// Where shadow policies' decisions are recorded (shared with the HTTP route showing them).
     pub shadow_reports: shadow::Reports,
+    /// CPU niceness of the shadow policies' thread: 19 (the lowest priority, the default) lets
+    /// a running shadow call yield the core to the next admission. The price: on a CPU saturated
+    /// for longer than a shadow's deadline, its call can run past that deadline and count as
+    /// failed. 0 runs shadows as the operator's own threads (tests of what a shadow answers).
+    pub shadow_nice: i32,
     /// Every policy call's input and answer, written to files (`--record-decisions`).
     pub record: Option<record::Recorder>,
 }
@@ -97,6 +102,7 @@ impl Default for Settings {
             leader: crate::leader::Leadership::always(),
             clock: Arc::new(SystemClock),
             shadow_reports: shadow::Reports::default(),
+            shadow_nice: shadow::LOWEST_PRIORITY,
             record: None,
         }
     }
@@ -236,7 +242,11 @@ impl Allocator {
         futures::channel::mpsc::UnboundedReceiver<ObjectKey>,
     ) {
         let (retry, retries) = futures::channel::mpsc::unbounded();
-        let shadows = shadow::Shadows::new(metrics.clone(), settings.shadow_reports.clone());
+        let shadows = shadow::Shadows::new(
+            metrics.clone(),
+            settings.shadow_reports.clone(),
+            settings.shadow_nice,
+        );
         let allocator = Arc::new(Allocator {
             shadows,
             policies,

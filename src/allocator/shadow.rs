@@ -35,6 +35,9 @@ use diorch_core::allocation::admit::Answer;
 pub use diorch_core::allocation::shadow::Failure;
 use diorch_core::allocation::shadow::{self as compare, Comparison, Verdict};
 
+/// The shadows' thread's default niceness: the lowest CPU priority (see the module doc).
+pub const LOWEST_PRIORITY: i32 = 19;
+
 /// Shadow calls waiting for the worker, across all shadows; more are dropped.
 pub const QUEUE_CAPACITY: usize = 256;
 /// Divergent (different or failed) decisions kept per policy, newest first.
@@ -197,15 +200,18 @@ pub struct Shadows {
     queue: OnceLock<mpsc::Sender<Task>>,
     reports: Reports,
     gate: Arc<Gate>,
+    /// The worker thread's niceness.
+    nice: i32,
 }
 
 impl Shadows {
-    pub fn new(metrics: Arc<Metrics>, reports: Reports) -> Shadows {
+    pub fn new(metrics: Arc<Metrics>, reports: Reports, nice: i32) -> Shadows {
         Shadows {
             metrics,
             queue: OnceLock::new(),
             reports,
             gate: Arc::default(),
+            nice,
         }
     }
 
@@ -266,6 +272,7 @@ impl Shadows {
         let metrics = self.metrics.clone();
         let reports = self.reports.clone();
         let gate = self.gate.clone();
+        let nice = self.nice;
         let worker = async move {
             while let Some(task) = rx.recv().await {
                 gate.wait_idle().await;
@@ -275,7 +282,7 @@ impl Shadows {
         let spawned = std::thread::Builder::new()
             .name("policy-shadows".into())
             .spawn(move || {
-                lowest_priority();
+                lower_priority(nice);
                 match tokio::runtime::Builder::new_current_thread()
                     .enable_time()
                     .build()
@@ -293,25 +300,29 @@ impl Shadows {
     }
 }
 
-/// Lowers the calling thread to the lowest CPU priority (nice 19); threads it starts inherit it.
+/// Sets the calling thread's niceness to `nice` (19: the lowest CPU priority; 0 or less: left
+/// as it is); threads it starts inherit it.
 #[cfg(target_os = "linux")]
-fn lowest_priority() {
+fn lower_priority(nice: i32) {
+    if nice <= 0 {
+        return;
+    }
     // `setpriority(PRIO_PROCESS, 0, 19)`: on Linux id 0 names the calling thread (the nice
     // value is per thread under NPTL). Failure (e.g. a seccomp profile) leaves the thread at
     // normal priority, which only costs the active policy what it did before.
-    if let Err(e) = rustix::process::setpriority_process(None, 19) {
+    if let Err(e) = rustix::process::setpriority_process(None, nice.min(LOWEST_PRIORITY)) {
         tracing::warn!(error = %e, "cannot lower the shadow policies' thread priority");
     }
 }
 
 #[cfg(not(target_os = "linux"))]
-fn lowest_priority() {}
+fn lower_priority(_nice: i32) {}
 
 #[cfg(all(test, target_os = "linux"))]
 #[test]
 fn the_shadow_thread_runs_at_the_lowest_priority_and_others_do_not() {
     let nice = std::thread::spawn(|| {
-        lowest_priority();
+        lower_priority(LOWEST_PRIORITY);
         let own = rustix::process::getpriority_process(None).unwrap();
         // A thread it starts (a pooled Wasm call's) inherits it.
         let child = std::thread::spawn(|| rustix::process::getpriority_process(None).unwrap())
