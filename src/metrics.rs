@@ -206,6 +206,17 @@ pub struct AllocatorMetrics {
     pub shadow_dropped: Family<ShadowLabels, Counter>,
     pub call_duration: Histogram,
     pub optimize_duration: Histogram,
+    /// Room taken from running jobs for a higher-priority one, by action (`shrink`, `evict`).
+    pub preemptions: Family<PreemptionLabels, Counter>,
+    /// GPU-seconds of work evicted jobs lost: each evicted job's GPUs times the seconds since
+    /// its last checkpoint (else since its pods started). A shrink loses none.
+    pub work_lost_gpu_seconds: Counter<f64, std::sync::atomic::AtomicU64>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PreemptionLabels {
+    /// `shrink` (elastic replicas removed, highest ranks first) or `evict` (the whole job).
+    pub action: &'static str,
 }
 
 impl AllocatorMetrics {
@@ -509,7 +520,19 @@ impl Metrics {
             policy_call_duration: Family::new_with_constructor(plugin_call_histogram),
             call_duration: Histogram::new(exponential_buckets(0.000_01, 2.0, 16)),
             optimize_duration: Histogram::new(exponential_buckets(0.000_1, 2.0, 16)),
+            preemptions: Family::default(),
+            work_lost_gpu_seconds: Counter::default(),
         };
+        registry.register(
+            "allocator_preemptions",
+            "Running jobs preempted for a higher-priority job, by action (shrink, evict)",
+            allocator.preemptions.clone(),
+        );
+        registry.register(
+            "allocator_work_lost_gpu_seconds",
+            "GPU-seconds of work lost by evicted jobs (since their last checkpoint, else their start)",
+            allocator.work_lost_gpu_seconds.clone(),
+        );
         registry.register(
             "allocator_decisions",
             "Admission decisions for preemptible DIJobs by policy and result",

@@ -175,6 +175,17 @@ pub struct RunArgs {
     /// thrash training.
     #[arg(long, default_value = "5m", value_parser = parse_duration)]
     pub min_reschedule_interval: std::time::Duration,
+    /// Whether a preemptible job that does not fit takes room from running preemptible jobs of
+    /// lower priority: `shrink` (elastic tasks toward minReplicas first, then whole jobs),
+    /// `evict` (whole jobs only) or `off` (docs/preemption.md).
+    #[arg(long, value_enum, default_value_t = crate::allocator::Preemption::Shrink)]
+    pub preemption: crate::allocator::Preemption,
+    /// A job is never evicted before its pods have run this long.
+    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    pub preemption_min_run_time: std::time::Duration,
+    /// A job shrunk or evicted is not preempted, grown or moved again for this long.
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    pub preemption_cooldown: std::time::Duration,
     /// Record every policy call's input and answer to this directory (JSON lines in rotating
     /// files, format in `allocator::record`), for `diorch simulate replay DIR --policy P`.
     #[arg(long)]
@@ -228,6 +239,9 @@ impl RunArgs {
             default_policy: self.default_policy.clone(),
             optimize_period: self.optimize_period,
             min_reschedule_interval: self.min_reschedule_interval,
+            preemption: self.preemption,
+            preemption_min_run_time: self.preemption_min_run_time,
+            preemption_cooldown: self.preemption_cooldown,
             ..crate::allocator::Settings::default()
         }
     }

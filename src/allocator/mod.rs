@@ -68,6 +68,30 @@ impl From<BuiltinPolicy> for NativePolicy {
     }
 }
 
+/// How a job that does not fit may take room from running jobs of lower priority
+/// (`--preemption`; docs/preemption.md).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Preemption {
+    /// Never: a job that does not fit waits until room frees.
+    Off,
+    /// Evict whole preemptible jobs of lower priority, the set that loses the least work.
+    Evict,
+    /// Shrink elastic tasks of lower-priority preemptible jobs toward their minReplicas first
+    /// (highest ranks go); evict whole jobs only if that is not enough.
+    #[default]
+    Shrink,
+}
+
+impl Preemption {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Preemption::Off => "off",
+            Preemption::Evict => "evict",
+            Preemption::Shrink => "shrink",
+        }
+    }
+}
+
 /// How the allocator chooses a policy and re-plans.
 #[derive(Clone, Debug)]
 pub struct Settings {
@@ -91,6 +115,12 @@ pub struct Settings {
     pub shadow_nice: i32,
     /// Every policy call's input and answer, written to files (`--record-decisions`).
     pub record: Option<record::Recorder>,
+    /// Whether and how a job that does not fit takes room from lower-priority jobs.
+    pub preemption: Preemption,
+    /// A job is never evicted before its pods have run this long (shrinking is not bounded).
+    pub preemption_min_run_time: Duration,
+    /// A job shrunk or evicted is not preempted, grown or moved again for this long.
+    pub preemption_cooldown: Duration,
 }
 
 impl Default for Settings {
@@ -104,6 +134,9 @@ impl Default for Settings {
             shadow_reports: shadow::Reports::default(),
             shadow_nice: shadow::LOWEST_PRIORITY,
             record: None,
+            preemption: Preemption::default(),
+            preemption_min_run_time: Duration::from_secs(600),
+            preemption_cooldown: Duration::from_secs(300),
         }
     }
 }
