@@ -10,6 +10,7 @@ mod engine;
 pub mod explain;
 pub mod goodput;
 pub mod model;
+pub mod preempt;
 pub mod spread;
 
 pub use model::{
