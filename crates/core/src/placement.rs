@@ -118,6 +118,35 @@ pub enum Admission {
         by: String,
         why: Why,
     },
+    /// Room is taken from this running job for a job of higher priority.
+    Preempted(Preempted),
+}
+
+/// Room taken from a running job for a job of higher priority.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Preempted {
+    pub action: Preemption,
+    /// The job the room goes to, `namespace/name`.
+    pub for_job: String,
+    /// The policy that chose the victims, as `Placed::by`.
+    pub by: String,
+    /// Why, for people: which job, the priorities, what is lost (bounded by the allocator).
+    pub message: String,
+}
+
+/// What a preemption does to its victim.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Preemption {
+    /// Elastic replicas go, highest local ranks first (survivors keep their names): the job
+    /// runs `replicas` per task (spec order) on `nodes`, its slots at those counts.
+    Shrink {
+        nodes: SlotNodes,
+        replicas: Vec<u32>,
+        /// The counts before (what the job grows back to when room frees).
+        before: Vec<u32>,
+    },
+    /// The whole job: its pods are deleted and it waits again, counters intact.
+    Evict,
 }
 
 /// What places preemptible jobs, as the controller sees it. The operator's allocator

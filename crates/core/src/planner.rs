@@ -14,11 +14,11 @@ use serde_json::Value;
 
 use crate::api::{
     AllocationDecision, CleanPodPolicy, DIJob, DIJobStatus, DecisionAction, JobCondition, Phase,
-    RestartPolicy, TaskReplicaStatus, labels,
+    PreemptionAction, PreemptionStatus, RestartPolicy, TaskReplicaStatus, labels,
 };
 use crate::build::{self, BuildContext, ReplicaSlot};
 use crate::cached::{CachedPod, CachedService};
-use crate::placement::{Admission, RankNodes, Why};
+use crate::placement::{Admission, Preempted, Preemption, RankNodes, Why};
 use crate::ranks::RankTable;
 use crate::validate;
 
@@ -60,6 +60,11 @@ pub const DEADLINE_EXCEEDED_REASON: &str = "DeadlineExceeded";
 /// Job's words).
 pub const SUSPENDED_REASON: &str = "JobSuspended";
 pub const RESUMED_REASON: &str = "JobResumed";
+
+/// Reasons of the Pending condition and Event of a job evicted for a job of higher priority,
+/// and of the Event of a job shrunk for one.
+pub const EVICTED_REASON: &str = "JobEvicted";
+pub const SHRUNK_REASON: &str = "JobShrunk";
 
 /// Reason of the Failed condition and Event of a job whose pod exited with one of
 /// `spec.nonRetryableExitCodes`.
@@ -373,10 +378,19 @@ pub fn plan(job: &DIJob, observed: &Observed<'_>, ctx: &BuildContext, now: &Time
     // DI_NODES follow the new counts, and the status write records them.
     let resized;
     let job = match observed.admission {
-        Some(Admission::Placed {
-            replicas: Some(counts),
-            ..
-        }) if job.spec.preemptible && !current.phase.is_some_and(Phase::is_terminal) => {
+        Some(
+            Admission::Placed {
+                replicas: Some(counts),
+                ..
+            }
+            | Admission::Preempted(Preempted {
+                action:
+                    Preemption::Shrink {
+                        replicas: counts, ..
+                    },
+                ..
+            }),
+        ) if job.spec.preemptible && !current.phase.is_some_and(Phase::is_terminal) => {
             resized = build::with_task_replicas(job, counts);
             &resized
         }
@@ -410,6 +424,15 @@ pub fn plan(job: &DIJob, observed: &Observed<'_>, ctx: &BuildContext, now: &Time
         out.plan.spec_patch = Some(patch);
     } else if job.is_suspended() {
         out.suspended(&owned, service);
+    } else if let Some(Admission::Preempted(
+        evicted @ Preempted {
+            action: Preemption::Evict,
+            ..
+        },
+    )) = observed.admission
+        && job.spec.preemptible
+    {
+        out.evicted(evicted, &owned);
     } else if let Some(seconds) = out.deadline_exceeded() {
         // Cleaned by cleanPodPolicy on the next pass, from the Failed status this one writes.
         out.transition(
@@ -560,7 +583,11 @@ impl Planner<'_> {
             // diorch's own reasons, which DI-orchestrator has no text for.
             (
                 _,
-                DEADLINE_EXCEEDED_REASON | SUSPENDED_REASON | RESUMED_REASON | NON_RETRYABLE_REASON,
+                DEADLINE_EXCEEDED_REASON
+                | SUSPENDED_REASON
+                | RESUMED_REASON
+                | NON_RETRYABLE_REASON
+                | EVICTED_REASON,
             ) => message.clone(),
             _ => event_message.to_string(),
         };
@@ -698,8 +725,25 @@ impl Planner<'_> {
                             self.resized_event();
                         }
                     }
+                    if replicas.is_some() || !*replan {
+                        self.restored(*replan);
+                    }
                     placed = true;
                 }
+                Some(Admission::Preempted(Preempted {
+                    action: Preemption::Shrink { nodes, before, .. },
+                    for_job,
+                    by,
+                    message,
+                })) => {
+                    let allocation = nodes.by_rank(&desired_names, &ranks);
+                    if self.status.allocation.as_deref() != Some(allocation.as_slice()) {
+                        self.shrunk(allocation, before, for_job, by, message);
+                    }
+                    placed = true;
+                }
+                // Evicted above, before this branch; nothing placed.
+                Some(Admission::Preempted(_)) => {}
                 Some(Admission::Waiting { message, by, why }) => self.waiting(message, by, why),
                 // Allocated already (or the allocator has not answered: nothing is placed).
                 None => {

@@ -447,6 +447,43 @@ pub struct DIJobStatus {
     /// made it and why. `kubectl dijob explain JOB` shows them. Written by diorch only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decisions: Option<Vec<AllocationDecision>>,
+
+    /// diorch extension: the last time room was taken from this job for a job of higher
+    /// priority, while it lasts: cleared when an evicted job is placed again, or a shrunk job
+    /// is grown back (or resized by its policy). Written by diorch only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preemption: Option<PreemptionStatus>,
+}
+
+/// diorch extension: `status.preemption`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PreemptionStatus {
+    /// When.
+    pub time: Time,
+    /// `Shrunk` (elastic replicas removed, highest ranks first) or `Evicted` (the whole job).
+    pub action: PreemptionAction,
+    /// The job the room went to, `namespace/name`.
+    pub for_job: String,
+    /// Replicas per task before a shrink: what the job grows back to when room frees.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas_before: Option<BTreeMap<String, i32>>,
+}
+
+/// What a preemption did to a job.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
+pub enum PreemptionAction {
+    Shrunk,
+    Evicted,
+}
+
+impl PreemptionAction {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PreemptionAction::Shrunk => "Shrunk",
+            PreemptionAction::Evicted => "Evicted",
+        }
+    }
 }
 
 /// diorch extension: one entry of `status.decisions`.
@@ -487,6 +524,8 @@ pub enum DecisionAction {
     Resized,
     /// Not every replica fits: the job waits.
     Waiting,
+    /// Evicted for a job of higher priority: the job waits again.
+    Evicted,
 }
 
 impl DecisionAction {
@@ -496,6 +535,7 @@ impl DecisionAction {
             DecisionAction::Moved => "Moved",
             DecisionAction::Resized => "Resized",
             DecisionAction::Waiting => "Waiting",
+            DecisionAction::Evicted => "Evicted",
         }
     }
 }

@@ -80,6 +80,64 @@ impl Planner<'_> {
         self.set_allocated_condition("True", "Allocated", message);
     }
 
+    /// Records a shrink for a job of higher priority: the smaller allocation, its decision
+    /// entry and Events, and `status.preemption` (keeping the counts from before the first of
+    /// consecutive shrinks, which the job grows back to).
+    pub(super) fn shrunk(
+        &mut self,
+        allocation: RankNodes,
+        before: &[u32],
+        for_job: &str,
+        by: &str,
+        message: &str,
+    ) {
+        let why = Why {
+            sha256: None,
+            reason: crate::reason::sanitize(message),
+        };
+        self.allocated(allocation, by, None, true, true, &why);
+        self.resized_event();
+        let sizes = |counts: &[u32]| {
+            self.job
+                .spec
+                .tasks
+                .iter()
+                .zip(counts)
+                .map(|(t, n)| (build::task_name(t), i32::try_from(*n).unwrap_or(i32::MAX)))
+                .collect::<BTreeMap<String, i32>>()
+        };
+        let replicas_before = match self.status.preemption.take() {
+            Some(PreemptionStatus {
+                action: PreemptionAction::Shrunk,
+                replicas_before: Some(earlier),
+                ..
+            }) => earlier,
+            _ => sizes(before),
+        };
+        self.status.preemption = Some(PreemptionStatus {
+            time: self.now.clone(),
+            action: PreemptionAction::Shrunk,
+            for_job: for_job.to_string(),
+            replicas_before: Some(replicas_before),
+        });
+        self.plan.events.push(JobEvent {
+            type_: EventType::Normal,
+            reason: SHRUNK_REASON,
+            message: clip(message, MAX_MESSAGE_BYTES),
+        });
+    }
+
+    /// A job placed afresh (after an eviction) or resized (grown back, or by its policy) is no
+    /// longer preempted.
+    pub(super) fn restored(&mut self, replan: bool) {
+        let Some(p) = self.status.preemption.as_ref() else {
+            return;
+        };
+        if !replan || p.action == PreemptionAction::Shrunk {
+            self.status.preemption = None;
+        }
+    }
+
     /// Says what an elastic policy resized the job to.
     pub(super) fn resized_event(&mut self) {
         let sizes = self
@@ -135,7 +193,7 @@ impl Planner<'_> {
     /// Puts a decision first in `status.decisions`, keeping the newest [`MAX_DECISIONS`]. Its
     /// texts are cut to [`MAX_DECISION_TEXT_BYTES`]: the condition keeps the whole message, and
     /// ten entries stay a few KiB of the object every cache holds.
-    fn decided(
+    pub(super) fn decided(
         &mut self,
         action: DecisionAction,
         by: &str,

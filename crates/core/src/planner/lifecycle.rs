@@ -73,6 +73,35 @@ impl Planner<'_> {
         }
     }
 
+    /// Evicted for a job of higher priority: back to Pending with its counters (restarts,
+    /// reschedules, ranks) intact, pods deleted with their grace period, the service kept, the
+    /// allocation given back. Not a restart: nothing of the job failed.
+    pub(super) fn evicted(&mut self, evicted: &Preempted, owned: &[&CachedPod]) {
+        let message = clip(&evicted.message, MAX_MESSAGE_BYTES);
+        self.transition(Phase::Pending, EVICTED_REASON, message.clone());
+        self.status.ready_replicas = 0;
+        self.status.task_status = None;
+        no_ready_replicas(&mut self.status);
+        self.status.allocation = None;
+        let why = Why {
+            sha256: None,
+            reason: None,
+        };
+        self.decided(DecisionAction::Evicted, &evicted.by, None, &why, &message);
+        self.set_allocated_condition("False", "Evicted", message);
+        self.status.preemption = Some(PreemptionStatus {
+            time: self.now.clone(),
+            action: PreemptionAction::Evicted,
+            for_job: evicted.for_job.clone(),
+            replicas_before: None,
+        });
+        for pod in owned.iter().filter(|p| !is_terminating(p)) {
+            self.plan
+                .actions
+                .push(delete_pod(pod, "evicted for a job of higher priority"));
+        }
+    }
+
     /// When `spec.activeDeadlineSeconds` runs out, counted from `status.startTime`; `None`
     /// without a deadline or a start, or beyond the last representable time.
     pub(super) fn deadline(&self) -> Option<(i64, jiff::Timestamp)> {

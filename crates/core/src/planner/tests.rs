@@ -84,7 +84,10 @@ impl Sim {
         let cached: Vec<CachedPod> = self.pods.iter().cloned().map(CachedPod::from).collect();
         let admission = self.admission.as_ref().filter(|a| {
             crate::placement::needs_allocation(&self.job)
-                || matches!(a, Admission::Placed { replan: true, .. })
+                || matches!(
+                    a,
+                    Admission::Placed { replan: true, .. } | Admission::Preempted(_)
+                )
         });
         let observed = Observed {
             pods: cached.iter().collect(),
@@ -1194,6 +1197,7 @@ fn allocated_condition(sim: &Sim) -> JobCondition {
 }
 
 mod allocation;
+mod preemption;
 mod changes;
 mod lifecycle;
 mod status;
