@@ -150,6 +150,8 @@ struct Proposal {
     /// Why the built-in policy re-planned instead of the requested one.
     fallback: Option<String>,
     why: Why,
+    /// A shrink for a job of higher priority (handed over as such, not as a re-plan).
+    preempted: Option<diorch_core::placement::Preempted>,
 }
 
 #[derive(Default)]
@@ -166,6 +168,10 @@ struct Ledger {
     /// Jobs whose admission is in a policy call (without the lock), and whether the job was
     /// released meanwhile (it ended or was deleted: its answer must not be held).
     calling: HashMap<ObjectKey, bool>,
+    /// Evictions for jobs of higher priority not yet in the victims' status.
+    evictions: HashMap<ObjectKey, diorch_core::placement::Preempted>,
+    /// When each job was last shrunk or evicted (see [`Settings::preemption_cooldown`]).
+    preempted_at: HashMap<ObjectKey, Instant>,
 }
 
 /// Where the allocator gets its policies: the plugin registry (or a test double).
@@ -431,6 +437,10 @@ impl Allocator {
             }
             return;
         }
+        if ledger.evictions.contains_key(&key) {
+            // Its room is another job's already; its status follows.
+            return;
+        }
         let slots = placed_slots(job);
         if let Some(proposal) = ledger.proposals.get(&key) {
             if proposal.slots == slots {
@@ -456,6 +466,8 @@ impl Allocator {
             let mut ledger = self.ledger.lock().await;
             ledger.proposals.remove(key);
             ledger.last_moved.remove(key);
+            ledger.evictions.remove(key);
+            ledger.preempted_at.remove(key);
             if let Some(released) = ledger.calling.get_mut(key) {
                 *released = true;
             }
@@ -475,6 +487,9 @@ impl Allocator {
         if validate::validate(job).is_err() {
             return None;
         }
+        if let Some(evicted) = self.eviction(job).await {
+            return Some(evicted);
+        }
         if needs_allocation(job) {
             return Some(self.admit(job).await);
         }
@@ -484,6 +499,9 @@ impl Allocator {
         self.observe(job).await;
         let ledger = self.ledger.lock().await;
         let proposal = ledger.proposals.get(&job_key(job))?;
+        if let Some(preempted) = &proposal.preempted {
+            return Some(Admission::Preempted(preempted.clone()));
+        }
         Some(Admission::Placed {
             nodes: proposal.slots.clone(),
             by: proposal.by.clone(),
@@ -541,7 +559,10 @@ impl Allocator {
                     continue;
                 }
                 let key = job_key(&job);
-                let in_flight = ledger.proposals.contains_key(&key);
+                // A job preempted less than its cool-down ago is not moved or grown either.
+                let in_flight = ledger.proposals.contains_key(&key)
+                    || ledger.evictions.contains_key(&key)
+                    || self.cooling(&ledger, &key, self.settings.clock.now());
                 if !replan::candidate(&job, ledger.book.get(&key), in_flight) {
                     continue;
                 }
@@ -561,6 +582,7 @@ impl Allocator {
             let jobs: Vec<Arc<CachedJob>> = jobs.into_iter().map(|(job, _)| job).collect();
             decisions.extend(self.optimize_group(requested.as_deref(), &jobs).await);
         }
+        self.grow_back().await;
         self.metrics
             .allocator
             .optimize_duration
@@ -804,6 +826,7 @@ impl Allocator {
                                     sha256: if by_plugin { plugin_sha.clone() } else { None },
                                     reason,
                                 },
+                                preempted: None,
                             },
                         );
                         ledger
@@ -1005,8 +1028,13 @@ impl Allocator {
         });
         match answer {
             Answer::Slots(slots) => self.place(&mut ledger, job, slots, by, fallback, why),
-            Answer::NoFit(no_fit)
-            | Answer::Failed {
+            Answer::NoFit(no_fit) => {
+                match self.preempt(&mut ledger, job, &model, &nodes, fallback) {
+                    Some(placed) => placed,
+                    None => self.wait(&mut ledger, job, &model, &nodes, &no_fit, by, why),
+                }
+            }
+            Answer::Failed {
                 message: no_fit, ..
             } => self.wait(&mut ledger, job, &model, &nodes, &no_fit, by, why),
         }
@@ -1171,6 +1199,7 @@ fn policy_label(describe: &str) -> String {
 
 mod models;
 use models::NodeModels;
+mod preempt;
 pub mod record;
 pub mod shadow;
 

@@ -162,6 +162,7 @@ fn placed_nodes(a: &Admission) -> Vec<String> {
     match a {
         Admission::Placed { nodes, .. } => nodes.as_slice().to_vec(),
         Admission::Waiting { message, .. } => panic!("waiting: {message}"),
+        Admission::Preempted(p) => panic!("preempted: {p:?}"),
     }
 }
 
@@ -1179,3 +1180,5 @@ async fn a_shadow_is_given_each_optimize_input_and_its_plan_is_compared_never_ap
     assert_eq!((d.call, d.input_jobs), ("optimize", 1));
     assert_eq!(d.comparison.jobs[0].job, "ns/a");
 }
+
+mod preemption;

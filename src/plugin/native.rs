@@ -57,6 +57,23 @@ impl NativePolicy {
         }
     }
 
+    /// The least preemption of `running` jobs that lets `job` start at once, as this policy
+    /// places it (see [`diorch_policies::preempt`]).
+    pub fn preempt(
+        self,
+        job: &Job,
+        running: &[diorch_policies::preempt::Running],
+        nodes: &[Node],
+        mode: diorch_policies::preempt::Mode,
+    ) -> Option<diorch_policies::preempt::Preemption> {
+        use diorch_policies::preempt::preempt;
+        match self {
+            NativePolicy::BinPack => preempt(&BinPack, job, running, nodes, mode),
+            NativePolicy::Spread => preempt(&Spread, job, running, nodes, mode),
+            NativePolicy::Goodput => preempt(&Goodput, job, running, nodes, mode),
+        }
+    }
+
     fn refused(self, error: PolicyError) -> PluginError {
         PluginError::Refused {
             plugin: self.name().to_string(),

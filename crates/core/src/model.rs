@@ -365,6 +365,14 @@ pub fn slot_nodes(job: &DIJob) -> Vec<String> {
         .collect()
 }
 
+/// The priority value a policy sees and preemption compares: `normal` 0, `high` 100.
+pub fn priority_value(priority: Priority) -> i32 {
+    match priority {
+        Priority::Normal => 0,
+        Priority::High => 100,
+    }
+}
+
 /// The model of `job` for a policy call; `node_index` maps node names to indices of the
 /// call's node list, `age_seconds` is the job's age.
 pub fn model_job(job: &DIJob, node_index: &HashMap<&str, u32>, age_seconds: u64) -> plugin::Job {
@@ -374,10 +382,7 @@ pub fn model_job(job: &DIJob, node_index: &HashMap<&str, u32>, age_seconds: u64)
     plugin::Job {
         // The plugin model's key is the string a policy sees and a snapshot file holds.
         key: key.to_string(),
-        priority: match job.spec.priority {
-            Priority::Normal => 0,
-            Priority::High => 100,
-        },
+        priority: priority_value(job.spec.priority),
         preemptible: job.spec.preemptible,
         tasks: job
             .spec

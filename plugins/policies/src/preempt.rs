@@ -140,11 +140,9 @@ pub fn preempt<P: Policy>(
                 room.restore(room.removed.len() - 1);
             }
             for (i, t, slot) in shrinkable {
-                if room.remove(i, t, slot) {
-                    if room.fits() {
-                        fits = true;
-                        break;
-                    }
+                if room.remove(i, t, slot) && room.fits() {
+                    fits = true;
+                    break;
                 }
             }
         }

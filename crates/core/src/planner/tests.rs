@@ -1197,7 +1197,7 @@ fn allocated_condition(sim: &Sim) -> JobCondition {
 }
 
 mod allocation;
-mod preemption;
 mod changes;
 mod lifecycle;
+mod preemption;
 mod status;

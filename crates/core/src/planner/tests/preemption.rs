@@ -78,11 +78,20 @@ fn a_shrink_removes_the_highest_ranks_and_survivors_keep_their_names_and_nodes()
             ("learner".to_string(), 1)
         ]))
     );
-    assert!(sim.events.iter().any(|e| e.reason == SHRUNK_REASON
-        && e.message.contains("make room for ns/urgent")));
+    assert!(
+        sim.events
+            .iter()
+            .any(|e| e.reason == SHRUNK_REASON && e.message.contains("make room for ns/urgent"))
+    );
     let decision = &status.decisions.expect("decisions")[0];
     assert_eq!(decision.action, DecisionAction::Resized);
-    assert!(decision.reason.as_deref().unwrap_or_default().contains("ns/urgent"));
+    assert!(
+        decision
+            .reason
+            .as_deref()
+            .unwrap_or_default()
+            .contains("ns/urgent")
+    );
 
     // A second shrink keeps the counts from before the first.
     sim.all("Running", true);
@@ -156,8 +165,11 @@ fn an_evicted_job_waits_again_with_its_counters_and_is_not_restarted() {
     let allocated = allocated_condition(&sim);
     assert_eq!(allocated.status, "False");
     assert_eq!(allocated.reason.as_deref(), Some("Evicted"));
-    assert!(sim.events.iter().any(|e| e.reason == EVICTED_REASON
-        && e.message.contains("ns/urgent")));
+    assert!(
+        sim.events
+            .iter()
+            .any(|e| e.reason == EVICTED_REASON && e.message.contains("ns/urgent"))
+    );
     assert!(crate::placement::needs_allocation(&sim.job));
 
     // While it waits, its terminating pods are no failure and nothing is created.
