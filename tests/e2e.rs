@@ -464,6 +464,18 @@ fn e2e_gpu_placement() {
         drop(guard);
         drop(operator);
     }
+    // Preemption (issue 38): urgent jobs shrink collectors before evicting anyone.
+    {
+        let mut flags = vec!["--plugin-namespace", &plugins];
+        flags.extend(common::preemption::FLAGS);
+        let operator = OperatorProcess::start_with(&kubeconfig, &flags);
+        let ns = format!("{base}-preemption");
+        foundation::create_namespace(&k, &ns);
+        let guard = NamespaceGuard(&k, &ns);
+        common::preemption::urgent_jobs_shrink_collectors_before_evicting(&k, &ns);
+        drop(guard);
+        drop(operator);
+    }
     // A policy rollout: a shadow compared on live decisions, promoted, rolled back.
     {
         let metrics = common::ha::free_local_addr();

@@ -13,6 +13,7 @@ pub mod kubectl;
 pub mod kubelet;
 pub mod migration;
 pub mod oci;
+pub mod preemption;
 pub mod rbac;
 pub mod registry;
 pub mod webhook;

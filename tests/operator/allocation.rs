@@ -289,3 +289,16 @@ fn a_mutator_without_grants_cannot_take_over_the_pods_of_the_next_job() {
     assert_eq!(pods.len(), 4, "{pods:#?}");
     assert!(pods.values().all(|p| p["spec"]["hostNetwork"].is_null()));
 }
+
+/// Issue 38: a cluster full of low-priority elastic jobs makes room for urgent ones, shrinking
+/// collectors before evicting anyone (`tests/common/preemption.rs`; e2e_gpu_placement runs the
+/// same on a real API server).
+#[test]
+fn urgent_jobs_shrink_collectors_before_evicting_and_victims_come_back() {
+    let sandbox = scenario::gpu_sandbox();
+    let _operator = OperatorProcess::start_with(&sandbox.kubeconfig, &common::preemption::FLAGS);
+    common::preemption::urgent_jobs_shrink_collectors_before_evicting(
+        &sandbox.kubectl(),
+        "default",
+    );
+}

@@ -169,9 +169,23 @@ impl Planner<'_> {
         // readable at the end however long that is.
         let by = clip(by, MAX_MESSAGE_BYTES / 4);
         let suffix = format!(" (policy {by})");
+        // An evicted job says so while it waits: the condition keeps its reason.
+        let evicted_for = self
+            .status
+            .preemption
+            .as_ref()
+            .filter(|p| p.action == PreemptionAction::Evicted)
+            .map(|p| clip(&p.for_job, MAX_MESSAGE_BYTES / 4));
+        let prefix = evicted_for
+            .as_ref()
+            .map(|job| format!("evicted for {job}; "))
+            .unwrap_or_default();
         let message = format!(
-            "{}{suffix}",
-            clip(message, MAX_MESSAGE_BYTES.saturating_sub(suffix.len()))
+            "{prefix}{}{suffix}",
+            clip(
+                message,
+                MAX_MESSAGE_BYTES.saturating_sub(suffix.len() + prefix.len())
+            )
         );
         let same = self
             .status
@@ -186,7 +200,12 @@ impl Planner<'_> {
                 reason: "FailedAllocation",
                 message: message.clone(),
             });
-            self.set_allocated_condition("False", "Unschedulable", message);
+            let reason = if evicted_for.is_some() {
+                "Evicted"
+            } else {
+                "Unschedulable"
+            };
+            self.set_allocated_condition("False", reason, message);
         }
     }
 

@@ -172,10 +172,21 @@ fn an_evicted_job_waits_again_with_its_counters_and_is_not_restarted() {
     );
     assert!(crate::placement::needs_allocation(&sim.job));
 
-    // While it waits, its terminating pods are no failure and nothing is created.
+    // While it waits, its terminating pods are no failure and nothing is created; its
+    // condition still says it was evicted, and for whom.
     sim.all("Failed", false);
     sim.admission = Some(waiting("no room"));
     sim.settle();
+    let allocated = allocated_condition(&sim);
+    assert_eq!(allocated.reason.as_deref(), Some("Evicted"));
+    assert!(
+        allocated
+            .message
+            .as_deref()
+            .unwrap_or_default()
+            .starts_with("evicted for ns/urgent; no room"),
+        "{allocated:?}"
+    );
     assert_eq!(sim.status().restarts, 2);
     assert_eq!(sim.phase(), Some(Phase::Pending));
     sim.pods.clear();
