@@ -27,6 +27,17 @@ struct Head {
     preemptible: bool,
 }
 
+/// Seconds of work evicting `job` loses: since its last reported checkpoint, but never more
+/// than its pods have run (`run_seconds`), whatever the report said; a checkpoint "in the
+/// future" loses nothing, which only makes the job itself the likelier victim.
+pub(super) fn lost_seconds(job: &DIJob, run_seconds: u64, now: jiff::Timestamp) -> u64 {
+    let Some(at) = job.status.as_ref().and_then(|s| s.last_checkpoint_time.as_ref()) else {
+        return run_seconds;
+    };
+    let since = u64::try_from(now.duration_since(at.0).as_secs()).unwrap_or(0);
+    since.min(run_seconds)
+}
+
 /// A victim offered to the policy, with what carrying out its part needs.
 struct Offered {
     key: ObjectKey,
@@ -83,6 +94,7 @@ impl Allocator {
             } else {
                 0
             };
+            let lost_seconds = lost_seconds(&decoded, run_seconds, wall);
             let age = decoded.metadata.creation_timestamp.as_ref().map_or(0, |t| {
                 u64::try_from(wall.duration_since(t.0).as_secs()).unwrap_or(0)
             });
@@ -93,7 +105,7 @@ impl Allocator {
                 may_shrink: matches!(phase, Some(Phase::Running)),
                 may_evict: phase == Some(Phase::Running)
                     && run_seconds >= self.settings.preemption_min_run_time.as_secs(),
-                lost_seconds: run_seconds,
+                lost_seconds,
             });
             offered.push(Offered {
                 key: victim,
@@ -202,7 +214,7 @@ impl Allocator {
             let message = clip(
                 &format!(
                     "evicted to make room for {key} (priority {ours} > {}); {lost} GPU-seconds \
-                     of work since its pods started are lost",
+                     of work since its last checkpoint (else since its pods started) are lost",
                     r.job.priority
                 ),
                 MAX_MESSAGE_BYTES,

@@ -175,7 +175,8 @@ pub fn router(state: ServerState) -> Router {
                     .post(scale_replicas::<false>)
                     .delete(scale_replicas::<true>),
             )
-            .route(&format!("{prefix}/profilings"), post(post_profilings));
+            .route(&format!("{prefix}/profilings"), post(post_profilings))
+            .route(&format!("{prefix}/checkpoint"), post(post_checkpoint));
     }
     let api = api.route_layer(middleware::from_fn_with_state(
         guard.clone(),
@@ -268,7 +269,7 @@ fn encoded(status: StatusCode, body: Bytes) -> Response {
 }
 
 /// A refused request: its status and the envelope's message.
-#[derive(Debug)]
+#[derive(Debug, PartialEq, Eq)]
 pub struct ApiError {
     pub status: StatusCode,
     pub message: String,
@@ -1007,6 +1008,70 @@ async fn post_profilings(
         "successfully report profilings",
         Value::Null,
     ))
+}
+
+/// POST checkpoint: the job's workers saved a checkpoint, `{"time": "<RFC 3339>"}` or `{}`
+/// for now. Recorded in `status.lastCheckpointTime`, which preemption reads as the work an
+/// eviction would lose. The time is untrusted: it is bounded to the job's creation and the
+/// moment of the report ([`checkpoint_time`]), and the allocator bounds the loss again by how
+/// long the job's pods have run, so no report makes a job cost more to evict than its real run.
+async fn post_checkpoint(
+    State(state): State<Arc<ServerState>>,
+    method: Method,
+    job: AuthorizedJob,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let id = state.acting_on(&job, &method);
+    let cached = find_job(&state, id)?;
+    let body = json_body(body)?;
+    let created = cached
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map(|t| t.0);
+    let time = checkpoint_time(&body, created, jiff::Timestamp::now())?;
+    let patch = json!({"status": {"lastCheckpointTime": time.to_string()}});
+    write_status(&state, id, &patch, "checkpoint").await?;
+    Ok(envelope(
+        StatusCode::OK,
+        "successfully report checkpoint",
+        json!({"lastCheckpointTime": time.to_string()}),
+    ))
+}
+
+/// The checkpoint time a report says, bounded to `[created, now]`: a time in the future is
+/// now, one before the job existed is its creation. `{}` is now.
+pub fn checkpoint_time(
+    body: &Value,
+    created: Option<jiff::Timestamp>,
+    now: jiff::Timestamp,
+) -> Result<jiff::Timestamp, ApiError> {
+    let Some(object) = body.as_object() else {
+        return Err(fail(
+            StatusCode::BAD_REQUEST,
+            "a checkpoint report is a JSON object: {} or {\"time\": \"2026-11-27T06:00:00Z\"}",
+        ));
+    };
+    let time = match object.get("time") {
+        None | Some(Value::Null) => now,
+        Some(Value::String(text)) => text.parse::<jiff::Timestamp>().map_err(|e| {
+            fail(
+                StatusCode::BAD_REQUEST,
+                format!(
+                    "time {:?} is not an RFC 3339 timestamp: {e}",
+                    diorch_core::planner::clip(text, 64)
+                ),
+            )
+        })?,
+        Some(_) => {
+            return Err(fail(
+                StatusCode::BAD_REQUEST,
+                "time must be an RFC 3339 timestamp string, e.g. \"2026-11-27T06:00:00Z\"",
+            ));
+        }
+    };
+    let time = time.min(now);
+    Ok(created.map_or(time, |c| time.max(c.min(now))))
 }
 
 /// Refuses a profilings report whose merge into `current` (JSON merge patch, as the API server

@@ -286,3 +286,45 @@ async fn a_shrunk_job_grows_back_when_room_frees_after_its_cool_down() {
             .starts_with("grown back after the preemption for ns/u: collector 3 → 7")
     );
 }
+
+#[test]
+fn work_lost_counts_from_the_checkpoint_but_never_past_the_run() {
+    let now = jiff::Timestamp::now();
+    let mut j = elastic("a", 7, 7, "n0", 30, false);
+    let run = 30 * 60;
+    assert_eq!(super::super::preempt::lost_seconds(&j, run, now), run);
+    let at = |minutes_ago: i64| {
+        Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            now - jiff::SignedDuration::from_mins(minutes_ago),
+        ))
+    };
+    let status = j.status.as_mut().expect("status");
+    status.last_checkpoint_time = at(5);
+    assert_eq!(super::super::preempt::lost_seconds(&j, run, now), 300);
+    // A checkpoint before this run (a report forged into the past, or from before a restart)
+    // cannot make the job cost more than its run.
+    j.status.as_mut().expect("status").last_checkpoint_time = at(600);
+    assert_eq!(super::super::preempt::lost_seconds(&j, run, now), run);
+    // One "in the future" loses nothing: only the job itself is the likelier victim.
+    j.status.as_mut().expect("status").last_checkpoint_time = at(-60);
+    assert_eq!(super::super::preempt::lost_seconds(&j, run, now), 0);
+}
+
+#[tokio::test]
+async fn a_recent_checkpoint_makes_the_older_job_the_cheaper_victim() {
+    let mut h = preempting(2, settings(Preemption::Shrink));
+    // a ran 60 minutes but checkpointed a minute ago; b ran 15 minutes without one.
+    let mut a = elastic("a", 7, 7, "n0", 60, false);
+    a.status.as_mut().expect("status").last_checkpoint_time = Some(
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            jiff::Timestamp::now() - jiff::SignedDuration::from_mins(1),
+        ),
+    );
+    let b = elastic("b", 7, 7, "n1", 15, false);
+    running_jobs(&mut h, &[&a, &b]).await;
+    let Admission::Placed { nodes, why, .. } = h.allocator.admit(&urgent("u", 1, 8)).await else {
+        panic!("placed");
+    };
+    assert_eq!(nodes.as_slice(), ["n0"]);
+    assert!(why.reason.unwrap_or_default().contains("evicted ns/a"));
+}

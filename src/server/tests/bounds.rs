@@ -214,3 +214,51 @@ async fn request_metrics_label_unknown_methods_as_other() {
     assert!(!text.contains("method=\"M1"), "{text}");
     assert!(text.contains("method=\"other\""), "{text}");
 }
+
+/// A checkpoint report is untrusted: a time in the future counts as now, one before the job
+/// existed as its creation, and anything else than `{}` or an RFC 3339 `time` is refused
+/// without reaching the API server.
+#[tokio::test]
+async fn a_forged_checkpoint_time_is_bounded_or_refused() {
+    use crate::server::checkpoint_time;
+    let now: jiff::Timestamp = "2026-11-27T06:00:00Z".parse().expect("now");
+    let created: jiff::Timestamp = "2026-11-27T05:00:00Z".parse().expect("created");
+    let at = |body: Value| checkpoint_time(&body, Some(created), now);
+    assert_eq!(at(json!({})), Ok(now));
+    assert_eq!(at(json!({"time": null})), Ok(now));
+    let earlier: jiff::Timestamp = "2026-11-27T05:30:00Z".parse().expect("t");
+    assert_eq!(at(json!({"time": "2026-11-27T05:30:00Z"})), Ok(earlier));
+    // The future: now. Before the job, or the far past: its creation.
+    assert_eq!(at(json!({"time": "2999-01-01T00:00:00Z"})), Ok(now));
+    assert_eq!(at(json!({"time": "1970-01-01T00:00:00Z"})), Ok(created));
+    assert_eq!(at(json!({"time": "-009999-01-01T00:00:00Z"})), Ok(created));
+    // A job without a creation time (never from the API server): bounded above only.
+    assert_eq!(
+        checkpoint_time(&json!({"time": "2999-01-01T00:00:00Z"}), None, now),
+        Ok(now)
+    );
+    for bad in [
+        json!({"time": 12}),
+        json!({"time": -1}),
+        json!({"time": "yesterday"}),
+        json!({"time": "a".repeat(60_000)}),
+        json!([1]),
+        json!("now"),
+    ] {
+        let err = at(bad.clone()).expect_err("refused");
+        assert_eq!(err.status, StatusCode::BAD_REQUEST, "{bad}");
+        assert!(err.message.len() < 300, "the message quotes a bounded part");
+    }
+    // Over HTTP: a bad body is refused before any write.
+    let s = standard();
+    let (status, body, _) = call(
+        &s,
+        Method::POST,
+        "/v2alpha1/job/ns.j/checkpoint",
+        "{\"time\": \"yesterday\"}",
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    let (status, _, _) = call(&s, Method::POST, "/v2alpha1/job/ns.nope/checkpoint", "{}").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}

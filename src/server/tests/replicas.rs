@@ -398,6 +398,8 @@ async fn the_openapi_document_matches_the_routes() {
         "/v2alpha1/{id}/replicas",
         "/v2alpha1/job/{id}/profilings",
         "/v2alpha1/{id}/profilings",
+        "/v2alpha1/job/{id}/checkpoint",
+        "/v2alpha1/{id}/checkpoint",
         "/healthz",
         "/readyz",
         "/metrics",
@@ -405,7 +407,7 @@ async fn the_openapi_document_matches_the_routes() {
     ] {
         assert!(paths.contains_key(route), "{route} undocumented");
     }
-    assert_eq!(paths.len(), 8);
+    assert_eq!(paths.len(), 10);
 }
 
 #[test]

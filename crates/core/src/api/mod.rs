@@ -448,6 +448,12 @@ pub struct DIJobStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decisions: Option<Vec<AllocationDecision>>,
 
+    /// diorch extension: when the job's workers last reported a saved checkpoint (replica API
+    /// `POST …/checkpoint`), bounded to the job's creation and the report's arrival. Preemption
+    /// counts the work an eviction loses from it (never more than the pods' run time).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_checkpoint_time: Option<Time>,
+
     /// diorch extension: the last time room was taken from this job for a job of higher
     /// priority, while it lasts: cleared when an evicted job is placed again, or a shrunk job
     /// is grown back (or resized by its policy). Written by diorch only.
