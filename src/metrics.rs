@@ -156,7 +156,8 @@ pub struct AllocationLabels {
     /// The policy's name without its version hash (`binpack`, `builtin-binpack`).
     pub policy: String,
     /// Decisions: `placed`, `placed_by_fallback`, `waiting`, `moved`, `suppressed`, `stale` (a
-    /// re-plan dropped because the ledger changed during its `optimize` call); fallbacks: the
+    /// re-plan dropped because the ledger changed during its `optimize` call), `grown_back` (a
+    /// job shrunk by a preemption, back to its counts); fallbacks: the
     /// plugin error reason, or `Contended` (answers that kept going stale during the call).
     pub result: String,
 }

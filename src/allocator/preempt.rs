@@ -31,7 +31,11 @@ struct Head {
 /// than its pods have run (`run_seconds`), whatever the report said; a checkpoint "in the
 /// future" loses nothing, which only makes the job itself the likelier victim.
 pub(super) fn lost_seconds(job: &DIJob, run_seconds: u64, now: jiff::Timestamp) -> u64 {
-    let Some(at) = job.status.as_ref().and_then(|s| s.last_checkpoint_time.as_ref()) else {
+    let Some(at) = job
+        .status
+        .as_ref()
+        .and_then(|s| s.last_checkpoint_time.as_ref())
+    else {
         return run_seconds;
     };
     let since = u64::try_from(now.duration_since(at.0).as_secs()).unwrap_or(0);
@@ -60,7 +64,27 @@ impl Allocator {
             Preemption::Evict => choice::Mode::Evict,
             Preemption::Shrink => choice::Mode::Shrink,
         };
-        let key = job_key(job);
+        let (offered, running) = self.offer(ledger, &job_key(job), model, nodes);
+        if running.is_empty() {
+            return None;
+        }
+        let builtin = self.policies.builtin();
+        let by = Checked::builtin(builtin).by().to_string();
+        let plan = builtin.preempt(model, &running, nodes, mode)?;
+        self.carry_out(
+            ledger, job, model, nodes, &offered, &running, plan, &by, fallback,
+        )
+    }
+
+    /// The running jobs `key` may take room from, as the policy sees them (`running`) and as
+    /// carrying it out needs them (`offered`), index for index.
+    fn offer(
+        &self,
+        ledger: &Ledger,
+        key: &ObjectKey,
+        model: &plugin::Job,
+        nodes: &[plugin::Node],
+    ) -> (Vec<Offered>, Vec<Running>) {
         let now = self.settings.clock.now();
         let wall = self.settings.clock.wall();
         let node_index = view::node_index(nodes);
@@ -68,7 +92,7 @@ impl Allocator {
         let mut running: Vec<Running> = Vec::new();
         for cached in self.jobs.state() {
             let victim = ObjectKey::of(&cached.metadata);
-            if victim == key || !self.may_be_victim(ledger, &victim, now) {
+            if victim == *key || !self.may_be_victim(ledger, &victim, now) {
                 continue;
             }
             let Ok(head) = serde_json::from_str::<Head>(cached.spec.get()) else {
@@ -112,12 +136,36 @@ impl Allocator {
                 job: decoded,
             });
         }
-        if running.is_empty() {
-            return None;
-        }
-        let builtin = self.policies.builtin();
-        let by = Checked::builtin(builtin).by().to_string();
-        let plan = builtin.preempt(model, &running, nodes, mode)?;
+        (offered, running)
+    }
+
+    /// Checks a preemption answered for `job` (the rules in `diorch_policies::preempt::check`,
+    /// then that the job fits the room it frees) and carries it out; `None` (the job waits)
+    /// when it fails them.
+    #[allow(clippy::too_many_arguments)]
+    fn carry_out(
+        &self,
+        ledger: &mut Ledger,
+        job: &DIJob,
+        model: &plugin::Job,
+        nodes: &[plugin::Node],
+        offered: &[Offered],
+        running: &[Running],
+        plan: choice::Preemption,
+        by: &str,
+        fallback: Option<String>,
+    ) -> Option<Admission> {
+        let key = job_key(job);
+        let now = self.settings.clock.now();
+        let by = by.to_string();
+        let freed = match choice::check(model, running, nodes, &plan) {
+            Ok(freed) => freed,
+            Err(e) => {
+                tracing::warn!(job = %key, policy = %by, error = %clip(&e, MAX_MESSAGE_BYTES),
+                    "a preemption breaks the rules; the job waits");
+                return None;
+            }
+        };
         let slots = SlotNodes::new(
             plan.nodes
                 .iter()
@@ -129,8 +177,9 @@ impl Allocator {
                 })
                 .collect(),
         );
-        if slots.as_slice().iter().any(String::is_empty) || slots.len() != model.total_replicas() {
-            tracing::warn!(job = %key, "a preemption placed the job on unknown nodes; it waits");
+        if let Err(e) = Checked::new((), by.clone()).fits(model, &freed, slots.as_slice()) {
+            tracing::warn!(job = %key, policy = %by, error = %clip(&e.to_string(), MAX_MESSAGE_BYTES),
+                "a preemption does not make the room the job needs; it waits");
             return None;
         }
 
@@ -163,7 +212,8 @@ impl Allocator {
             let mut offset = 0usize;
             for (task, &n) in r.job.tasks.iter().zip(&shrink.replicas) {
                 let at = offset..offset + task.replicas as usize;
-                kept.extend(old.as_slice()[at].iter().take(n as usize).cloned());
+                let task_slots = old.as_slice().get(at).unwrap_or_default();
+                kept.extend(task_slots.iter().take(n as usize).cloned());
                 offset += task.replicas as usize;
             }
             let kept = SlotNodes::new(kept);

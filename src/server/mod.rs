@@ -1024,11 +1024,7 @@ async fn post_checkpoint(
     let id = state.acting_on(&job, &method);
     let cached = find_job(&state, id)?;
     let body = json_body(body)?;
-    let created = cached
-        .metadata
-        .creation_timestamp
-        .as_ref()
-        .map(|t| t.0);
+    let created = cached.metadata.creation_timestamp.as_ref().map(|t| t.0);
     let time = checkpoint_time(&body, created, jiff::Timestamp::now())?;
     let patch = json!({"status": {"lastCheckpointTime": time.to_string()}});
     write_status(&state, id, &patch, "checkpoint").await?;

@@ -233,6 +233,121 @@ pub fn preempt<P: Policy>(
     })
 }
 
+/// Checks `plan`, an answer for `urgent` over `running` on `nodes`, against the rules no answer
+/// may bend, and returns the nodes with the room it frees: every victim a preemptible job of
+/// lower priority the host allowed that action for, at most once; a shrink one count per task,
+/// each between the task's minimum (at least 1) and its current count, at least one lower. The
+/// caller still checks that `plan.nodes` fit the returned nodes.
+pub fn check(
+    urgent: &Job,
+    running: &[Running],
+    nodes: &[Node],
+    plan: &Preemption,
+) -> Result<Vec<Node>, String> {
+    let mut seen = HashSet::new();
+    let victim = |i: usize, what: &str| -> Result<&Running, String> {
+        let r = running
+            .get(i)
+            .ok_or_else(|| format!("{what} names candidate {i} of {}", running.len()))?;
+        if !r.job.preemptible || r.job.priority >= urgent.priority {
+            return Err(format!(
+                "{what} of {} (priority {}, preemptible {}) for a job of priority {}",
+                r.job.key, r.job.priority, r.job.preemptible, urgent.priority
+            ));
+        }
+        Ok(r)
+    };
+    let mut room = Room {
+        policy: &NoPolicy,
+        urgent,
+        running,
+        free: nodes.to_vec(),
+        removed: Vec::new(),
+        gone: HashSet::new(),
+        evicted: Vec::new(),
+    };
+    for s in &plan.shrinks {
+        let r = victim(s.job, "a shrink")?;
+        if !r.may_shrink {
+            return Err(format!("{} may not be shrunk now", r.job.key));
+        }
+        if !seen.insert(s.job) {
+            return Err(format!("{} is preempted twice", r.job.key));
+        }
+        if s.replicas.len() != r.job.tasks.len() {
+            return Err(format!(
+                "a shrink of {} gives {} counts for {} tasks",
+                r.job.key,
+                s.replicas.len(),
+                r.job.tasks.len()
+            ));
+        }
+        let mut lower = false;
+        for (task, &n) in r.job.tasks.iter().zip(&s.replicas) {
+            if n < task.min_replicas.max(1) || n > task.replicas {
+                return Err(format!(
+                    "a shrink of {} gives task {} {n} replicas, not within {}..={}",
+                    r.job.key,
+                    task.name,
+                    task.min_replicas.max(1),
+                    task.replicas
+                ));
+            }
+            lower |= n < task.replicas;
+        }
+        if !lower {
+            return Err(format!("a shrink of {} removes nothing", r.job.key));
+        }
+        // The highest local ranks of each task go.
+        let mut offset = 0usize;
+        for (t, (task, &n)) in r.job.tasks.iter().zip(&s.replicas).enumerate() {
+            for local in n..task.replicas {
+                room.remove(s.job, t, offset + local as usize);
+            }
+            offset += task.replicas as usize;
+        }
+    }
+    for &i in &plan.evictions {
+        let r = victim(i, "an eviction")?;
+        if !r.may_evict {
+            return Err(format!("{} may not be evicted now", r.job.key));
+        }
+        if !seen.insert(i) {
+            return Err(format!("{} is preempted twice", r.job.key));
+        }
+        room.evict(i);
+    }
+    if plan.nodes.len() != urgent.total_replicas() {
+        return Err(format!(
+            "{} nodes for {} replicas",
+            plan.nodes.len(),
+            urgent.total_replicas()
+        ));
+    }
+    Ok(room.free)
+}
+
+/// `check` needs the room's bookkeeping, not a policy.
+struct NoPolicy;
+
+impl Policy for NoPolicy {
+    fn allocate<N: crate::NodeInfo>(
+        &self,
+        _: &Job,
+        _: &[N],
+    ) -> Result<Vec<u32>, crate::PolicyError> {
+        Err(crate::PolicyError::Internal("no policy".into()))
+    }
+    fn optimize<N: crate::NodeInfo>(
+        &self,
+        _: &[Job],
+        _: &[N],
+        _: &[crate::JobAllocation],
+    ) -> Result<Vec<crate::JobAllocation>, crate::PolicyError> {
+        Err(crate::PolicyError::Internal("no policy".into()))
+    }
+}
+
 /// The cluster as the preemption being built leaves it.
 struct Room<'a, P> {
     policy: &'a P,

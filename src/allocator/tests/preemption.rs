@@ -315,11 +315,10 @@ async fn a_recent_checkpoint_makes_the_older_job_the_cheaper_victim() {
     let mut h = preempting(2, settings(Preemption::Shrink));
     // a ran 60 minutes but checkpointed a minute ago; b ran 15 minutes without one.
     let mut a = elastic("a", 7, 7, "n0", 60, false);
-    a.status.as_mut().expect("status").last_checkpoint_time = Some(
-        k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+    a.status.as_mut().expect("status").last_checkpoint_time =
+        Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
             jiff::Timestamp::now() - jiff::SignedDuration::from_mins(1),
-        ),
-    );
+        ));
     let b = elastic("b", 7, 7, "n1", 15, false);
     running_jobs(&mut h, &[&a, &b]).await;
     let Admission::Placed { nodes, why, .. } = h.allocator.admit(&urgent("u", 1, 8)).await else {

@@ -253,3 +253,63 @@ fn room_spread_over_nodes_shrinks_several_jobs_the_least_each() {
         ]
     );
 }
+
+#[test]
+fn an_answer_that_bends_a_rule_is_refused_and_a_good_one_frees_its_room() {
+    let mut jobs = [
+        running("ns/a", &[("learner", 1, 1), ("collector", 7, 1)], 0, 900),
+        rigid(running("ns/b", &[("learner", 8, 1)], 1, 900)),
+    ];
+    let nodes = full_nodes(&jobs);
+    let u = urgent(1, 4);
+    let good = preempt(&BinPack, &u, &jobs, &nodes, Mode::Shrink).unwrap();
+    let freed = check(&u, &jobs, &nodes, &good).expect("the built-in answer keeps the rules");
+    assert_eq!(freed[0].free.gpus, 4, "a's 4 highest collectors freed");
+    assert_eq!(freed[1].free.gpus, 0);
+    let evict_b = Preemption {
+        nodes: vec![1; 4],
+        shrinks: vec![],
+        evictions: vec![1],
+    };
+    assert_eq!(
+        check(&u, &jobs, &nodes, &evict_b).expect("ok")[1].free.gpus,
+        8
+    );
+
+    let refused =
+        |plan: Preemption, jobs: &[Running]| check(&u, jobs, &nodes, &plan).expect_err("refused");
+    let shrink = |job: usize, replicas: Vec<u32>| Preemption {
+        nodes: vec![0; 4],
+        shrinks: vec![Shrink { job, replicas }],
+        evictions: vec![],
+    };
+    assert!(refused(shrink(5, vec![1, 3]), &jobs).contains("candidate 5 of 2"));
+    assert!(refused(shrink(0, vec![1, 0]), &jobs).contains("not within 1..=7"));
+    assert!(refused(shrink(0, vec![1, 8]), &jobs).contains("not within 1..=7"));
+    assert!(refused(shrink(0, vec![1, 7]), &jobs).contains("removes nothing"));
+    assert!(refused(shrink(0, vec![1]), &jobs).contains("1 counts for 2 tasks"));
+    let twice = Preemption {
+        nodes: vec![0; 4],
+        shrinks: vec![Shrink {
+            job: 0,
+            replicas: vec![1, 3],
+        }],
+        evictions: vec![0],
+    };
+    assert!(refused(twice, &jobs).contains("twice"));
+    let wrong_len = Preemption {
+        nodes: vec![0; 3],
+        ..evict_b.clone()
+    };
+    assert!(refused(wrong_len, &jobs).contains("3 nodes for 4 replicas"));
+    jobs[1].may_evict = false;
+    assert!(refused(evict_b.clone(), &jobs).contains("may not be evicted"));
+    jobs[1].may_evict = true;
+    jobs[1].job.priority = 100;
+    assert!(refused(evict_b.clone(), &jobs).contains("priority 100"));
+    jobs[1].job.priority = 0;
+    jobs[1].job.preemptible = false;
+    assert!(refused(evict_b, &jobs).contains("preemptible false"));
+    jobs[0].may_shrink = false;
+    assert!(refused(shrink(0, vec![1, 3]), &jobs).contains("may not be shrunk"));
+}
