@@ -172,6 +172,9 @@ struct Ledger {
     evictions: HashMap<ObjectKey, diorch_core::placement::Preempted>,
     /// When each job was last shrunk or evicted (see [`Settings::preemption_cooldown`]).
     preempted_at: HashMap<ObjectKey, Instant>,
+    /// Jobs that waited where a preemption found no room: asked again after the next re-plan,
+    /// when cool-downs and minimum run times may have run out (nothing else wakes them then).
+    preempt_later: HashSet<ObjectKey>,
 }
 
 /// Where the allocator gets its policies: the plugin registry (or a test double).
@@ -468,6 +471,7 @@ impl Allocator {
             ledger.last_moved.remove(key);
             ledger.evictions.remove(key);
             ledger.preempted_at.remove(key);
+            ledger.preempt_later.remove(key);
             if let Some(released) = ledger.calling.get_mut(key) {
                 *released = true;
             }
@@ -583,6 +587,7 @@ impl Allocator {
             decisions.extend(self.optimize_group(requested.as_deref(), &jobs).await);
         }
         self.grow_back().await;
+        self.preempt_again().await;
         self.metrics
             .allocator
             .optimize_duration

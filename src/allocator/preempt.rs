@@ -64,41 +64,71 @@ impl Allocator {
             Preemption::Evict => choice::Mode::Evict,
             Preemption::Shrink => choice::Mode::Shrink,
         };
-        let (offered, running) = self.offer(ledger, &job_key(job), model, nodes);
-        if running.is_empty() {
-            return None;
-        }
+        let key = job_key(job);
+        let (offered, running, held_back) = self.offer(ledger, &key, model, nodes);
         let builtin = self.policies.builtin();
         let by = Checked::builtin(builtin).by().to_string();
-        let plan = builtin.preempt(model, &running, nodes, mode)?;
-        self.carry_out(
-            ledger, job, model, nodes, &offered, &running, plan, &by, fallback,
-        )
+        let plan = if running.is_empty() {
+            None
+        } else {
+            builtin.preempt(model, &running, nodes, mode)
+        };
+        let placed = plan.and_then(|plan| {
+            self.carry_out(
+                ledger, job, model, nodes, &offered, &running, plan, &by, fallback,
+            )
+        });
+        let later = held_back || running.iter().any(|r| !r.may_evict || !r.may_shrink);
+        if placed.is_none() && later {
+            // Victims may become allowed (cool-downs, minimum run times) without anything
+            // freeing: the next re-plan asks again.
+            ledger.preempt_later.insert(key);
+        } else {
+            ledger.preempt_later.remove(&key);
+        }
+        placed
+    }
+
+    /// Asks the jobs a preemption could not serve yet again (after each re-plan).
+    pub(super) async fn preempt_again(&self) {
+        let keys: Vec<ObjectKey> = {
+            let mut ledger = self.ledger.lock().await;
+            ledger.preempt_later.drain().collect()
+        };
+        for key in keys {
+            let _ = self.retry.unbounded_send(key);
+        }
     }
 
     /// The running jobs `key` may take room from, as the policy sees them (`running`) and as
-    /// carrying it out needs them (`offered`), index for index.
+    /// carrying it out needs them (`offered`), index for index; and whether a job of lower
+    /// priority was held back by something that passes (in flight, cooling down).
     fn offer(
         &self,
         ledger: &Ledger,
         key: &ObjectKey,
         model: &plugin::Job,
         nodes: &[plugin::Node],
-    ) -> (Vec<Offered>, Vec<Running>) {
+    ) -> (Vec<Offered>, Vec<Running>, bool) {
         let now = self.settings.clock.now();
         let wall = self.settings.clock.wall();
         let node_index = view::node_index(nodes);
         let mut offered: Vec<Offered> = Vec::new();
         let mut running: Vec<Running> = Vec::new();
+        let mut held_back = false;
         for cached in self.jobs.state() {
             let victim = ObjectKey::of(&cached.metadata);
-            if victim == *key || !self.may_be_victim(ledger, &victim, now) {
+            if victim == *key || !ledger.book.get(&victim).is_some_and(|h| h.confirmed) {
                 continue;
             }
             let Ok(head) = serde_json::from_str::<Head>(cached.spec.get()) else {
                 continue;
             };
             if !head.preemptible || view::priority_value(head.priority) >= model.priority {
+                continue;
+            }
+            if !self.may_be_victim(ledger, &victim, now) {
+                held_back = true;
                 continue;
             }
             let Ok(decoded) = cached.decode() else {
@@ -136,7 +166,7 @@ impl Allocator {
                 job: decoded,
             });
         }
-        (offered, running)
+        (offered, running, held_back)
     }
 
     /// Checks a preemption answered for `job` (the rules in `diorch_policies::preempt::check`,
