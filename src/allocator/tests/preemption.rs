@@ -432,12 +432,12 @@ async fn a_job_held_back_only_by_a_minimum_run_time_is_asked_again_after_the_nex
         h.allocator.admit(&u).await,
         Admission::Waiting { .. }
     ));
-    while h.retries.try_next().is_ok() {}
+    while h.retries.try_recv().is_ok() {}
     // Nothing frees; the re-plan after the minimum run time asks u again, and it gets a's room.
     clock.advance(Duration::from_secs(301));
     h.allocator.optimize_once().await;
     let mut asked = Vec::new();
-    while let Ok(Some(key)) = h.retries.try_next() {
+    while let Ok(key) = h.retries.try_recv() {
         asked.push(key);
     }
     assert!(asked.contains(&ObjectKey::new("ns", "u")), "{asked:?}");
@@ -453,10 +453,10 @@ async fn a_job_held_back_only_by_a_minimum_run_time_is_asked_again_after_the_nex
         h.allocator.admit(&u).await,
         Admission::Waiting { .. }
     ));
-    while h.retries.try_next().is_ok() {}
+    while h.retries.try_recv().is_ok() {}
     h.allocator.optimize_once().await;
     let mut asked = Vec::new();
-    while let Ok(Some(key)) = h.retries.try_next() {
+    while let Ok(key) = h.retries.try_recv() {
         asked.push(key);
     }
     assert!(!asked.contains(&ObjectKey::new("ns", "u")), "{asked:?}");
