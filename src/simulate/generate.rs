@@ -24,7 +24,7 @@ pub enum Load {
     /// For preemption: three quarters of the jobs are long, normal-priority elastic jobs
     /// arriving at a twentieth of the mean gap to fill the cluster, their collectors holding a
     /// GPU each (so shrinking them frees GPUs); the last quarter are urgent high-priority rigid
-    /// jobs arriving at the mean gap from [`URGENT_AFTER`] seconds after the last filler.
+    /// jobs arriving at the mean gap from 900 seconds (`URGENT_AFTER`) after the last filler.
     Urgent,
 }
 
