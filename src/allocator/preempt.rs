@@ -66,6 +66,10 @@ impl Allocator {
         };
         let key = job_key(job);
         let (offered, running, held_back) = self.offer(ledger, &key, model, nodes);
+        tracing::debug!(job = %key, candidates = running.len(),
+            may_shrink = running.iter().filter(|r| r.may_shrink).count(),
+            may_evict = running.iter().filter(|r| r.may_evict).count(), held_back,
+            "the job does not fit; looking for room to take");
         let builtin = self.policies.builtin();
         let by = Checked::builtin(builtin).by().to_string();
         let plan = if running.is_empty() {

@@ -154,8 +154,9 @@ pub struct JobResult {
     pub resizes: u32,
     /// Admissions the fallback policy decided.
     pub fallbacks: u32,
-    /// Events the planner emitted on the job for preemption: `Shrunk` (it lost replicas to a
-    /// higher-priority job), `Evicted` (it lost all its pods), `Preempting` (it took room).
+    /// Preemption as the planner's Events on the job say it: `JobShrunk` (it lost replicas to
+    /// a higher-priority job), `JobEvicted` (it lost all its pods), and placements that made
+    /// room by preempting others (`preempting`).
     pub shrunk: u32,
     pub evicted: u32,
     pub preempting: u32,
@@ -948,13 +949,27 @@ impl Sim<'_> {
                 self.wake(i, wake);
             }
             let r = &mut self.jobs[i].result;
+            let mut evicted = false;
             for event in &decision.plan.events {
                 match event.reason {
-                    "Shrunk" => r.shrunk += 1,
-                    "Evicted" => r.evicted += 1,
-                    "Preempting" => r.preempting += 1,
+                    diorch_core::planner::SHRUNK_REASON => r.shrunk += 1,
+                    diorch_core::planner::EVICTED_REASON => {
+                        r.evicted += 1;
+                        evicted = true;
+                    }
+                    "JobAllocated" if event.message.contains("made room by preempting") => {
+                        r.preempting += 1
+                    }
                     _ => {}
                 }
+            }
+            if evicted {
+                // Trace jobs report no checkpoints: an evicted job starts its work over, as the
+                // GPU-seconds the allocator counts as lost say.
+                let at = self.now;
+                let sj = &mut self.jobs[i];
+                sj.since_ms = at;
+                sj.work_left = self.trace.jobs[i].work;
             }
             if decision.plan.spec_patch.is_some() {
                 return Err(SimError::Job {
