@@ -172,6 +172,9 @@ struct Ledger {
     evictions: HashMap<ObjectKey, diorch_core::placement::Preempted>,
     /// When each job was last shrunk or evicted (see [`Settings::preemption_cooldown`]).
     preempted_at: HashMap<ObjectKey, Instant>,
+    /// The priority value of each job the book holds as confirmed, as its last reconcile saw it:
+    /// a preemption looks only at the jobs below its own (no pass over every job).
+    priorities: HashMap<ObjectKey, i32>,
     /// Jobs that waited where a preemption found no room: asked again after the next re-plan,
     /// when cool-downs and minimum run times may have run out (nothing else wakes them then).
     preempt_later: HashSet<ObjectKey>,
@@ -427,6 +430,7 @@ impl Allocator {
         let mut ledger = self.ledger.lock().await;
         let active = holds_placement(job);
         if !active {
+            ledger.priorities.remove(&key);
             let freed = ledger.book.release(&key).is_some();
             ledger.proposals.remove(&key);
             if let Some(released) = ledger.calling.get_mut(&key) {
@@ -460,7 +464,25 @@ impl Allocator {
             confirmed: true,
             since: self.settings.clock.now(),
         };
+        ledger.priorities.insert(key.clone(), self.priority_of(job));
         ledger.book.hold(key, held);
+    }
+
+    /// The model of `job` a policy sees, with its priority value (see [`Self::priority_of`]).
+    pub(super) fn model_of(
+        &self,
+        job: &DIJob,
+        node_index: &HashMap<&str, u32>,
+        age: u64,
+    ) -> plugin::Job {
+        let mut model = view::model_job(job, node_index, age);
+        model.priority = self.priority_of(job);
+        model
+    }
+
+    /// The priority value a policy sees and preemption compares.
+    pub(super) fn priority_of(&self, job: &DIJob) -> i32 {
+        view::priority_value(job.spec.priority)
     }
 
     /// Forgets a deleted job.
@@ -472,6 +494,7 @@ impl Allocator {
             ledger.evictions.remove(key);
             ledger.preempted_at.remove(key);
             ledger.preempt_later.remove(key);
+            ledger.priorities.remove(key);
             if let Some(released) = ledger.calling.get_mut(key) {
                 *released = true;
             }
@@ -614,7 +637,7 @@ impl Allocator {
                 let age = j.metadata.creation_timestamp.as_ref().map_or(0, |t| {
                     u64::try_from(now.duration_since(t.0).as_secs()).unwrap_or(0)
                 });
-                let model = view::model_job(&j, &node_index, age);
+                let model = self.model_of(&j, &node_index, age);
                 Some((model, job_key(&j), cached, placed_slots(&j)))
             })
             .collect();
@@ -942,7 +965,7 @@ impl Allocator {
                 tries += 1;
                 let nodes = self.model_nodes(&ledger, &key);
                 let node_index = view::node_index(&nodes);
-                let model = Arc::new(view::model_job(job, &node_index, age));
+                let model = Arc::new(self.model_of(job, &node_index, age));
                 let version = ledger.book.version();
                 // Waiting already: a job that frees room during the call wakes this one, which
                 // may then fit though the answer below says it does not.
@@ -1017,7 +1040,7 @@ impl Allocator {
         // The built-in policy, under the lock: what it sees cannot change under it.
         let nodes = self.model_nodes(&ledger, &key);
         let node_index = view::node_index(&nodes);
-        let model = view::model_job(job, &node_index, age);
+        let model = self.model_of(job, &node_index, age);
         let by = builtin.by();
         let started = Instant::now();
         let answer = builtin.allocate_now(&model, &nodes);
@@ -1123,6 +1146,9 @@ impl Allocator {
             if slots.as_slice().iter().all(String::is_empty) {
                 continue;
             }
+            ledger
+                .priorities
+                .insert(job_key(&job), self.priority_of(&job));
             ledger.book.hold(
                 job_key(&job),
                 Held {

@@ -22,8 +22,6 @@ use super::*;
 #[derive(serde::Deserialize)]
 struct Head {
     #[serde(default)]
-    priority: diorch_core::api::Priority,
-    #[serde(default)]
     preemptible: bool,
 }
 
@@ -120,15 +118,27 @@ impl Allocator {
         let mut offered: Vec<Offered> = Vec::new();
         let mut running: Vec<Running> = Vec::new();
         let mut held_back = false;
-        for cached in self.jobs.state() {
-            let victim = ObjectKey::of(&cached.metadata);
-            if victim == *key || !ledger.book.get(&victim).is_some_and(|h| h.confirmed) {
+        // Only the jobs below this one, found from the ledger, not a pass over every job.
+        let mut below: Vec<&ObjectKey> = ledger
+            .priorities
+            .iter()
+            .filter(|(victim, p)| **p < model.priority && *victim != key)
+            .map(|(victim, _)| victim)
+            .collect();
+        below.sort();
+        for victim in below {
+            let victim = victim.clone();
+            if !ledger.book.get(&victim).is_some_and(|h| h.confirmed) {
                 continue;
             }
+            let reference = reflector::ObjectRef::new(&victim.name).within(&victim.namespace);
+            let Some(cached) = self.jobs.get(&reference) else {
+                continue;
+            };
             let Ok(head) = serde_json::from_str::<Head>(cached.spec.get()) else {
                 continue;
             };
-            if !head.preemptible || view::priority_value(head.priority) >= model.priority {
+            if !head.preemptible {
                 continue;
             }
             if !self.may_be_victim(ledger, &victim, now) {
@@ -156,7 +166,7 @@ impl Allocator {
             let age = decoded.metadata.creation_timestamp.as_ref().map_or(0, |t| {
                 u64::try_from(wall.duration_since(t.0).as_secs()).unwrap_or(0)
             });
-            let victim_model = view::model_job(&decoded, &node_index, age);
+            let victim_model = self.model_of(&decoded, &node_index, age);
             running.push(Running {
                 job: victim_model,
                 // Only a running job: one still starting has its pods on the way.
@@ -410,7 +420,7 @@ impl Allocator {
             let age = job.metadata.creation_timestamp.as_ref().map_or(0, |t| {
                 u64::try_from(wall.duration_since(t.0).as_secs()).unwrap_or(0)
             });
-            let model = view::model_job(&sized, &node_index, age);
+            let model = self.model_of(&sized, &node_index, age);
             let Answer::Slots(slots) = answer_of(builtin.allocate_now(&model, &nodes)) else {
                 continue;
             };
