@@ -273,6 +273,21 @@ mod tests {
         );
     }
 
+    /// A watch that cannot list (here: nothing listens) keeps retrying instead of ending, and
+    /// meanwhile every job gets its spec.priority value.
+    #[tokio::test]
+    async fn a_failing_watch_keeps_retrying_and_jobs_keep_their_spec_priority() {
+        let config = kube::Config::new("http://127.0.0.1:1".parse().expect("uri"));
+        let client = Client::try_from(config).expect("client");
+        let (classes, run) = PriorityClasses::start(client);
+        let ended = tokio::time::timeout(std::time::Duration::from_secs(3), run).await;
+        assert!(ended.is_err(), "the watch gave up");
+        assert_eq!(classes.value(&spec("high", Some("prod"))), 100);
+        assert_eq!(classes.value(&spec("normal", None)), 0);
+        // Not synced: a class it could not list is not reported missing.
+        assert!(classes.warned.lock().expect("lock").is_empty());
+    }
+
     #[test]
     fn a_missing_class_is_warned_about_once_and_only_after_a_whole_list() {
         let classes = PriorityClasses::empty();
