@@ -1231,6 +1231,7 @@ fn policy_label(describe: &str) -> String {
 mod models;
 use models::NodeModels;
 mod preempt;
+pub mod priorities;
 pub mod record;
 pub mod shadow;
 
