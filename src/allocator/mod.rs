@@ -121,6 +121,8 @@ pub struct Settings {
     pub preemption_min_run_time: Duration,
     /// A job shrunk or evicted is not preempted, grown or moved again for this long.
     pub preemption_cooldown: Duration,
+    /// The cluster's PriorityClasses, for jobs naming one (`spec.priorityClassName`).
+    pub priority_classes: priorities::PriorityClasses,
 }
 
 impl Default for Settings {
@@ -137,6 +139,7 @@ impl Default for Settings {
             preemption: Preemption::default(),
             preemption_min_run_time: Duration::from_secs(600),
             preemption_cooldown: Duration::from_secs(300),
+            priority_classes: priorities::PriorityClasses::empty(),
         }
     }
 }
@@ -482,7 +485,7 @@ impl Allocator {
 
     /// The priority value a policy sees and preemption compares.
     pub(super) fn priority_of(&self, job: &DIJob) -> i32 {
-        view::priority_value(job.spec.priority)
+        self.settings.priority_classes.value(&job.spec)
     }
 
     /// Forgets a deleted job.

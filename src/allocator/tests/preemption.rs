@@ -461,3 +461,39 @@ async fn a_job_held_back_only_by_a_minimum_run_time_is_asked_again_after_the_nex
     }
     assert!(!asked.contains(&ObjectKey::new("ns", "u")), "{asked:?}");
 }
+
+#[tokio::test]
+async fn a_priority_class_orders_jobs_over_spec_priority() {
+    let mut s = settings(Preemption::Shrink);
+    s.priority_classes = crate::allocator::priorities::PriorityClasses::from_values([
+        ("urgent", 1000),
+        ("batch", -10),
+    ]);
+    let mut h = preempting(2, s);
+    // `high` (100) but below the class's 1000; and a `normal` job whose class says -10.
+    let a = elastic("a", 7, 1, "n0", 30, true);
+    let mut b = elastic("b", 7, 1, "n1", 30, false);
+    b.spec.priority_class_name = Some("batch".into());
+    running_jobs(&mut h, &[&a, &b]).await;
+
+    // A normal job (0) outranks only the batch job.
+    let mut normal = job("n", 4, 1, None);
+    normal.spec.priority = diorch_core::api::Priority::Normal;
+    let Admission::Placed { why, .. } = h.allocator.admit(&normal).await else {
+        panic!("placed by shrinking b");
+    };
+    assert!(why.reason.unwrap_or_default().contains("shrank ns/b"));
+    // The class's job outranks the `high` one.
+    let mut classed = job("c", 4, 1, None);
+    classed.spec.priority_class_name = Some("urgent".into());
+    let Admission::Placed { why, .. } = h.allocator.admit(&classed).await else {
+        panic!("placed by shrinking a");
+    };
+    let reason = why.reason.unwrap_or_default();
+    assert!(reason.contains("shrank ns/a"), "{reason}");
+    let Some(Admission::Preempted(Preempted { message, .. })) = h.allocator.consult(&a).await
+    else {
+        panic!("a is shrunk");
+    };
+    assert!(message.contains("(priority 1000 > 100)"), "{message}");
+}
