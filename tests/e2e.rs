@@ -472,7 +472,11 @@ fn e2e_gpu_placement() {
         let ns = format!("{base}-preemption");
         foundation::create_namespace(&k, &ns);
         let guard = NamespaceGuard(&k, &ns);
-        common::preemption::urgent_jobs_shrink_collectors_before_evicting(&k, &ns);
+        common::preemption::urgent_jobs_shrink_collectors_before_evicting(
+            &k,
+            &ns,
+            &operator.api_url(),
+        );
         drop(guard);
         drop(operator);
     }

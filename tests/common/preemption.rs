@@ -93,7 +93,8 @@ fn wait_collectors(k: &Kubectl, job: &str, want: usize) {
     }
 }
 
-pub fn urgent_jobs_shrink_collectors_before_evicting(k: &Kubectl, ns: &str) {
+/// `api`: the operator's replica API (workers report checkpoints there).
+pub fn urgent_jobs_shrink_collectors_before_evicting(k: &Kubectl, ns: &str, api: &str) {
     let k = k.in_namespace(ns);
     let lows: Vec<String> = (0..4).map(|i| format!("low-{i}")).collect();
     for name in &lows {
@@ -170,10 +171,40 @@ pub fn urgent_jobs_shrink_collectors_before_evicting(k: &Kubectl, ns: &str) {
     for name in &lows {
         scenario::wait_phase(&k, name, "Running");
     }
-    std::thread::sleep(Duration::from_secs(2));
+    std::thread::sleep(Duration::from_secs(3));
 
     // 3. Evict: 8 GPUs on one node are more than shrinking frees anywhere (6): one whole job
-    // goes, the one that loses least (the one that ran the shortest: the grown-back job).
+    // goes, the one that loses least. Without checkpoints that is the one that ran the
+    // shortest (the grown-back job); a checkpoint reported just now makes another one cheaper.
+    let grown_back = victim.clone();
+    let victim = lows
+        .iter()
+        .find(|j| **j != grown_back)
+        .expect("another job")
+        .clone();
+    let (status, body) = scenario::http(
+        api,
+        "POST",
+        &format!("/v2alpha1/job/{ns}.{victim}/checkpoint"),
+        "{}",
+    );
+    assert_eq!(status, 200, "{body}");
+    let deadline = Instant::now() + T;
+    while job_json(&k, &victim)["status"]["lastCheckpointTime"].is_null() {
+        assert!(
+            Instant::now() < deadline,
+            "the checkpoint is in {victim}'s status"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // A forged report is refused and changes nothing.
+    let (status, _) = scenario::http(
+        api,
+        "POST",
+        &format!("/v2alpha1/job/{ns}.{grown_back}/checkpoint"),
+        r#"{"time": "yesterday"}"#,
+    );
+    assert_eq!(status, 400);
     scenario::apply(&k, &urgent("urgent-big", 8));
     scenario::wait_phase(&k, "urgent-big", "Running");
     let (_, _, message) = wait_allocated(&k, "urgent-big", "True");

@@ -296,9 +296,10 @@ fn a_mutator_without_grants_cannot_take_over_the_pods_of_the_next_job() {
 #[test]
 fn urgent_jobs_shrink_collectors_before_evicting_and_victims_come_back() {
     let sandbox = scenario::gpu_sandbox();
-    let _operator = OperatorProcess::start_with(&sandbox.kubeconfig, &common::preemption::FLAGS);
+    let operator = OperatorProcess::start_with(&sandbox.kubeconfig, &common::preemption::FLAGS);
     common::preemption::urgent_jobs_shrink_collectors_before_evicting(
         &sandbox.kubectl(),
         "default",
+        &operator.api_url(),
     );
 }
