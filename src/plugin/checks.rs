@@ -515,6 +515,9 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// An edit of the sample preemption's job, candidates or answer.
+    type PreemptionEdit = dyn FnOnce(&mut Job, &mut Vec<Running>, &mut RawPreemption);
+
     /// A `preempt` answer's refusal message (contract 0.5.0), on the sample preemption input.
     fn preemption_refusal(
         edit: impl FnOnce(&mut Job, &mut Vec<Running>, &mut RawPreemption),
@@ -537,10 +540,7 @@ mod tests {
 
     #[test]
     fn a_preemption_names_only_allowed_victims_each_once_within_their_counts() {
-        let cases: Vec<(
-            &str,
-            Box<dyn FnOnce(&mut Job, &mut Vec<Running>, &mut RawPreemption)>,
-        )> = vec![
+        let cases: Vec<(&str, Box<PreemptionEdit>)> = vec![
             (
                 "job index 0, the job ns/urgent",
                 Box::new(|_, _, r| r.shrinks[0].0 = 0),
