@@ -508,6 +508,12 @@ pub async fn run(
     let mut allocator_settings = args.allocator_settings();
     allocator_settings.leader = leadership.clone();
     allocator_settings.shadow_reports = shadow_reports;
+    // Jobs naming a PriorityClass take its value; the watch never holds readiness up (a
+    // forbidden one warns and retries, and jobs keep their spec.priority's value meanwhile).
+    let (classes, watch_classes) =
+        crate::allocator::priorities::PriorityClasses::start(client.clone());
+    tokio::spawn(watch_classes);
+    allocator_settings.priority_classes = classes;
     if let Some(dir) = &args.record_decisions {
         let recorder = crate::allocator::record::Recorder::start(
             crate::allocator::record::RecordSettings {

@@ -121,6 +121,8 @@ pub struct Settings {
     pub preemption_min_run_time: Duration,
     /// A job shrunk or evicted is not preempted, grown or moved again for this long.
     pub preemption_cooldown: Duration,
+    /// The cluster's PriorityClasses, for jobs naming one (`spec.priorityClassName`).
+    pub priority_classes: priorities::PriorityClasses,
 }
 
 impl Default for Settings {
@@ -137,6 +139,7 @@ impl Default for Settings {
             preemption: Preemption::default(),
             preemption_min_run_time: Duration::from_secs(600),
             preemption_cooldown: Duration::from_secs(300),
+            priority_classes: priorities::PriorityClasses::empty(),
         }
     }
 }
@@ -172,6 +175,12 @@ struct Ledger {
     evictions: HashMap<ObjectKey, diorch_core::placement::Preempted>,
     /// When each job was last shrunk or evicted (see [`Settings::preemption_cooldown`]).
     preempted_at: HashMap<ObjectKey, Instant>,
+    /// The priority value of each job the book holds as confirmed, as its last reconcile saw it:
+    /// a preemption looks only at the jobs below its own (no pass over every job).
+    priorities: HashMap<ObjectKey, i32>,
+    /// Jobs that waited where a preemption found no room: asked again after the next re-plan,
+    /// when cool-downs and minimum run times may have run out (nothing else wakes them then).
+    preempt_later: HashSet<ObjectKey>,
 }
 
 /// Where the allocator gets its policies: the plugin registry (or a test double).
@@ -424,6 +433,7 @@ impl Allocator {
         let mut ledger = self.ledger.lock().await;
         let active = holds_placement(job);
         if !active {
+            ledger.priorities.remove(&key);
             let freed = ledger.book.release(&key).is_some();
             ledger.proposals.remove(&key);
             if let Some(released) = ledger.calling.get_mut(&key) {
@@ -457,7 +467,25 @@ impl Allocator {
             confirmed: true,
             since: self.settings.clock.now(),
         };
+        ledger.priorities.insert(key.clone(), self.priority_of(job));
         ledger.book.hold(key, held);
+    }
+
+    /// The model of `job` a policy sees, with its priority value (see [`Self::priority_of`]).
+    pub(super) fn model_of(
+        &self,
+        job: &DIJob,
+        node_index: &HashMap<&str, u32>,
+        age: u64,
+    ) -> plugin::Job {
+        let mut model = view::model_job(job, node_index, age);
+        model.priority = self.priority_of(job);
+        model
+    }
+
+    /// The priority value a policy sees and preemption compares.
+    pub(super) fn priority_of(&self, job: &DIJob) -> i32 {
+        self.settings.priority_classes.value(&job.spec)
     }
 
     /// Forgets a deleted job.
@@ -468,6 +496,8 @@ impl Allocator {
             ledger.last_moved.remove(key);
             ledger.evictions.remove(key);
             ledger.preempted_at.remove(key);
+            ledger.preempt_later.remove(key);
+            ledger.priorities.remove(key);
             if let Some(released) = ledger.calling.get_mut(key) {
                 *released = true;
             }
@@ -583,6 +613,7 @@ impl Allocator {
             decisions.extend(self.optimize_group(requested.as_deref(), &jobs).await);
         }
         self.grow_back().await;
+        self.preempt_again().await;
         self.metrics
             .allocator
             .optimize_duration
@@ -609,7 +640,7 @@ impl Allocator {
                 let age = j.metadata.creation_timestamp.as_ref().map_or(0, |t| {
                     u64::try_from(now.duration_since(t.0).as_secs()).unwrap_or(0)
                 });
-                let model = view::model_job(&j, &node_index, age);
+                let model = self.model_of(&j, &node_index, age);
                 Some((model, job_key(&j), cached, placed_slots(&j)))
             })
             .collect();
@@ -937,7 +968,7 @@ impl Allocator {
                 tries += 1;
                 let nodes = self.model_nodes(&ledger, &key);
                 let node_index = view::node_index(&nodes);
-                let model = Arc::new(view::model_job(job, &node_index, age));
+                let model = Arc::new(self.model_of(job, &node_index, age));
                 let version = ledger.book.version();
                 // Waiting already: a job that frees room during the call wakes this one, which
                 // may then fit though the answer below says it does not.
@@ -1012,7 +1043,7 @@ impl Allocator {
         // The built-in policy, under the lock: what it sees cannot change under it.
         let nodes = self.model_nodes(&ledger, &key);
         let node_index = view::node_index(&nodes);
-        let model = view::model_job(job, &node_index, age);
+        let model = self.model_of(job, &node_index, age);
         let by = builtin.by();
         let started = Instant::now();
         let answer = builtin.allocate_now(&model, &nodes);
@@ -1118,6 +1149,9 @@ impl Allocator {
             if slots.as_slice().iter().all(String::is_empty) {
                 continue;
             }
+            ledger
+                .priorities
+                .insert(job_key(&job), self.priority_of(&job));
             ledger.book.hold(
                 job_key(&job),
                 Held {
@@ -1200,6 +1234,7 @@ fn policy_label(describe: &str) -> String {
 mod models;
 use models::NodeModels;
 mod preempt;
+pub mod priorities;
 pub mod record;
 pub mod shadow;
 

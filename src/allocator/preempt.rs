@@ -22,8 +22,6 @@ use super::*;
 #[derive(serde::Deserialize)]
 struct Head {
     #[serde(default)]
-    priority: diorch_core::api::Priority,
-    #[serde(default)]
     preemptible: bool,
 }
 
@@ -71,41 +69,87 @@ impl Allocator {
             Preemption::Evict => choice::Mode::Evict,
             Preemption::Shrink => choice::Mode::Shrink,
         };
-        let (offered, running) = self.offer(ledger, &job_key(job), model, nodes);
-        if running.is_empty() {
-            return None;
-        }
+        let key = job_key(job);
+        let (offered, running, held_back) = self.offer(ledger, &key, model, nodes);
+        tracing::debug!(job = %key, candidates = running.len(),
+            may_shrink = running.iter().filter(|r| r.may_shrink).count(),
+            may_evict = running.iter().filter(|r| r.may_evict).count(), held_back,
+            "the job does not fit; looking for room to take");
         let builtin = self.policies.builtin();
         let by = Checked::builtin(builtin).by().to_string();
-        let plan = builtin.preempt(model, &running, nodes, mode)?;
-        self.carry_out(
-            ledger, job, model, nodes, &offered, &running, plan, &by, fallback,
-        )
+        let plan = if running.is_empty() {
+            None
+        } else {
+            builtin.preempt(model, &running, nodes, mode)
+        };
+        let placed = plan.and_then(|plan| {
+            self.carry_out(
+                ledger, job, model, nodes, &offered, &running, plan, &by, fallback,
+            )
+        });
+        let later = held_back || running.iter().any(|r| !r.may_evict || !r.may_shrink);
+        if placed.is_none() && later {
+            // Victims may become allowed (cool-downs, minimum run times) without anything
+            // freeing: the next re-plan asks again.
+            ledger.preempt_later.insert(key);
+        } else {
+            ledger.preempt_later.remove(&key);
+        }
+        placed
+    }
+
+    /// Asks the jobs a preemption could not serve yet again (after each re-plan).
+    pub(super) async fn preempt_again(&self) {
+        let keys: Vec<ObjectKey> = {
+            let mut ledger = self.ledger.lock().await;
+            ledger.preempt_later.drain().collect()
+        };
+        for key in keys {
+            let _ = self.retry.unbounded_send(key);
+        }
     }
 
     /// The running jobs `key` may take room from, as the policy sees them (`running`) and as
-    /// carrying it out needs them (`offered`), index for index.
+    /// carrying it out needs them (`offered`), index for index; and whether a job of lower
+    /// priority was held back by something that passes (in flight, cooling down).
     fn offer(
         &self,
         ledger: &Ledger,
         key: &ObjectKey,
         model: &plugin::Job,
         nodes: &[plugin::Node],
-    ) -> (Vec<Offered>, Vec<Running>) {
+    ) -> (Vec<Offered>, Vec<Running>, bool) {
         let now = self.settings.clock.now();
         let wall = self.settings.clock.wall();
         let node_index = view::node_index(nodes);
         let mut offered: Vec<Offered> = Vec::new();
         let mut running: Vec<Running> = Vec::new();
-        for cached in self.jobs.state() {
-            let victim = ObjectKey::of(&cached.metadata);
-            if victim == *key || !self.may_be_victim(ledger, &victim, now) {
+        let mut held_back = false;
+        // Only the jobs below this one, found from the ledger, not a pass over every job.
+        let mut below: Vec<&ObjectKey> = ledger
+            .priorities
+            .iter()
+            .filter(|(victim, p)| **p < model.priority && *victim != key)
+            .map(|(victim, _)| victim)
+            .collect();
+        below.sort();
+        for victim in below {
+            let victim = victim.clone();
+            if !ledger.book.get(&victim).is_some_and(|h| h.confirmed) {
                 continue;
             }
+            let reference = reflector::ObjectRef::new(&victim.name).within(&victim.namespace);
+            let Some(cached) = self.jobs.get(&reference) else {
+                continue;
+            };
             let Ok(head) = serde_json::from_str::<Head>(cached.spec.get()) else {
                 continue;
             };
-            if !head.preemptible || view::priority_value(head.priority) >= model.priority {
+            if !head.preemptible {
+                continue;
+            }
+            if !self.may_be_victim(ledger, &victim, now) {
+                held_back = true;
                 continue;
             }
             let Ok(decoded) = cached.decode() else {
@@ -129,7 +173,7 @@ impl Allocator {
             let age = decoded.metadata.creation_timestamp.as_ref().map_or(0, |t| {
                 u64::try_from(wall.duration_since(t.0).as_secs()).unwrap_or(0)
             });
-            let victim_model = view::model_job(&decoded, &node_index, age);
+            let victim_model = self.model_of(&decoded, &node_index, age);
             running.push(Running {
                 job: victim_model,
                 // Only a running job: one still starting has its pods on the way.
@@ -144,7 +188,7 @@ impl Allocator {
                 job: decoded,
             });
         }
-        (offered, running)
+        (offered, running, held_back)
     }
 
     /// Checks a preemption answered for `job` (the rules in `diorch_policies::preempt::check`,
@@ -384,7 +428,7 @@ impl Allocator {
             let age = job.metadata.creation_timestamp.as_ref().map_or(0, |t| {
                 u64::try_from(wall.duration_since(t.0).as_secs()).unwrap_or(0)
             });
-            let model = view::model_job(&sized, &node_index, age);
+            let model = self.model_of(&sized, &node_index, age);
             let Answer::Slots(slots) = answer_of(builtin.allocate_now(&model, &nodes)) else {
                 continue;
             };

@@ -109,6 +109,27 @@ pub fn render(job: &DIJob, last: usize) -> String {
             let _ = writeln!(out, "no allocation yet");
         }
     }
+    if let Some(p) = &status.preemption {
+        let before = p
+            .replicas_before
+            .iter()
+            .flatten()
+            .map(|(task, n)| format!("{}×{n}", safe(task)))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let back = if before.is_empty() {
+            String::new()
+        } else {
+            format!("; grows back to {before} when room frees")
+        };
+        let _ = writeln!(
+            out,
+            "preempted: {} for {} at {}{back}",
+            p.action.as_str(),
+            safe(&p.for_job),
+            p.time.0
+        );
+    }
     let decisions = decisions(job, last);
     let kept = status.decisions.as_ref().map_or(0, Vec::len);
     if decisions.is_empty() {
@@ -244,6 +265,29 @@ mod tests {
             "{text}"
         );
         assert_eq!(text.lines().filter(|l| l.starts_with("- ")).count(), 1);
+    }
+
+    #[test]
+    fn a_preempted_job_says_for_whom_and_what_it_grows_back_to() {
+        let mut j = job(vec![decision(DecisionAction::Evicted, None, None)]);
+        j.status.as_mut().unwrap().preemption = Some(diorch_core::api::PreemptionStatus {
+            time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                "2026-11-27T06:00:00Z".parse().unwrap(),
+            ),
+            action: diorch_core::api::PreemptionAction::Shrunk,
+            for_job: "ns/urgent\n\u{1b}[2J".into(),
+            replicas_before: Some([("collector".to_string(), 7)].into()),
+        });
+        let text = render(&j, 10);
+        // The job name's newline and escape arrive as spaces: no forged line, no terminal control.
+        assert!(
+            text.contains(
+                "\npreempted: Shrunk for ns/urgent [2J at 2026-11-27T06:00:00Z; grows back to collector×7 when room frees\n"
+            ),
+            "{text}"
+        );
+        assert!(!text.contains('\u{1b}'), "{text}");
+        assert!(text.contains("Evicted"), "{text}");
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! `diorch simulate`: the command line of the simulator (`crate::simulate`). A trace of jobs
-//! runs against a cluster in virtual time once per `--policy`, and the policies' figures are
-//! printed side by side and written as CSV files and an HTML report.
+//! runs against a cluster in virtual time once per `--policy` and `--preemption` mode, and the
+//! runs' figures are printed side by side and written as CSV files and an HTML report.
 //!
 //! Owns: the command's arguments, loading the policies, the output directory. Must not touch:
 //! the simulation itself (`simulate::engine`) or the operator's runtime (no API server, no
@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 
+use crate::allocator::Preemption;
 use crate::plugin::{HostConfig, Limits, NativePolicy, PluginHost};
 use crate::simulate::engine::{self, Options, PolicyChoice};
 use crate::simulate::input::{Cluster, Trace};
@@ -91,6 +92,18 @@ pub struct SimulateArgs {
     /// A component's memory cap in MiB, as its ConfigMap's.
     #[arg(long, default_value_t = 64)]
     pub memory_mib: usize,
+    /// Whether and how a job that does not fit takes room from running jobs of lower
+    /// priority, as the operator's --preemption. Repeat to compare: every policy runs once per
+    /// mode, and with more than one mode each run is labelled `<policy>/<mode>`.
+    #[arg(long = "preemption", value_enum, default_values_t = [Preemption::Shrink])]
+    pub preemptions: Vec<Preemption>,
+    /// Seconds a job's pods must have run before it may be evicted, as the operator's
+    /// --preemption-min-run-time.
+    #[arg(long, default_value_t = 600)]
+    pub preemption_min_run_time: u64,
+    /// Seconds a shrunk or evicted job is left alone, as the operator's --preemption-cooldown.
+    #[arg(long, default_value_t = 300)]
+    pub preemption_cooldown: u64,
 }
 
 /// Largest value of the seconds options (a year): keeps every virtual time in range.
@@ -103,10 +116,20 @@ impl SimulateArgs {
             ("--min-reschedule-interval", self.min_reschedule_interval),
             ("--pod-start", self.pod_start),
             ("--sample-every", self.sample_every),
+            ("--preemption-min-run-time", self.preemption_min_run_time),
+            ("--preemption-cooldown", self.preemption_cooldown),
         ] {
             anyhow::ensure!(
                 v <= MAX_OPTION_SECONDS,
                 "{name} {v}: at most {MAX_OPTION_SECONDS} seconds"
+            );
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for mode in &self.preemptions {
+            anyhow::ensure!(
+                seen.insert(mode.as_str()),
+                "--preemption {} is given twice",
+                mode.as_str()
             );
         }
         anyhow::ensure!(
@@ -134,7 +157,32 @@ impl SimulateArgs {
             sample_every: Duration::from_secs(self.sample_every),
             replan_after_end: self.replan_after_end,
             record_passes: false,
+            preemption: Preemption::default(),
+            preemption_min_run_time: Duration::from_secs(self.preemption_min_run_time),
+            preemption_cooldown: Duration::from_secs(self.preemption_cooldown),
         })
+    }
+
+    /// The runs: every policy under every `--preemption` mode, policy by policy; with more
+    /// than one mode, each labelled `<policy>/<mode>`.
+    fn runs(&self, choices: &[PolicyChoice], options: &Options) -> Vec<(PolicyChoice, Options)> {
+        let several = self.preemptions.len() > 1;
+        choices
+            .iter()
+            .flat_map(|choice| {
+                self.preemptions.iter().map(move |mode| {
+                    let mut choice = choice.clone();
+                    if several {
+                        choice.label = format!("{}/{}", choice.label, mode.as_str());
+                    }
+                    let options = Options {
+                        preemption: *mode,
+                        ..options.clone()
+                    };
+                    (choice, options)
+                })
+            })
+            .collect()
     }
 }
 
@@ -283,12 +331,13 @@ pub async fn run(args: SimulateArgs) -> anyhow::Result<()> {
     };
     let options = args.options()?;
     let choices = policies(&args).await?;
+    let planned = args.runs(&choices, &options);
     let cluster = Cluster::load(cluster)?;
     let trace = Trace::load(trace)?;
     std::fs::create_dir_all(out).with_context(|| format!("--out {}", out.display()))?;
     let mut runs = Vec::new();
     let terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    for choice in &choices {
+    for (choice, options) in &planned {
         let started = std::time::Instant::now();
         let mut shown = started;
         let mut progress = |p: engine::Progress| {
@@ -305,7 +354,7 @@ pub async fn run(args: SimulateArgs) -> anyhow::Result<()> {
             }
         };
         let run =
-            engine::run_with_progress(&cluster, &trace, choice, &options, &mut progress).await?;
+            engine::run_with_progress(&cluster, &trace, choice, options, &mut progress).await?;
         if terminal {
             eprint!("\r\x1b[2K");
         }
@@ -343,4 +392,124 @@ pub async fn run(args: SimulateArgs) -> anyhow::Result<()> {
 fn write(dir: &Path, name: &str, text: &str) -> anyhow::Result<()> {
     let path = dir.join(name);
     std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser as _;
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: SimulateArgs,
+    }
+
+    fn parse(extra: &[&str]) -> SimulateArgs {
+        let base = [
+            "simulate",
+            "--cluster",
+            "c",
+            "--trace",
+            "t",
+            "--out",
+            "o",
+            "--policy",
+            "x",
+        ];
+        Cli::try_parse_from(base.iter().chain(extra)).unwrap().args
+    }
+
+    fn choices() -> Vec<PolicyChoice> {
+        ["binpack", "goodput"]
+            .iter()
+            .map(|p| PolicyChoice::builtin(p).unwrap())
+            .collect()
+    }
+
+    /// One mode, the operator's default (shrink): one run per policy, labelled as before.
+    #[test]
+    fn preemption_defaults_to_the_operators_and_keeps_the_labels() {
+        let args = parse(&[]);
+        let options = args.options().unwrap();
+        assert_eq!(options.preemption_min_run_time, Duration::from_secs(600));
+        assert_eq!(options.preemption_cooldown, Duration::from_secs(300));
+        let runs = args.runs(&choices(), &options);
+        let labels: Vec<_> = runs
+            .iter()
+            .map(|(c, o)| (c.label.as_str(), o.preemption))
+            .collect();
+        assert_eq!(
+            labels,
+            [
+                ("builtin:binpack", Preemption::Shrink),
+                ("builtin:goodput", Preemption::Shrink)
+            ]
+        );
+    }
+
+    /// Several modes: every policy under every mode, labelled `<policy>/<mode>`, the seconds
+    /// passed through.
+    #[test]
+    fn repeated_preemption_modes_run_every_policy_under_each() {
+        let args = parse(&[
+            "--preemption",
+            "off",
+            "--preemption",
+            "evict",
+            "--preemption",
+            "shrink",
+            "--preemption-min-run-time",
+            "120",
+            "--preemption-cooldown",
+            "0",
+        ]);
+        let options = args.options().unwrap();
+        let runs = args.runs(&choices(), &options);
+        let labels: Vec<_> = runs.iter().map(|(c, _)| c.label.as_str()).collect();
+        assert_eq!(
+            labels,
+            [
+                "builtin:binpack/off",
+                "builtin:binpack/evict",
+                "builtin:binpack/shrink",
+                "builtin:goodput/off",
+                "builtin:goodput/evict",
+                "builtin:goodput/shrink"
+            ]
+        );
+        for (choice, o) in &runs {
+            assert!(choice.label.ends_with(o.preemption.as_str()));
+            assert_eq!(o.preemption_min_run_time, Duration::from_secs(120));
+            assert_eq!(o.preemption_cooldown, Duration::ZERO);
+        }
+    }
+
+    #[test]
+    fn bad_preemption_options_are_refused() {
+        let twice = parse(&["--preemption", "off", "--preemption", "off"]);
+        let err = twice.options().unwrap_err().to_string();
+        assert!(err.contains("--preemption off is given twice"), "{err}");
+        for flag in ["--preemption-min-run-time", "--preemption-cooldown"] {
+            let err = parse(&[flag, "99999999999"])
+                .options()
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(flag), "{err}");
+        }
+        let bad = [
+            "simulate",
+            "--cluster",
+            "c",
+            "--trace",
+            "t",
+            "--out",
+            "o",
+            "--policy",
+            "x",
+        ]
+        .iter()
+        .chain(&["--preemption", "sometimes"]);
+        assert!(Cli::try_parse_from(bad).is_err());
+    }
 }

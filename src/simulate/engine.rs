@@ -32,9 +32,9 @@ use kube::runtime::watcher::Event;
 use serde_json::json;
 
 use super::input::{Cluster, Trace};
-use crate::allocator::{Allocator, Policies, Settings};
+use crate::allocator::{Allocator, Policies, Preemption, Settings};
 use crate::clock::Clock;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, PreemptionLabels};
 use crate::plugin::{Job, JobPlan, NativePolicy, PluginError, PolicyError, SchedulingPolicy};
 use diorch_core::api::{DIJob, Phase};
 use diorch_core::build::{self, BuildContext};
@@ -110,6 +110,13 @@ pub struct Options {
     /// Keep every reconcile pass (what it saw and decided) in [`Run::passes`]: for the test that
     /// the executor decides the same from the same observations.
     pub record_passes: bool,
+    /// Whether and how a job that does not fit takes room from lower-priority jobs, as the
+    /// operator's --preemption.
+    pub preemption: Preemption,
+    /// As the operator's --preemption-min-run-time.
+    pub preemption_min_run_time: Duration,
+    /// As the operator's --preemption-cooldown.
+    pub preemption_cooldown: Duration,
 }
 
 impl Default for Options {
@@ -122,6 +129,9 @@ impl Default for Options {
             sample_every: Duration::from_secs(60),
             replan_after_end: false,
             record_passes: false,
+            preemption: Preemption::default(),
+            preemption_min_run_time: Duration::from_secs(600),
+            preemption_cooldown: Duration::from_secs(300),
         }
     }
 }
@@ -131,6 +141,8 @@ impl Default for Options {
 pub struct JobResult {
     pub name: String,
     pub arrival_ms: u64,
+    /// `spec.priority: high` (priority value 100): the urgent jobs of the preemption report.
+    pub high_priority: bool,
     /// First time all its replicas were Running.
     pub started_ms: Option<u64>,
     pub ended_ms: Option<u64>,
@@ -142,6 +154,12 @@ pub struct JobResult {
     pub resizes: u32,
     /// Admissions the fallback policy decided.
     pub fallbacks: u32,
+    /// Preemption as the planner's Events on the job say it: `JobShrunk` (it lost replicas to
+    /// a higher-priority job), `JobEvicted` (it lost all its pods), and placements that made
+    /// room by preempting others (`preempting`).
+    pub shrunk: u32,
+    pub evicted: u32,
+    pub preempting: u32,
 }
 
 /// The cluster at one moment.
@@ -188,6 +206,14 @@ pub struct Run {
     pub bind_waits: u64,
     /// Every reconcile pass, with [`Options::record_passes`].
     pub passes: Vec<Pass>,
+    /// The run's preemption mode.
+    pub preemption: Preemption,
+    /// The allocator's own counts (its metrics `diorch_allocator_preemptions_total{action}` and
+    /// `diorch_allocator_work_lost_gpu_seconds_total` at the end of the run): shrinks,
+    /// evictions, and GPU-seconds of work the evicted jobs lost.
+    pub shrinks: u64,
+    pub evictions: u64,
+    pub work_lost_gpu_seconds: f64,
 }
 
 /// One reconcile pass of the simulation: what it observed and what the decision step made of it.
@@ -477,14 +503,18 @@ pub async fn run_with_progress(
         optimize_period: options.optimize_period,
         min_reschedule_interval: options.min_reschedule_interval,
         clock: clock.clone(),
+        preemption: options.preemption,
+        preemption_min_run_time: options.preemption_min_run_time,
+        preemption_cooldown: options.preemption_cooldown,
         ..Settings::default()
     };
+    let metrics = Arc::new(Metrics::new());
     let (allocator, retries) = Allocator::new(
         Arc::new(policies),
         nodes,
         job_store,
         settings,
-        Arc::new(Metrics::new()),
+        metrics.clone(),
     );
     // The book starts from an empty pod list, as after a first list of an empty cluster.
     allocator.pod_event(&Event::Init).await;
@@ -554,6 +584,7 @@ pub async fn run_with_progress(
             result: JobResult {
                 name: tj.spec.name.clone(),
                 arrival_ms: tj.arrival_ms,
+                high_priority: tj.spec.priority == super::input::Priority::High,
                 gpus: job_gpus(&tj.dijob),
                 ..JobResult::default()
             },
@@ -582,6 +613,13 @@ pub async fn run_with_progress(
     sim.push(sim.first_ms, Ev::Sample);
     sim.run(progress).await?;
     let calls = stats.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let preemptions = |action: &'static str| {
+        metrics
+            .allocator
+            .preemptions
+            .get_or_create(&PreemptionLabels { action })
+            .get()
+    };
     Ok(Run {
         policy: choice.label.clone(),
         jobs: sim.jobs.into_iter().map(|j| j.result).collect(),
@@ -596,6 +634,10 @@ pub async fn run_with_progress(
         overcommits: sim.overcommits,
         bind_waits: sim.bind_waits,
         passes: sim.passes.unwrap_or_default(),
+        preemption: options.preemption,
+        shrinks: preemptions("shrink"),
+        evictions: preemptions("evict"),
+        work_lost_gpu_seconds: metrics.allocator.work_lost_gpu_seconds.get(),
     })
 }
 
@@ -784,7 +826,8 @@ impl Sim<'_> {
     /// the allocator, which could only answer that it does not fit (free here counts bound
     /// pods only, so it is never less than what the allocator sees). Parked jobs are looked at
     /// again after every event, in the same order, so they are admitted when they would have
-    /// been.
+    /// been. A job that may preempt (see [`Sim::may_preempt`]) is never parked: it can be
+    /// admitted with more GPUs asked than are free.
     async fn drain_retries(&mut self) -> Result<(), SimError> {
         loop {
             let mut woken = BTreeSet::new();
@@ -805,7 +848,10 @@ impl Sim<'_> {
                     self.parked.remove(&i);
                     continue;
                 };
-                if needs_allocation(job) && u64::from(job_gpus(job)) > free {
+                if needs_allocation(job)
+                    && u64::from(job_gpus(job)) > free
+                    && !self.may_preempt(job)
+                {
                     self.parked.insert(i);
                     continue;
                 }
@@ -822,6 +868,14 @@ impl Sim<'_> {
                 return Ok(());
             }
         }
+    }
+
+    /// Whether `job` may take room from running jobs: preemption is on, and it is preemptible
+    /// and of high priority (the higher of the two; a normal job has no one below it).
+    fn may_preempt(&self, job: &DIJob) -> bool {
+        self.options.preemption != Preemption::Off
+            && job.spec.preemptible
+            && job.spec.priority == diorch_core::api::Priority::High
     }
 
     /// GPUs not taken by bound, live pods on nodes that are up.
@@ -893,6 +947,29 @@ impl Sim<'_> {
             }
             if let Some(wake) = decision.wake() {
                 self.wake(i, wake);
+            }
+            let r = &mut self.jobs[i].result;
+            let mut evicted = false;
+            for event in &decision.plan.events {
+                match event.reason {
+                    diorch_core::planner::SHRUNK_REASON => r.shrunk += 1,
+                    diorch_core::planner::EVICTED_REASON => {
+                        r.evicted += 1;
+                        evicted = true;
+                    }
+                    "JobAllocated" if event.message.contains("made room by preempting") => {
+                        r.preempting += 1
+                    }
+                    _ => {}
+                }
+            }
+            if evicted {
+                // Trace jobs report no checkpoints: an evicted job starts its work over, as the
+                // GPU-seconds the allocator counts as lost say.
+                let at = self.now;
+                let sj = &mut self.jobs[i];
+                sj.since_ms = at;
+                sj.work_left = self.trace.jobs[i].work;
             }
             if decision.plan.spec_patch.is_some() {
                 return Err(SimError::Job {

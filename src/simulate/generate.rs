@@ -21,7 +21,17 @@ pub enum Load {
     Burst,
     /// As steady, with 90 % of jobs elastic.
     Elastic,
+    /// For preemption: three quarters of the jobs are long, normal-priority elastic jobs
+    /// arriving at a twentieth of the mean gap to fill the cluster, their collectors holding a
+    /// GPU each (so shrinking them frees GPUs); the last quarter are urgent high-priority rigid
+    /// jobs arriving at the mean gap from 900 seconds (`URGENT_AFTER`) after the last filler.
+    Urgent,
 }
+
+/// Seconds from the last filler's arrival to the first urgent job's earliest arrival in
+/// `--load urgent`: past pod starts and the operator's default 600-second
+/// --preemption-min-run-time, so the fillers have run long enough to be evicted.
+pub const URGENT_AFTER: f64 = 900.0;
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct GenerateArgs {
@@ -103,9 +113,12 @@ pub fn generate(args: &GenerateArgs) -> Result<String, String> {
     if args.min_duration > args.max_duration {
         return Err("--min-duration is above --max-duration".into());
     }
+    if args.load == Load::Urgent && args.jobs < 2 {
+        return Err("--load urgent needs at least 2 jobs: fillers and urgent ones".into());
+    }
     let elastic_share = match args.load {
         Load::Elastic => 0.9,
-        Load::Steady | Load::Burst => 0.3,
+        Load::Steady | Load::Burst | Load::Urgent => 0.3,
     };
     let mut rng = SplitMix64(args.seed);
     let mut out = String::from("# diorch simulate generate");
@@ -115,6 +128,10 @@ pub fn generate(args: &GenerateArgs) -> Result<String, String> {
         args.jobs, args.seed, args.load, args.interarrival, args.min_duration, args.max_duration
     );
     out.push_str("jobs:\n");
+    if args.load == Load::Urgent {
+        urgent(args, &mut rng, &mut out);
+        return Ok(out);
+    }
     let mut t = 0.0f64;
     let burst = (args.jobs / 10, args.jobs / 10 + args.jobs * 6 / 10);
     for i in 0..args.jobs {
@@ -166,6 +183,71 @@ pub fn generate(args: &GenerateArgs) -> Result<String, String> {
         }
     }
     Ok(out)
+}
+
+/// `--load urgent`'s jobs (see [`Load::Urgent`]).
+fn urgent(args: &GenerateArgs, rng: &mut SplitMix64, out: &mut String) {
+    let urgent = (args.jobs / 4).max(1);
+    let fillers = args.jobs - urgent;
+    // Log-uniform in lo..=hi.
+    let log_uniform = |rng: &mut SplitMix64, lo: f64, hi: f64| {
+        let (lo, hi) = (lo.ln(), hi.ln());
+        (lo + (hi - lo) * rng.unit()).exp()
+    };
+    let mut t = 0.0f64;
+    for i in 0..fillers {
+        if i > 0 {
+            t += rng.exponential(args.interarrival / 20.0);
+        }
+        let gpus = rng.pick(&[(1u32, 50), (2, 35), (4, 15)]);
+        // Long: the upper half of the range, by ratio.
+        let lo = (args.max_duration / 2.0).max(args.min_duration);
+        let duration = log_uniform(rng, lo, args.max_duration);
+        let collectors = rng.between(2, 8);
+        let knee = f64::from(rng.between(2, 8));
+        let peak = 1000.0 * f64::from(collectors + gpus);
+        let _ = write!(
+            out,
+            "  - name: fill-{i:06}\n    arrival: {t:.3}\n    priority: normal\n    tasks:\n"
+        );
+        let _ = writeln!(
+            out,
+            "      - {{type: learner, replicas: 1, requests: {{cpu: {}, memory: {}Gi, gpus: {gpus}}}}}",
+            4 * gpus,
+            16 * gpus
+        );
+        let _ = writeln!(
+            out,
+            "      - {{type: collector, replicas: {collectors}, minReplicas: 1, maxReplicas: {collectors}, requests: {{cpu: 2, memory: 8Gi, gpus: 1}}}}"
+        );
+        out.push_str("    throughput: {");
+        for (n, c) in [1u32, 2, 4, 8].iter().enumerate() {
+            let rate = peak * (1.0 - (-f64::from(*c) / knee).exp());
+            let _ = write!(out, "{}{c}: {rate:.1}", if n > 0 { ", " } else { "" });
+        }
+        out.push_str("}\n");
+        let first = peak * (1.0 - (-f64::from(collectors) / knee).exp());
+        let _ = writeln!(out, "    work: {:.1}", duration * first);
+    }
+    t += URGENT_AFTER;
+    for i in 0..urgent {
+        t += rng.exponential(args.interarrival);
+        let gpus = rng.pick(&[(2u32, 30), (4, 40), (8, 30)]);
+        // Short: the lower part of the range, up to a quarter of the longest.
+        let hi = (args.max_duration / 4.0).max(args.min_duration);
+        let duration = log_uniform(rng, args.min_duration, hi);
+        let _ = write!(
+            out,
+            "  - name: urgent-{i:06}\n    arrival: {t:.3}\n    priority: high\n    tasks:\n"
+        );
+        let _ = writeln!(
+            out,
+            "      - {{type: learner, replicas: 1, requests: {{cpu: {}, memory: {}Gi, gpus: {gpus}}}}}",
+            4 * gpus,
+            16 * gpus
+        );
+        let _ = writeln!(out, "    duration: {duration:.1}");
+    }
 }
 
 #[cfg(test)]
@@ -221,6 +303,77 @@ mod tests {
         let calm = at(999) - at(700);
         // 600 gaps at 3 s against 300 at 60 s.
         assert!(burst * 5.0 < calm, "burst {burst} s, calm {calm} s");
+    }
+
+    /// Fillers first, all normal, elastic (min below replicas) and long; then urgent jobs, all
+    /// high and rigid, arriving after the last filler plus [`URGENT_AFTER`]; the same seed
+    /// gives the same trace, and the other loads are untouched by the new one.
+    #[test]
+    fn an_urgent_load_fills_with_elastic_jobs_then_sends_high_priority_ones() {
+        let a = generate(&args(40, 5, Load::Urgent)).unwrap();
+        assert_eq!(a, generate(&args(40, 5, Load::Urgent)).unwrap());
+        assert_ne!(a, generate(&args(40, 6, Load::Urgent)).unwrap());
+        let trace = Trace::from_yaml(&a).unwrap();
+        assert_eq!(trace.jobs.len(), 40);
+        let (fill, urgent): (Vec<_>, Vec<_>) = trace
+            .jobs
+            .iter()
+            .partition(|j| j.spec.name.starts_with("fill-"));
+        assert_eq!((fill.len(), urgent.len()), (30, 10));
+        let filled = fill.iter().map(|j| j.arrival_ms).max().unwrap();
+        for j in &fill {
+            assert_eq!(j.spec.priority, crate::simulate::input::Priority::Normal);
+            assert!(j.spec.preemptible);
+            let c = &j.spec.tasks[j.collector.expect("elastic")];
+            let min = c.min_replicas.expect("minReplicas");
+            assert!(min < c.replicas && (2..=8).contains(&c.replicas), "{c:?}");
+            // Long: at least half the longest run time, at the first collector count.
+            assert!(
+                j.work / j.rate(c.replicas) >= 7_200.0 - 1.0,
+                "{}",
+                j.spec.name
+            );
+        }
+        for j in &urgent {
+            assert_eq!(j.spec.priority, crate::simulate::input::Priority::High);
+            assert!(j.spec.preemptible && j.collector.is_none());
+            assert!(j.arrival_ms as f64 >= filled as f64 + URGENT_AFTER * 1000.0);
+        }
+        // Every urgent job comes after every filler in the file too.
+        assert!(
+            trace.jobs[..30]
+                .iter()
+                .all(|j| j.spec.name.starts_with("fill-"))
+        );
+        // The other loads are as they were: the shipped traces come out byte for byte.
+        for (text, load, jobs, seed, gap) in [
+            (
+                include_str!("../../examples/simulator/steady.yaml"),
+                Load::Steady,
+                300,
+                11,
+                100.0,
+            ),
+            (
+                include_str!("../../examples/simulator/burst.yaml"),
+                Load::Burst,
+                200,
+                12,
+                100.0,
+            ),
+            (
+                include_str!("../../examples/simulator/elastic.yaml"),
+                Load::Elastic,
+                200,
+                13,
+                120.0,
+            ),
+        ] {
+            let mut a = args(jobs, seed, load);
+            a.interarrival = gap;
+            assert_eq!(generate(&a).unwrap(), text, "{load:?}");
+        }
+        assert!(generate(&args(1, 1, Load::Urgent)).is_err());
     }
 
     #[test]

@@ -130,6 +130,26 @@ pub fn page(runs: &[Run], summaries: &[Summary], title: &str) -> String {
 mod tests {
     use super::*;
 
+    /// The page's table has the preemption rows, with the run's figures.
+    #[test]
+    fn the_table_shows_urgent_queueing_and_preemptions() {
+        let run = crate::simulate::report::tests::preempting_run();
+        let summary = Summary::of(&run);
+        let html = page(std::slice::from_ref(&run), &[summary], "t");
+        for row in [
+            "<tr><td>preemption</td><td>shrink</td></tr>",
+            "<tr><td>urgent jobs started</td><td>10/11</td></tr>",
+            "<tr><td>urgent queueing p50 (s)</td><td>50.0</td></tr>",
+            "<tr><td>urgent queueing p95 (s)</td><td>100.0</td></tr>",
+            "<tr><td>shrinks</td><td>2</td></tr>",
+            "<tr><td>evictions</td><td>1</td></tr>",
+            "<tr><td>GPU-seconds lost</td><td>5400.3</td></tr>",
+        ] {
+            assert!(html.contains(row), "{row}");
+        }
+        assert!(html.contains("<th>builtin:binpack/shrink</th>"));
+    }
+
     #[test]
     fn a_figure_is_a_captioned_chart_of_the_pages_size_with_a_path_per_policy() {
         let series = ["a<b", "c"]

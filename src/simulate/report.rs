@@ -1,6 +1,7 @@
 //! What a simulation run is worth, per policy: job completion and queueing times, makespan,
-//! GPU utilisation, fragmentation, moves and resizes, fallbacks, and the policy's call times;
-//! written as a side-by-side table and CSV files.
+//! GPU utilisation, fragmentation, moves and resizes, fallbacks, preemption (urgent jobs'
+//! queueing, shrinks, evictions, work lost), and the policy's call times; written as a
+//! side-by-side table and CSV files.
 //!
 //! Every figure but the call times is a function of virtual time only, printed with fixed
 //! decimals, so the same inputs give byte-identical files. Call times are wall time and live in
@@ -70,6 +71,19 @@ pub struct Summary {
     pub overcommits: u64,
     /// Pods that waited unbound for room on their node.
     pub bind_waits: u64,
+    /// The run's preemption mode (`off`, `evict`, `shrink`).
+    pub preemption: String,
+    /// Urgent jobs (`priority: high`), and how many of them ran.
+    pub urgent_jobs: usize,
+    pub urgent_started: usize,
+    /// Seconds from arrival to first running, over urgent jobs that ran: `queueing`'s
+    /// definition, restricted to them.
+    pub urgent_queueing: Spread,
+    /// The allocator's counts of running jobs shrunk and evicted for a higher-priority job.
+    pub shrinks: u64,
+    pub evictions: u64,
+    /// GPU-seconds of work evicted jobs lost, as the allocator counts it.
+    pub work_lost_gpu_seconds: f64,
     /// Microseconds, wall time.
     pub allocate_us: Spread,
     pub optimize_us: Spread,
@@ -86,10 +100,14 @@ impl Summary {
             .iter()
             .filter_map(|j| Some(secs(j.ended_ms?.saturating_sub(j.arrival_ms))))
             .collect();
-        let mut queueing: Vec<f64> = run
+        let queued =
+            |j: &super::engine::JobResult| Some(secs(j.started_ms?.saturating_sub(j.arrival_ms)));
+        let mut queueing: Vec<f64> = run.jobs.iter().filter_map(queued).collect();
+        let mut urgent_queueing: Vec<f64> = run
             .jobs
             .iter()
-            .filter_map(|j| Some(secs(j.started_ms?.saturating_sub(j.arrival_ms))))
+            .filter(|j| j.high_priority)
+            .filter_map(queued)
             .collect();
         let span = run.end_ms.saturating_sub(run.first_ms) as f64;
         let per_ms = |v: f64| if span > 0.0 { v / span } else { 0.0 };
@@ -118,6 +136,13 @@ impl Summary {
             failures: run.calls.failures.values().sum(),
             overcommits: run.overcommits,
             bind_waits: run.bind_waits,
+            preemption: run.preemption.as_str().to_string(),
+            urgent_jobs: run.jobs.iter().filter(|j| j.high_priority).count(),
+            urgent_started: urgent_queueing.len(),
+            urgent_queueing: Spread::of(&mut urgent_queueing),
+            shrinks: run.shrinks,
+            evictions: run.evictions,
+            work_lost_gpu_seconds: run.work_lost_gpu_seconds,
             allocate_us: us(&run.calls.allocate_ns),
             optimize_us: us(&run.calls.optimize_ns),
         }
@@ -136,12 +161,12 @@ fn field(s: &str) -> String {
 /// `summary.csv`: one row per policy, virtual-time figures only.
 pub fn summary_csv(summaries: &[Summary]) -> String {
     let mut out = String::from(
-        "policy,jobs,finished,jct_mean_s,jct_p50_s,jct_p95_s,jct_p99_s,queue_mean_s,queue_p50_s,queue_p95_s,queue_p99_s,makespan_s,gpu_utilisation,fragmented_gpus,queue_length,moves,resizes,fallbacks,failures,overcommits,bind_waits\n",
+        "policy,jobs,finished,jct_mean_s,jct_p50_s,jct_p95_s,jct_p99_s,queue_mean_s,queue_p50_s,queue_p95_s,queue_p99_s,makespan_s,gpu_utilisation,fragmented_gpus,queue_length,moves,resizes,fallbacks,failures,overcommits,bind_waits,preemption,urgent_jobs,urgent_started,urgent_queue_mean_s,urgent_queue_p50_s,urgent_queue_p95_s,shrinks,evictions,work_lost_gpu_s\n",
     );
     for s in summaries {
         let _ = writeln!(
             out,
-            "{},{},{},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.4},{:.3},{:.3},{},{},{},{},{},{}",
+            "{},{},{},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.4},{:.3},{:.3},{},{},{},{},{},{},{},{},{},{:.3},{:.3},{:.3},{},{},{:.3}",
             field(&s.policy),
             s.jobs,
             s.finished,
@@ -162,7 +187,16 @@ pub fn summary_csv(summaries: &[Summary]) -> String {
             s.fallbacks,
             s.failures,
             s.overcommits,
-            s.bind_waits
+            s.bind_waits,
+            s.preemption,
+            s.urgent_jobs,
+            s.urgent_started,
+            s.urgent_queueing.mean,
+            s.urgent_queueing.p50,
+            s.urgent_queueing.p95,
+            s.shrinks,
+            s.evictions,
+            s.work_lost_gpu_seconds
         );
     }
     out
@@ -171,14 +205,14 @@ pub fn summary_csv(summaries: &[Summary]) -> String {
 /// `jobs.csv`: every job under every policy.
 pub fn jobs_csv(runs: &[Run]) -> String {
     let mut out = String::from(
-        "policy,job,arrival_s,start_s,end_s,jct_s,queue_s,phase,gpus,moves,resizes,fallbacks\n",
+        "policy,job,arrival_s,start_s,end_s,jct_s,queue_s,phase,gpus,moves,resizes,fallbacks,priority,shrunk,evicted,preempting\n",
     );
     let opt = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.3}"));
     for run in runs {
         for j in &run.jobs {
             let _ = writeln!(
                 out,
-                "{},{},{:.3},{},{},{},{},{},{},{},{},{}",
+                "{},{},{:.3},{},{},{},{},{},{},{},{},{},{},{},{},{}",
                 field(&run.policy),
                 field(&j.name),
                 secs(j.arrival_ms),
@@ -190,7 +224,11 @@ pub fn jobs_csv(runs: &[Run]) -> String {
                 j.gpus,
                 j.moves,
                 j.resizes,
-                j.fallbacks
+                j.fallbacks,
+                if j.high_priority { "high" } else { "normal" },
+                j.shrunk,
+                j.evicted,
+                j.preempting
             );
         }
     }
@@ -249,7 +287,7 @@ pub fn calls_csv(summaries: &[Summary]) -> String {
 pub type Row = (&'static str, fn(&Summary) -> String);
 
 /// The rows measured in virtual time: the same on every run of the same inputs.
-pub const VIRTUAL_ROWS: [Row; 18] = [
+pub const VIRTUAL_ROWS: [Row; 25] = [
     ("jobs finished", |s| format!("{}/{}", s.finished, s.jobs)),
     ("JCT mean (s)", |s| format!("{:.1}", s.jct.mean)),
     ("JCT p50 (s)", |s| format!("{:.1}", s.jct.p50)),
@@ -272,6 +310,21 @@ pub const VIRTUAL_ROWS: [Row; 18] = [
     ("policy failures", |s| s.failures.to_string()),
     ("node over-commits", |s| s.overcommits.to_string()),
     ("pods waiting for room", |s| s.bind_waits.to_string()),
+    ("preemption", |s| s.preemption.clone()),
+    ("urgent jobs started", |s| {
+        format!("{}/{}", s.urgent_started, s.urgent_jobs)
+    }),
+    ("urgent queueing p50 (s)", |s| {
+        format!("{:.1}", s.urgent_queueing.p50)
+    }),
+    ("urgent queueing p95 (s)", |s| {
+        format!("{:.1}", s.urgent_queueing.p95)
+    }),
+    ("shrinks", |s| s.shrinks.to_string()),
+    ("evictions", |s| s.evictions.to_string()),
+    ("GPU-seconds lost", |s| {
+        format!("{:.1}", s.work_lost_gpu_seconds)
+    }),
 ];
 
 /// The rows of the policy's call times (wall time).
@@ -328,7 +381,7 @@ pub fn table(summaries: &[Summary]) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
     #[test]
@@ -339,6 +392,130 @@ mod tests {
         let mut one = vec![7.0];
         assert_eq!(Spread::of(&mut one).p99, 7.0);
         assert_eq!(Spread::of(&mut []), Spread::default());
+    }
+
+    /// A constructed run: urgent jobs queued 10, 20, ..., 100 s and one that never ran, normal
+    /// jobs that did not count toward the urgent figures, and the allocator's counts.
+    pub(in crate::simulate) fn preempting_run() -> Run {
+        use crate::simulate::engine::JobResult;
+        let mut jobs: Vec<JobResult> = (1..=10u64)
+            .map(|i| JobResult {
+                name: format!("urgent-{i}"),
+                arrival_ms: 1_000_000,
+                high_priority: true,
+                started_ms: Some(1_000_000 + i * 10_000),
+                ended_ms: Some(2_000_000),
+                phase: "Succeeded".into(),
+                gpus: 4,
+                preempting: 1,
+                ..JobResult::default()
+            })
+            .collect();
+        jobs.push(JobResult {
+            name: "urgent-never".into(),
+            arrival_ms: 1_500_000,
+            high_priority: true,
+            ..JobResult::default()
+        });
+        for (name, shrunk, evicted) in [("fill-a", 2, 0), ("fill-b", 0, 1)] {
+            jobs.push(JobResult {
+                name: name.into(),
+                arrival_ms: 0,
+                started_ms: Some(900_000),
+                ended_ms: Some(4_000_000),
+                phase: "Succeeded".into(),
+                gpus: 6,
+                shrunk,
+                evicted,
+                ..JobResult::default()
+            });
+        }
+        Run {
+            policy: "builtin:binpack/shrink".into(),
+            jobs,
+            timeline: Vec::new(),
+            used_gpu_ms: 0.0,
+            total_gpu_ms: 0.0,
+            fragmented_gpu_ms: 0.0,
+            queued_job_ms: 0.0,
+            first_ms: 0,
+            end_ms: 4_000_000,
+            calls: Default::default(),
+            overcommits: 0,
+            bind_waits: 0,
+            passes: Vec::new(),
+            preemption: crate::allocator::Preemption::Shrink,
+            shrinks: 2,
+            evictions: 1,
+            work_lost_gpu_seconds: 5400.3,
+        }
+    }
+
+    #[test]
+    fn urgent_queueing_shrinks_evictions_and_work_lost_are_reported() {
+        let run = preempting_run();
+        let s = Summary::of(&run);
+        assert_eq!((s.urgent_jobs, s.urgent_started), (11, 10));
+        // Nearest rank over the 10 that ran: p50 the 5th, p95 the 10th.
+        assert_eq!(
+            (s.urgent_queueing.p50, s.urgent_queueing.p95),
+            (50.0, 100.0)
+        );
+        assert_eq!(s.urgent_queueing.mean, 55.0);
+        // Everyone's queueing and JCT still count every job, normal ones too.
+        assert_eq!((s.queueing.count, s.finished), (12, 12));
+        assert_eq!(s.jct.mean, (10.0 * 1000.0 + 2.0 * 4000.0) / 12.0);
+        assert_eq!((s.shrinks, s.evictions), (2, 1));
+        assert_eq!(s.work_lost_gpu_seconds, 5400.3);
+        assert_eq!(s.preemption, "shrink");
+
+        let table = table(std::slice::from_ref(&s));
+        for row in [
+            "preemption               shrink",
+            "urgent jobs started       10/11",
+            "urgent queueing p50 (s)    50.0",
+            "urgent queueing p95 (s)   100.0",
+            "shrinks                       2",
+            "evictions                     1",
+            "GPU-seconds lost         5400.3",
+        ] {
+            let name = row.split("  ").next().unwrap();
+            let line = table.lines().find(|l| l.starts_with(name)).unwrap();
+            let (want, got) = (row.split_whitespace(), line.split_whitespace());
+            assert!(want.eq(got), "{line:?} is not {row:?}");
+        }
+
+        // summary.csv: the new columns by name, as many cells as headers.
+        let csv = summary_csv(&[s]);
+        let mut lines = csv.lines();
+        let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+        let cells: Vec<&str> = lines.next().unwrap().split(',').collect();
+        assert_eq!(header.len(), cells.len());
+        let cell = |name: &str| cells[header.iter().position(|h| *h == name).unwrap()];
+        assert_eq!(cell("policy"), "builtin:binpack/shrink");
+        assert_eq!(cell("preemption"), "shrink");
+        assert_eq!((cell("urgent_jobs"), cell("urgent_started")), ("11", "10"));
+        assert_eq!(cell("urgent_queue_p50_s"), "50.000");
+        assert_eq!(cell("urgent_queue_p95_s"), "100.000");
+        assert_eq!(cell("jct_mean_s"), "1500.000");
+        assert_eq!((cell("shrinks"), cell("evictions")), ("2", "1"));
+        assert_eq!(cell("work_lost_gpu_s"), "5400.300");
+
+        // jobs.csv: each job's priority and the planner's preemption events on it.
+        let jobs = jobs_csv(std::slice::from_ref(&run));
+        let mut lines = jobs.lines();
+        let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+        assert_eq!(
+            header[header.len() - 4..],
+            ["priority", "shrunk", "evicted", "preempting"]
+        );
+        let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+        assert!(rows.iter().all(|r| r.len() == header.len()));
+        let row =
+            |job: &str| rows.iter().find(|r| r[1] == job).unwrap()[header.len() - 4..].to_vec();
+        assert_eq!(row("urgent-1"), ["high", "0", "0", "1"]);
+        assert_eq!(row("fill-a"), ["normal", "2", "0", "0"]);
+        assert_eq!(row("fill-b"), ["normal", "0", "1", "0"]);
     }
 
     #[test]

@@ -108,6 +108,19 @@ fn every_rule_is_refused_with_its_field_message_and_fix() {
         refused(long, None)
             .contains("must be no more than 63 characters; shorten the job or task name")
     );
+    // spec.priorityClassName (a diorch extension) must be able to name a PriorityClass.
+    let mut classed = job(json!([{"type": "learner", "template": container()}]));
+    classed["spec"]["priorityClassName"] = json!("Team_A");
+    let got = refused(classed.clone(), None);
+    assert!(
+        got.starts_with(
+            "spec.priorityClassName: priorityClassName Team_A must be a lowercase RFC 1123 subdomain"
+        ),
+        "{got}"
+    );
+    classed["spec"]["priorityClassName"] = json!("team-a.batch");
+    let out = response(&answer(review("CREATE", classed, None), check));
+    assert_eq!(out["allowed"], true, "{out}");
 }
 
 #[test]

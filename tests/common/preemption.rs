@@ -120,6 +120,13 @@ pub fn urgent_jobs_shrink_collectors_before_evicting(k: &Kubectl, ns: &str) {
         message.contains("made room by preempting lower-priority jobs: shrank"),
         "{message}"
     );
+    // It never waited: its first decision placed it (no re-plan period passed first).
+    let decisions = job_json(&k, "urgent")["status"]["decisions"].clone();
+    let actions: Vec<&str> = decisions
+        .as_array()
+        .map(|d| d.iter().filter_map(|e| e["action"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(actions, ["Placed"], "{decisions}");
     let shrunk: Vec<&String> = lows.iter().filter(|j| collectors(&k, j) == "3").collect();
     assert_eq!(shrunk.len(), 1, "exactly one job shrinks");
     let victim = shrunk[0].clone();

@@ -66,6 +66,13 @@ pub const PERMISSIONS: &[Permission] = &[
     },
     Permission {
         scope: Scope::Cluster,
+        group: "scheduling.k8s.io",
+        resource: "priorityclasses",
+        verbs: &["get", "list", "watch"],
+        used_by: "allocator (allocator::priorities: its watch lists and watches classes for the value a job's spec.priorityClassName names; get, read-only, for looking one up by name)",
+    },
+    Permission {
+        scope: Scope::Cluster,
         group: "scheduling.volcano.sh",
         resource: "podgroups",
         verbs: &["create", "patch"],

@@ -175,6 +175,77 @@ fn invalid_variants_are_refused_naming_the_field() {
     );
 }
 
+/// `spec.priorityClassName` (a diorch extension): the controller's validation
+/// (`validate::validate`, which the webhook runs too) refuses what the CRD schema does. The
+/// sandbox's schema engine checks lengths but not `pattern` (it has no regex engine), so the
+/// schema's pattern is checked to be apimachinery's DNS-1123 subdomain format, which a real API
+/// server applies.
+#[test]
+fn priority_class_names_are_checked_alike_by_the_schema_and_validation() {
+    let crd = serde_json::to_value(diorch_core::api::crd::dijob_crd()).expect("CRD as JSON");
+    let field = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+        ["priorityClassName"];
+    assert_eq!(
+        field["pattern"],
+        // apimachinery's dns1123SubdomainFmt (pkg/util/validation), anchored.
+        r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+    );
+    assert_eq!(
+        field["pattern"],
+        diorch_core::api::DNS1123_SUBDOMAIN_PATTERN
+    );
+    assert_eq!(
+        (field["minLength"].clone(), field["maxLength"].clone()),
+        (json!(1), json!(253))
+    );
+
+    let schema = schema();
+    let longest = [
+        "a".repeat(63),
+        "b".repeat(63),
+        "c".repeat(63),
+        "d".repeat(61),
+    ]
+    .join(".");
+    let too_long = format!("{longest}e");
+    // (name, valid, refused by the sandbox's schema too: lengths only)
+    let cases: [(&str, bool, bool); 14] = [
+        ("high", true, false),
+        ("team-a.batch", true, false),
+        ("0", true, false),
+        ("system-cluster-critical", true, false),
+        (&longest, true, false),
+        ("", false, true),
+        ("High", false, false),
+        ("under_score", false, false),
+        ("-lead", false, false),
+        ("trail-", false, false),
+        ("dot.", false, false),
+        ("two..dots", false, false),
+        ("a.-b", false, false),
+        (&too_long, false, true),
+    ];
+    for (name, valid, by_length) in cases {
+        let doc = first_sample_with(|d| d["spec"]["priorityClassName"] = json!(name));
+        let by_schema = admit(&schema, doc.clone());
+        assert_eq!(by_schema.is_err(), by_length, "{name:?}: {by_schema:?}");
+        if let Err(errors) = &by_schema {
+            assert!(
+                errors
+                    .iter()
+                    .all(|e| e.starts_with("spec.priorityClassName: ")),
+                "{errors:?}"
+            );
+        }
+        let job: diorch_core::api::DIJob = serde_json::from_value(doc).expect("typed DIJob");
+        let by_validation = diorch_core::validate::validate(&job);
+        assert_eq!(by_validation.is_ok(), valid, "{name:?}: {by_validation:?}");
+        if let Err(invalid) = by_validation {
+            assert_eq!(invalid.field, "spec.priorityClassName");
+        }
+    }
+}
+
 #[test]
 fn numbers_that_size_the_operator_have_schema_maximums() {
     // api::limits: 1000 replicas per task (replicas, minReplicas, maxReplicas), 64 tasks.

@@ -372,6 +372,7 @@ fn resources_of(ty: &str) -> Option<&'static [&'static str]> {
         "Pod" | "CachedPod" | "UsagePod" => &["pods"],
         "Service" | "CachedService" => &["services"],
         "Node" => &["nodes"],
+        "PriorityClass" => &["priorityclasses"],
         "ConfigMap" => &["configmaps"],
         "Lease" => &["leases"],
         "Secret" => &["secrets"],

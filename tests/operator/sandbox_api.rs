@@ -131,6 +131,111 @@ fn kubectl_end_to_end() {
     );
 }
 
+const PRIORITY_CLASS: &str = "apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata:
+  name: team-a.batch
+value: 1000
+description: team A's batch jobs
+";
+
+/// scheduling.k8s.io/v1 PriorityClasses (cluster-scoped), which the operator watches for
+/// `spec.priorityClassName`: `kubectl apply`, get (with the apiserver's default and table),
+/// the fixed value, delete.
+#[test]
+fn priority_classes_apply_list_fixed_value_and_delete() {
+    let server = Server::start(10_000);
+    let k = server.kubectl();
+    assert!(
+        k.ok(&["api-resources", "--api-group", "scheduling.k8s.io"])
+            .contains("priorityclasses")
+    );
+    k.ok_stdin(&["apply", "-f", "-"], PRIORITY_CLASS);
+    // Cluster-scoped: listed whatever the namespace.
+    let listed: serde_json::Value =
+        serde_json::from_str(&k.ok(&["get", "priorityclasses", "-n", "elsewhere", "-o", "json"]))
+            .unwrap();
+    let items = listed["items"].as_array().unwrap();
+    assert_eq!(items.len(), 1, "{listed:#}");
+    let class = &items[0];
+    assert_eq!(class["metadata"]["name"], "team-a.batch");
+    assert!(class["metadata"]["namespace"].is_null(), "{class:#}");
+    assert_eq!(class["value"], 1000);
+    assert_eq!(class["preemptionPolicy"], "PreemptLowerPriority");
+    let table = k.ok(&["get", "pc"]);
+    let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        header,
+        ["NAME", "VALUE", "GLOBAL-DEFAULT", "AGE", "PREEMPTIONPOLICY"]
+    );
+    assert!(table.contains("team-a.batch"), "{table}");
+    // Re-applying it unchanged is fine; a class's value may not change.
+    k.ok_stdin(&["apply", "-f", "-"], PRIORITY_CLASS);
+    let refused = k.fails_stdin(
+        &["apply", "-f", "-"],
+        &PRIORITY_CLASS.replace("value: 1000", "value: 5"),
+    );
+    assert!(
+        refused.contains("value: Forbidden: may not be changed in an update"),
+        "{refused}"
+    );
+    let bad = k.fails_stdin(
+        &["apply", "-f", "-"],
+        &PRIORITY_CLASS.replace("team-a.batch", "Team_A"),
+    );
+    assert!(bad.contains("RFC 1123 subdomain"), "{bad}");
+    k.ok(&["delete", "priorityclass", "team-a.batch"]);
+    assert_eq!(k.ok(&["get", "pc", "-o", "name"]).trim(), "");
+}
+
+/// The operator's PriorityClass cache (`allocator::priorities`) follows the cluster: a job
+/// naming a class gets its value once it exists, and its `spec.priority` value again once it
+/// is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_operator_priority_class_cache_follows_the_cluster() {
+    use diorch::allocator::priorities::PriorityClasses;
+    let server = Server::start(10_000);
+    let k = server.kubectl();
+    let (classes, watch) = PriorityClasses::start(server.client());
+    let watching = tokio::spawn(watch);
+    let job: diorch_core::api::DIJob = serde_json::from_value(json!({
+        "apiVersion": "diengine.opendilab.org/v2alpha1",
+        "kind": "DIJob",
+        "metadata": {"name": "j", "namespace": "default"},
+        "spec": {"priority": "high", "priorityClassName": "team-a.batch",
+                 "tasks": [{"type": "learner", "replicas": 1}]}
+    }))
+    .unwrap();
+    let value_becomes = |want: i32| {
+        let classes = classes.clone();
+        let spec = job.spec.clone();
+        async move {
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+            while classes.value(&spec) != want {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "value stayed {} (want {want})",
+                    classes.value(&spec)
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    value_becomes(100).await;
+    let applied = {
+        let k = k.clone();
+        tokio::task::spawn_blocking(move || k.ok_stdin(&["apply", "-f", "-"], PRIORITY_CLASS))
+    };
+    applied.await.unwrap();
+    value_becomes(1000).await;
+    assert_eq!(classes.class_value("team-a.batch"), Some(1000));
+    tokio::task::spawn_blocking(move || k.ok(&["delete", "pc", "team-a.batch"]))
+        .await
+        .unwrap();
+    value_becomes(100).await;
+    watching.abort();
+}
+
 /// Rough scale smoke test (debug builds are slow; run with `--ignored --nocapture`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore]

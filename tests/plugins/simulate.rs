@@ -373,6 +373,9 @@ fn bad_inputs_are_refused_with_the_entry_named() {
         ("--deadline-ms", "0"),
         ("--memory-mib", "1048576"),
         ("--pod-start", "99999999999"),
+        ("--preemption-min-run-time", "99999999999"),
+        ("--preemption-cooldown", "99999999999"),
+        ("--preemption", "sometimes"),
     ] {
         let bad = diorch(&[
             "simulate",
@@ -398,6 +401,68 @@ fn bad_inputs_are_refused_with_the_entry_named() {
         text(&run.stderr).contains("builtin:binpack, builtin:spread"),
         "{}",
         text(&run.stderr)
+    );
+}
+
+/// The shipped urgent trace under the three preemption modes: one run per mode, labelled
+/// `<policy>/<mode>`, each row of summary.csv with its mode and the trace's urgent jobs; with
+/// preemption off nothing is shrunk or evicted and no work is lost.
+#[test]
+fn the_command_compares_preemption_modes_on_the_urgent_trace() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let table = simulate_command(
+        &repo("examples/simulator/cluster.yaml"),
+        &repo("examples/simulator/urgent.yaml"),
+        &["builtin:binpack"],
+        &out,
+        &[
+            "--preemption",
+            "off",
+            "--preemption",
+            "evict",
+            "--preemption",
+            "shrink",
+        ],
+    );
+    let header = table.lines().next().unwrap();
+    for mode in ["off", "evict", "shrink"] {
+        assert!(
+            header.contains(&format!("builtin:binpack/{mode}")),
+            "{table}"
+        );
+    }
+    assert!(table.contains("urgent queueing p95 (s)"), "{table}");
+    let summary = std::fs::read_to_string(out.join("summary.csv")).unwrap();
+    let mut lines = summary.lines();
+    let columns: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    assert_eq!(rows.len(), 3);
+    let at = |row: &[&str], name: &str| {
+        row[columns.iter().position(|c| *c == name).unwrap()].to_string()
+    };
+    let urgent = std::fs::read_to_string(repo("examples/simulator/urgent.yaml"))
+        .unwrap()
+        .matches("priority: high")
+        .count();
+    assert!(urgent > 0);
+    for (row, mode) in rows.iter().zip(["off", "evict", "shrink"]) {
+        assert_eq!(at(row, "policy"), format!("builtin:binpack/{mode}"));
+        assert_eq!(at(row, "preemption"), mode);
+        assert_eq!(at(row, "urgent_jobs"), urgent.to_string());
+        assert_eq!(
+            at(row, "finished"),
+            at(row, "jobs"),
+            "{mode}: every job ends"
+        );
+    }
+    assert_eq!(
+        (
+            at(&rows[0], "shrinks"),
+            at(&rows[0], "evictions"),
+            at(&rows[0], "work_lost_gpu_s")
+        ),
+        ("0".into(), "0".into(), "0.000".into())
     );
 }
 

@@ -365,12 +365,21 @@ pub fn slot_nodes(job: &DIJob) -> Vec<String> {
         .collect()
 }
 
-/// The priority value a policy sees and preemption compares: `normal` 0, `high` 100.
+/// The priority value a policy sees and preemption compares: `normal` 0, `high` 100. A job
+/// naming a PriorityClass gets [`priority_value_of`]'s; this is its no-class case.
 pub fn priority_value(priority: Priority) -> i32 {
     match priority {
         Priority::Normal => 0,
         Priority::High => 100,
     }
+}
+
+/// A job's priority value from its `spec.priority` and the `value` of the PriorityClass its
+/// `spec.priorityClassName` names: the class's value when the job names a class that exists
+/// (`class_value` is then `Some`), whatever `spec.priority` says; otherwise, with no class named
+/// or a class that does not exist (yet), `spec.priority`'s ([`priority_value`]).
+pub fn priority_value_of(priority: Priority, class_value: Option<i32>) -> i32 {
+    class_value.unwrap_or_else(|| priority_value(priority))
 }
 
 /// The model of `job` for a policy call; `node_index` maps node names to indices of the
@@ -620,6 +629,41 @@ mod tests {
         let mut n = node("n1", 8, true);
         n.spec.get_or_insert_with(Default::default).unschedulable = Some(true);
         assert!(!model_node(&n, None).ready);
+    }
+
+    #[test]
+    fn a_named_class_that_exists_gives_the_value_else_spec_priority_does() {
+        use crate::api::Priority::{High, Normal};
+        // No class named, or one that does not exist: spec.priority's value.
+        assert_eq!(priority_value_of(Normal, None), 0);
+        assert_eq!(priority_value_of(High, None), 100);
+        assert_eq!(priority_value_of(Normal, None), priority_value(Normal));
+        assert_eq!(priority_value_of(High, None), priority_value(High));
+        // A class that exists: its value, whatever spec.priority says, below, between, above
+        // and at the two built-in values, and at the ends of PriorityClass's range.
+        for value in [
+            i32::MIN,
+            -1,
+            0,
+            1,
+            50,
+            99,
+            100,
+            101,
+            1_000_000_000,
+            2_000_001_000,
+            i32::MAX,
+        ] {
+            for priority in [Normal, High] {
+                assert_eq!(
+                    priority_value_of(priority, Some(value)),
+                    value,
+                    "{priority:?} {value}"
+                );
+            }
+        }
+        // So a class of value 0 puts a `high` job below a `normal` one naming a class of 1.
+        assert!(priority_value_of(High, Some(0)) < priority_value_of(Normal, Some(1)));
     }
 
     use crate::fixtures::elastic_job as job;

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use serde_json::{Value, json};
 
 use super::{build, naming};
-use crate::api::limits::{MAX_JOB_REPLICAS, MAX_TASK_REPLICAS, MAX_TASKS};
+use crate::api::limits::{MAX_JOB_REPLICAS, MAX_PRIORITY_CLASS_NAME, MAX_TASK_REPLICAS, MAX_TASKS};
 use crate::api::{DIJob, TaskType};
 
 /// The JSON patch that gives every typed task without a name its type as name, or `None` when
@@ -188,6 +188,15 @@ pub fn validate(job: &DIJob) -> Result<(), Invalid> {
             "set it to 0 or more, or leave it out to keep finished jobs",
         ));
     }
+    if let Some(class) = &job.spec.priority_class_name
+        && let Some(why) = dns_subdomain_problem(class)
+    {
+        return Err(Invalid::new(
+            "spec.priorityClassName",
+            format!("priorityClassName {class} {why}"),
+            "name an existing PriorityClass (kubectl get priorityclasses), or leave it out to use priority",
+        ));
+    }
 
     for (i, task) in job.spec.tasks.iter().enumerate() {
         let (min, max) = (task.min_replicas(), task.max_replicas());
@@ -303,6 +312,28 @@ fn dns_label_problem(s: &str) -> Option<String> {
         && s.ends_with(alnum);
     (!ok).then(|| {
         "must be a lowercase RFC 1123 label: lower case alphanumeric characters or '-', \
+         starting and ending with an alphanumeric character"
+            .to_string()
+    })
+}
+
+/// Why `s` is not an RFC 1123 DNS subdomain (what the names of most objects, PriorityClasses
+/// among them, must be), in the API server's words; `None` if it is one.
+fn dns_subdomain_problem(s: &str) -> Option<String> {
+    if s.len() > MAX_PRIORITY_CLASS_NAME {
+        return Some(format!(
+            "must be no more than {MAX_PRIORITY_CLASS_NAME} characters"
+        ));
+    }
+    let alnum = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
+    let label_ok = |l: &str| {
+        !l.is_empty()
+            && l.chars().all(|c| alnum(c) || c == '-')
+            && l.starts_with(alnum)
+            && l.ends_with(alnum)
+    };
+    (!s.split('.').all(label_ok)).then(|| {
+        "must be a lowercase RFC 1123 subdomain: lower case alphanumeric characters, '-' or '.', \
          starting and ending with an alphanumeric character"
             .to_string()
     })
@@ -463,6 +494,62 @@ mod tests {
             )),
             Ok(())
         );
+    }
+
+    #[test]
+    fn priority_class_names_are_dns_subdomains_of_at_most_253_characters() {
+        let with_class = |class: &str| {
+            let mut j = job("j", json!([{"type": "learner", "name": "l"}]));
+            j.spec.priority_class_name = Some(class.to_string());
+            j
+        };
+        // 63 + 1 + 63 + 1 + 63 + 1 + 61 = 253.
+        let longest = [
+            "a".repeat(63),
+            "b".repeat(63),
+            "c".repeat(63),
+            "d".repeat(61),
+        ]
+        .join(".");
+        assert_eq!(longest.len(), 253);
+        for ok in [
+            "high",
+            "system-cluster-critical",
+            "team-a.batch",
+            "0",
+            "a1-b2.c3",
+            &longest,
+        ] {
+            assert_eq!(validate(&with_class(ok)), Ok(()), "{ok}");
+        }
+        let too_long = format!("{longest}e");
+        for bad in [
+            "",
+            "High",
+            "under_score",
+            "-lead",
+            "trail-",
+            ".dot",
+            "dot.",
+            "two..dots",
+            "a.-b",
+            "sp ace",
+            "é",
+            &too_long,
+        ] {
+            let err = validate(&with_class(bad)).expect_err(bad);
+            assert_eq!(err.field, "spec.priorityClassName", "{bad}");
+            let want = if bad.len() > 253 {
+                "must be no more than 253 characters"
+            } else {
+                "must be a lowercase RFC 1123 subdomain"
+            };
+            assert!(err.message.contains(want), "{bad}: {}", err.message);
+        }
+        // No class: nothing to check.
+        let mut none = with_class("x");
+        none.spec.priority_class_name = None;
+        assert_eq!(validate(&none), Ok(()));
     }
 
     #[test]

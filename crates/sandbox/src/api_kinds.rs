@@ -64,7 +64,7 @@ pub fn typed_roundtrip(
     kind: &str,
     obj: &Value,
 ) -> Option<Result<(Value, Vec<String>), String>> {
-    use k8s_openapi::api::{admissionregistration, coordination, core, events};
+    use k8s_openapi::api::{admissionregistration, coordination, core, events, scheduling};
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiext;
     Some(match (api_version, kind) {
         ("v1", "Pod") => rt::<core::v1::Pod>(obj),
@@ -79,6 +79,16 @@ pub fn typed_roundtrip(
         ("v1", "Binding") => rt::<core::v1::Binding>(obj),
         ("events.k8s.io/v1", "Event") => rt::<events::v1::Event>(obj),
         ("coordination.k8s.io/v1", "Lease") => rt::<coordination::v1::Lease>(obj),
+        ("scheduling.k8s.io/v1", "PriorityClass") => {
+            // Go decodes a missing `value` as 0; k8s-openapi requires it.
+            let mut obj = obj.clone();
+            if let Some(m) = obj.as_object_mut()
+                && m.get("value").is_none_or(Value::is_null)
+            {
+                m.insert("value".into(), json!(0));
+            }
+            rt::<scheduling::v1::PriorityClass>(&obj)
+        }
         ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration") => {
             rt::<admissionregistration::v1::MutatingWebhookConfiguration>(obj)
         }
@@ -264,6 +274,13 @@ pub fn default_service(svc: &mut Value) {
                 set_default(p, "targetPort", port);
             }
         }
+    }
+}
+
+/// PriorityClass defaults (`SetDefaults_PriorityClass`).
+pub fn default_priority_class(class: &mut Value) {
+    if let Some(m) = class.as_object_mut() {
+        set_default(m, "preemptionPolicy", json!("PreemptLowerPriority"));
     }
 }
 

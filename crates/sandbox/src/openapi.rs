@@ -23,6 +23,7 @@ use k8s_openapi::api::admissionregistration::v1 as admissionregistration;
 use k8s_openapi::api::coordination::v1 as coordination;
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::events::v1 as events;
+use k8s_openapi::api::scheduling::v1 as scheduling;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiextensions;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
 use schemars::JsonSchema;
@@ -202,6 +203,7 @@ fn add_builtin_schema(generator: &mut SchemaGenerator, info: &ResourceInfo) -> b
         ("", "v1", "Binding") => add::<core::Binding>(generator),
         ("events.k8s.io", "v1", "Event") => add::<events::Event>(generator),
         ("coordination.k8s.io", "v1", "Lease") => add::<coordination::Lease>(generator),
+        ("scheduling.k8s.io", "v1", "PriorityClass") => add::<scheduling::PriorityClass>(generator),
         ("admissionregistration.k8s.io", "v1", "MutatingWebhookConfiguration") => {
             add::<admissionregistration::MutatingWebhookConfiguration>(generator)
         }

@@ -197,6 +197,15 @@ const BUILTINS: &[Builtin] = &[
         subresources: &[],
     },
     Builtin {
+        group: "scheduling.k8s.io",
+        version: "v1",
+        kind: "PriorityClass",
+        plural: "priorityclasses",
+        short_names: &["pc"],
+        namespaced: false,
+        subresources: &[],
+    },
+    Builtin {
         group: "admissionregistration.k8s.io",
         version: "v1",
         kind: "MutatingWebhookConfiguration",

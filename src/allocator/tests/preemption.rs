@@ -327,3 +327,173 @@ async fn a_recent_checkpoint_makes_the_older_job_the_cheaper_victim() {
     assert_eq!(nodes.as_slice(), ["n0"]);
     assert!(why.reason.unwrap_or_default().contains("evicted ns/a"));
 }
+
+/// A clock the test moves.
+#[derive(Debug)]
+struct Manual(std::sync::Mutex<(Instant, jiff::Timestamp)>);
+
+impl crate::clock::Clock for Manual {
+    fn now(&self) -> Instant {
+        self.0.lock().expect("clock").0
+    }
+    fn wall(&self) -> jiff::Timestamp {
+        self.0.lock().expect("clock").1
+    }
+}
+
+impl Manual {
+    fn advance(&self, by: Duration) {
+        let mut t = self.0.lock().expect("clock");
+        t.0 += by;
+        t.1 += by;
+    }
+}
+
+/// `job`, evicted: its status as the planner leaves it.
+fn evicted(job: &DIJob) -> DIJob {
+    let mut j = job.clone();
+    let status = j.status.as_mut().expect("status");
+    status.allocation = None;
+    status.phase = Some(diorch_core::api::Phase::Pending);
+    j
+}
+
+#[tokio::test]
+async fn a_storm_of_urgent_jobs_cannot_evict_the_same_job_twice_within_its_cool_down() {
+    let clock = Arc::new(Manual(std::sync::Mutex::new((
+        Instant::now(),
+        jiff::Timestamp::now(),
+    ))));
+    let mut s = settings(Preemption::Shrink);
+    s.clock = clock.clone();
+    s.preemption_min_run_time = Duration::ZERO;
+    let mut h = preempting(1, s);
+    let a = elastic("a", 7, 7, "n0", 60, false);
+    running_jobs(&mut h, &[&a]).await;
+
+    let u1 = urgent("u1", 1, 8);
+    assert!(matches!(
+        h.allocator.admit(&u1).await,
+        Admission::Placed { .. }
+    ));
+    let out = evicted(&a);
+    cache(&mut h, &out);
+    assert!(matches!(
+        h.allocator.consult(&out).await,
+        Some(Admission::Waiting { .. })
+    ));
+    // u1 ends at once; a is placed again and runs.
+    h.allocator.forget(&ObjectKey::new("ns", "u1")).await;
+    assert!(matches!(
+        h.allocator.consult(&out).await,
+        Some(Admission::Placed { .. })
+    ));
+    running_jobs(&mut h, &[&a]).await;
+
+    // Urgent jobs keep coming within a's cool-down: none evicts it again.
+    for i in 0..5 {
+        clock.advance(Duration::from_secs(50));
+        let u = urgent(&format!("storm-{i}"), 1, 8);
+        assert!(
+            matches!(h.allocator.admit(&u).await, Admission::Waiting { .. }),
+            "storm-{i}"
+        );
+    }
+    assert!(metric(
+        &h,
+        "diorch_allocator_preemptions_total{action=\"evict\"} 1"
+    ));
+    // Past it, the next one may.
+    clock.advance(Duration::from_secs(60));
+    assert!(matches!(
+        h.allocator.admit(&urgent("late", 1, 8)).await,
+        Admission::Placed { .. }
+    ));
+    assert!(metric(
+        &h,
+        "diorch_allocator_preemptions_total{action=\"evict\"} 2"
+    ));
+}
+
+#[tokio::test]
+async fn a_job_held_back_only_by_a_minimum_run_time_is_asked_again_after_the_next_re_plan() {
+    let clock = Arc::new(Manual(std::sync::Mutex::new((
+        Instant::now(),
+        jiff::Timestamp::now(),
+    ))));
+    let mut s = settings(Preemption::Shrink);
+    s.clock = clock.clone();
+    let mut h = preempting(1, s);
+    // Rigid and 5 minutes into its run: not evictable for 5 more minutes.
+    let a = elastic("a", 7, 7, "n0", 5, false);
+    running_jobs(&mut h, &[&a]).await;
+    let u = urgent("u", 1, 8);
+    assert!(matches!(
+        h.allocator.admit(&u).await,
+        Admission::Waiting { .. }
+    ));
+    while h.retries.try_recv().is_ok() {}
+    // Nothing frees; the re-plan after the minimum run time asks u again, and it gets a's room.
+    clock.advance(Duration::from_secs(301));
+    h.allocator.optimize_once().await;
+    let mut asked = Vec::new();
+    while let Ok(key) = h.retries.try_recv() {
+        asked.push(key);
+    }
+    assert!(asked.contains(&ObjectKey::new("ns", "u")), "{asked:?}");
+    assert!(matches!(
+        h.allocator.admit(&u).await,
+        Admission::Placed { .. }
+    ));
+    // A job with nobody below it is not asked again.
+    let mut h = preempting(1, settings(Preemption::Shrink));
+    let peer = elastic("a", 7, 7, "n0", 60, true);
+    running_jobs(&mut h, &[&peer]).await;
+    assert!(matches!(
+        h.allocator.admit(&u).await,
+        Admission::Waiting { .. }
+    ));
+    while h.retries.try_recv().is_ok() {}
+    h.allocator.optimize_once().await;
+    let mut asked = Vec::new();
+    while let Ok(key) = h.retries.try_recv() {
+        asked.push(key);
+    }
+    assert!(!asked.contains(&ObjectKey::new("ns", "u")), "{asked:?}");
+}
+
+#[tokio::test]
+async fn a_priority_class_orders_jobs_over_spec_priority() {
+    let mut s = settings(Preemption::Shrink);
+    s.priority_classes = crate::allocator::priorities::PriorityClasses::from_values([
+        ("urgent", 1000),
+        ("batch", -10),
+    ]);
+    let mut h = preempting(2, s);
+    // `high` (100) but below the class's 1000; and a `normal` job whose class says -10.
+    let a = elastic("a", 7, 1, "n0", 30, true);
+    let mut b = elastic("b", 7, 1, "n1", 30, false);
+    b.spec.priority_class_name = Some("batch".into());
+    running_jobs(&mut h, &[&a, &b]).await;
+
+    // A normal job (0) outranks only the batch job.
+    let mut normal = job("n", 4, 1, None);
+    normal.spec.priority = diorch_core::api::Priority::Normal;
+    let Admission::Placed { why, .. } = h.allocator.admit(&normal).await else {
+        panic!("placed by shrinking b");
+    };
+    assert!(why.reason.unwrap_or_default().contains("shrank ns/b"));
+    // The class's job outranks the `high` one.
+    let mut classed = job("c", 4, 1, None);
+    classed.spec.priority_class_name = Some("urgent".into());
+    let Admission::Placed { why, .. } = h.allocator.admit(&classed).await else {
+        panic!("placed by shrinking a");
+    };
+    let reason = why.reason.unwrap_or_default();
+    assert!(reason.contains("shrank ns/a"), "{reason}");
+    let Some(Admission::Preempted(Preempted { message, .. })) = h.allocator.consult(&a).await
+    else {
+        panic!("a is shrunk");
+    };
+    assert!(message.contains("(priority 1000 > 100)"), "{message}");
+}

@@ -74,7 +74,14 @@ pub mod limits {
     pub const MAX_JOB_REPLICAS: i32 = 4000;
     /// Most entries in `spec.nonRetryableExitCodes`.
     pub const MAX_EXIT_CODES: usize = 32;
+    /// Longest `spec.priorityClassName`: a PriorityClass name is a DNS-1123 subdomain.
+    pub const MAX_PRIORITY_CLASS_NAME: usize = 253;
 }
+
+/// The pattern of a DNS-1123 subdomain (apimachinery's `dns1123SubdomainFmt`), anchored: what
+/// the CRD schema requires of `spec.priorityClassName`.
+pub const DNS1123_SUBDOMAIN_PATTERN: &str =
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
 
 /// Name of the container the operator treats as the DI-engine worker.
 pub const DEFAULT_CONTAINER_NAME: &str = "di-container";
@@ -133,6 +140,20 @@ pub struct DIJobSpec {
     /// Priority of the job: `normal` or `high`.
     #[serde(default)]
     pub priority: Priority,
+
+    /// diorch extension: the name of a cluster PriorityClass (scheduling.k8s.io/v1) whose
+    /// `value` is the job's priority value, in place of `priority`'s (`normal` 0, `high` 100):
+    /// the order in which the allocator's policies and preemption see jobs. While no class of
+    /// that name exists the job keeps `priority`'s value (the operator warns once; a class may
+    /// be created later). Not copied to the pods, which keep what their templates say:
+    /// kube-scheduler's own preemption on the nodes the allocator manages would evict pods the
+    /// allocator did not choose. A DNS-1123 subdomain of at most 253 characters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(min = 1, max = limits::MAX_PRIORITY_CLASS_NAME),
+        pattern(DNS1123_SUBDOMAIN_PATTERN)
+    )]
+    pub priority_class_name: Option<String>,
 
     /// What to do with the job's pods once it has completed.
     #[serde(default)]

@@ -139,6 +139,9 @@ impl Api {
                 _ => {}
             }
         }
+        if info.group == "scheduling.k8s.io" && info.plural == "priorityclasses" {
+            api_kinds::default_priority_class(&mut obj);
+        }
         if is_crd(info) {
             api_crd::default_crd(&mut obj);
         }

@@ -327,6 +327,31 @@ impl Api {
                 new["status"] = api_crd::crd_status(new, old_status.as_ref(), &now_rfc3339());
             }
         }
+        if info.group == "scheduling.k8s.io" && info.plural == "priorityclasses" {
+            // `ValidatePriorityClassUpdate`: a class's value and policy are fixed.
+            let mut causes = Vec::new();
+            if current["value"] != new["value"] {
+                causes.push(crate::api_status::forbidden_field(
+                    "value",
+                    "may not be changed in an update.",
+                ));
+            }
+            if current["preemptionPolicy"] != new["preemptionPolicy"] {
+                causes.push(crate::api_status::invalid_value(
+                    "preemptionPolicy",
+                    &new["preemptionPolicy"],
+                    "field is immutable",
+                ));
+            }
+            if !causes.is_empty() {
+                return Err(ApiError::invalid(
+                    &info.group,
+                    &info.kind,
+                    meta_str(current, "name"),
+                    causes,
+                ));
+            }
+        }
         if info.group.is_empty() && !status_write {
             match info.plural.as_str() {
                 "pods" => check_pod_update(current, new)?,

@@ -139,6 +139,7 @@ pub(super) fn root_schema(api_version: &str, kind: &str) -> Option<Schema> {
         ("v1", "Endpoints" | "ConfigMap" | "Secret" | "Event")
         | ("events.k8s.io/v1", "Event")
         | ("coordination.k8s.io/v1", "Lease")
+        | ("scheduling.k8s.io/v1", "PriorityClass")
         | ("apiextensions.k8s.io/v1", "CustomResourceDefinition") => METADATA_ONLY,
         _ => return None,
     };

@@ -23,6 +23,7 @@ pub(super) enum Printer {
     CoreEvent,
     EventsEvent,
     Lease,
+    PriorityClass,
     WebhookConfiguration,
     /// A custom resource: CRD printer columns evaluated by JSONPath.
     Custom,
@@ -46,6 +47,7 @@ pub(super) fn printer_for(info: &ResourceInfo) -> Printer {
         ("", "Event") => Printer::CoreEvent,
         ("events.k8s.io", "Event") => Printer::EventsEvent,
         ("coordination.k8s.io", "Lease") => Printer::Lease,
+        ("scheduling.k8s.io", "PriorityClass") => Printer::PriorityClass,
         ("admissionregistration.k8s.io", _) => Printer::WebhookConfiguration,
         _ => Printer::Default,
     }
@@ -311,6 +313,28 @@ pub fn columns_for(info: &ResourceInfo) -> Vec<PrinterColumn> {
                 "holderIdentity contains the identity of the holder of a current lease. If Coordinated Leader Election is used, the holder identity must be equal to the elected LeaseCandidate.metadata.name field.",
             ),
             age_col(),
+        ],
+        Printer::PriorityClass => vec![
+            name_col(),
+            col(
+                "Value",
+                "integer",
+                0,
+                "value represents the integer value of this priority class. This is the actual priority that pods receive when they have the name of this class in their pod spec.",
+            ),
+            col(
+                "Global-Default",
+                "boolean",
+                0,
+                "globalDefault specifies whether this PriorityClass should be considered as the default priority for pods that do not have any priority class. Only one PriorityClass can be marked as `globalDefault`. However, if more than one PriorityClasses exists with their `globalDefault` field set to true, the smallest value of such global default PriorityClasses will be used as the default priority.",
+            ),
+            age_col(),
+            col(
+                "PreemptionPolicy",
+                "string",
+                0,
+                "preemptionPolicy is the Policy for preempting pods with lower priority. One of Never, PreemptLowerPriority. Defaults to PreemptLowerPriority if unset.",
+            ),
         ],
         Printer::WebhookConfiguration => vec![
             name_col(),

@@ -161,6 +161,13 @@ fn render_row(
             str_of(&obj["spec"]["holderIdentity"]).into(),
             age(obj, now),
         ],
+        Printer::PriorityClass => vec![
+            name(obj),
+            json!(obj["value"].as_i64().unwrap_or(0)),
+            json!(obj["globalDefault"].as_bool().unwrap_or(false)),
+            age(obj, now),
+            str_of(&obj["preemptionPolicy"]).into(),
+        ],
         Printer::WebhookConfiguration => vec![
             name(obj),
             json!(obj["webhooks"].as_array().map_or(0, Vec::len)),

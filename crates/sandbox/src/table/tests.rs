@@ -213,7 +213,7 @@ fn include_object_parsing() {
 }
 
 #[test]
-fn node_service_configmap_secret_namespace_lease() {
+fn node_service_configmap_secret_namespace_lease_priority_class() {
     let node = json!({"metadata": {"name": "n1", "creationTimestamp": "2024-12-30T12:00:00Z",
             "labels": {"node-role.kubernetes.io/control-plane": "", "kubernetes.io/role": "worker"}},
             "spec": {"unschedulable": true},
@@ -327,6 +327,32 @@ fn node_service_configmap_secret_namespace_lease() {
         None,
     );
     assert_eq!(t["rows"][0]["cells"], json!(["l", "diorch-1", "<unknown>"]));
+
+    // `kubectl get priorityclasses`: NAME VALUE GLOBAL-DEFAULT AGE PREEMPTIONPOLICY.
+    let class = json!({"metadata": {"name": "high", "creationTimestamp": "2025-01-01T11:00:00Z"},
+        "value": 1000, "preemptionPolicy": "PreemptLowerPriority"});
+    let t = render_table(
+        &builtin("scheduling.k8s.io", "PriorityClass"),
+        &[&class],
+        IncludeObject::None,
+        now(),
+        "1",
+        None,
+    );
+    let names: Vec<&str> = t["columnDefinitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["Name", "Value", "Global-Default", "Age", "PreemptionPolicy"]
+    );
+    assert_eq!(
+        t["rows"][0]["cells"],
+        json!(["high", 1000, false, "60m", "PreemptLowerPriority"])
+    );
 }
 
 #[test]
