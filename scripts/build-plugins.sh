@@ -13,7 +13,7 @@ fi
 
 out=target/plugins
 mkdir -p "$out"
-for name in binpack spread goodput node_placement accel_env hostile_policy hostile_mutator flapping_policy legacy_policy legacy_mutator v03_policy; do
+for name in binpack spread goodput node_placement accel_env hostile_policy hostile_mutator flapping_policy legacy_policy legacy_mutator v03_policy v04_policy; do
     cp "${CARGO_TARGET_DIR:-plugins/target}/wasm32-wasip2/release/$name.wasm" "$out/$name.wasm"
 done
 ls -l "$out"/*.wasm | awk '{print "plugin " $NF " " $5 " bytes"}'

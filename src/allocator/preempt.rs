@@ -40,6 +40,13 @@ pub(super) fn lost_seconds(job: &DIJob, run_seconds: u64, now: jiff::Timestamp) 
     since.min(run_seconds)
 }
 
+/// Seconds since `job`'s last reported checkpoint, bounded by its run as [`lost_seconds`] is;
+/// `None` when it never reported one (what a policy plugin is told, contract 0.5.0).
+pub(super) fn checkpoint_age(job: &DIJob, run_seconds: u64, now: jiff::Timestamp) -> Option<u64> {
+    job.status.as_ref()?.last_checkpoint_time.as_ref()?;
+    Some(lost_seconds(job, run_seconds, now))
+}
+
 /// A victim offered to the policy, with what carrying out its part needs.
 struct Offered {
     key: ObjectKey,
@@ -174,6 +181,7 @@ impl Allocator {
                 may_evict: phase == Some(Phase::Running)
                     && run_seconds >= self.settings.preemption_min_run_time.as_secs(),
                 lost_seconds,
+                checkpoint_age_seconds: checkpoint_age(&decoded, run_seconds, wall),
             });
             offered.push(Offered {
                 key: victim,

@@ -12,7 +12,11 @@ use std::sync::Arc;
 
 use diorch_core::placement::{SlotNodes, Why};
 
-use super::{Job, JobPlan, NativePolicy, Node, PluginError, SchedulingPolicy, checks};
+use diorch_policies::preempt::Running;
+
+use super::{
+    Job, JobPlan, NativePolicy, Node, PluginError, PreemptAnswer, SchedulingPolicy, checks,
+};
 
 /// A checked `allocate` answer: one node per slot, and why.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -58,6 +62,17 @@ impl<P> Checked<P> {
     /// free now (an answer over-committing a node would leave pods pending forever).
     pub fn fits(&self, job: &Job, nodes: &[Node], slots: &[String]) -> Result<(), PluginError> {
         checks::capacity(&self.by, job, nodes, slots)
+    }
+
+    /// Whether a `preempt` answer's allocation of `job` fits the room it frees on `nodes`.
+    pub fn preemption_fits(
+        &self,
+        job: &Job,
+        candidates: &[Running],
+        nodes: &[Node],
+        answer: &PreemptAnswer,
+    ) -> Result<(), PluginError> {
+        checks::preemption_capacity(&self.by, job, candidates, nodes, answer)
     }
 
     /// Whether a whole plan fits `nodes`: all its jobs' replicas together, per node.
@@ -107,6 +122,24 @@ impl Checked<Arc<dyn SchedulingPolicy>> {
         self.plan_fits(&jobs, &nodes, &plan)?;
         Ok(plan)
     }
+
+    /// The policy's room for `job` from `candidates` (contract 0.5.0; `None`: no preemption),
+    /// checked: its shape by the policy's host, here that the job fits the room freed.
+    pub async fn preempt(
+        &self,
+        job: Arc<Job>,
+        candidates: Arc<[Running]>,
+        nodes: Arc<[Node]>,
+    ) -> Result<Option<PreemptAnswer>, PluginError> {
+        let answer = self
+            .policy
+            .preempt(job.clone(), candidates.clone(), nodes.clone())
+            .await?;
+        if let Some(answer) = &answer {
+            self.preemption_fits(&job, &candidates, &nodes, answer)?;
+        }
+        Ok(answer)
+    }
 }
 
 impl Checked<NativePolicy> {
@@ -139,6 +172,20 @@ impl Checked<NativePolicy> {
         let plan = self.policy.optimize_now(jobs, nodes, previous)?;
         self.plan_fits(jobs, nodes, &plan)?;
         Ok(plan)
+    }
+
+    /// [`Checked::preempt`] in the caller's thread.
+    pub fn preempt_now(
+        &self,
+        job: &Job,
+        candidates: &[Running],
+        nodes: &[Node],
+    ) -> Result<Option<PreemptAnswer>, PluginError> {
+        let answer = self.policy.preempt_now(job, candidates, nodes)?;
+        if let Some(answer) = &answer {
+            self.preemption_fits(job, candidates, nodes, answer)?;
+        }
+        Ok(answer)
     }
 }
 

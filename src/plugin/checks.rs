@@ -10,7 +10,9 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::Value;
 
-use super::{Job, JobAllocation, JobPlan, Node, PluginError};
+use diorch_policies::preempt::{Preemption, Running, Shrink};
+
+use super::{Job, JobAllocation, JobPlan, Node, PluginError, PreemptAnswer, RawPreemption};
 
 fn malformed(plugin: &str, message: String) -> PluginError {
     PluginError::MalformedOutput {
@@ -282,6 +284,121 @@ pub(super) fn plan_capacity(
     Ok(())
 }
 
+/// The checked form of a `preempt` answer (contract 0.5.0) for `job` with `candidates` on
+/// `nodes`: `raw`'s job indices are the WIT's (0 is `job`, candidate `c` is `c + 1`). Refused
+/// (as a malformed output) unless the job's allocation is valid (one ready node per replica,
+/// [`allocation`]), every victim is a candidate (never `job` itself) and keeps the rules of
+/// [`diorch_policies::preempt::check`] (preemptible, of lower priority, allowed what it is
+/// given, named once; a shrink one count per task within `max(min_replicas, 1)..=replicas`, at
+/// least one lower). Whether the job fits the room freed is [`preemption_capacity`]'s.
+pub fn preemption(
+    plugin: &str,
+    job: &Job,
+    candidates: &[Running],
+    nodes: &[Node],
+    raw: &RawPreemption,
+) -> Result<PreemptAnswer, PluginError> {
+    let names = allocation(plugin, job, nodes, &raw.nodes)?;
+    let candidate = |index: u32, what: &str| -> Result<usize, PluginError> {
+        match (index as usize).checked_sub(1) {
+            None => Err(malformed(
+                plugin,
+                format!("{what} job index 0, the job {} being placed", job.key),
+            )),
+            Some(c) if c >= candidates.len() => Err(malformed(
+                plugin,
+                format!(
+                    "{what} job index {index}, but only {} candidates exist",
+                    candidates.len()
+                ),
+            )),
+            Some(c) => Ok(c),
+        }
+    };
+    let plan = Preemption {
+        nodes: raw.nodes.clone(),
+        shrinks: raw
+            .shrinks
+            .iter()
+            .map(|(index, replicas)| {
+                Ok(Shrink {
+                    job: candidate(*index, "shrinks")?,
+                    replicas: replicas.clone(),
+                })
+            })
+            .collect::<Result<_, PluginError>>()?,
+        evictions: raw
+            .evictions
+            .iter()
+            .map(|&index| candidate(index, "evicts"))
+            .collect::<Result<_, PluginError>>()?,
+    };
+    diorch_policies::preempt::check(job, candidates, nodes, &plan)
+        .map_err(|e| malformed(plugin, format!("preemption for {}: {e}", job.key)))?;
+    Ok(PreemptAnswer {
+        nodes: names,
+        shrinks: plan
+            .shrinks
+            .into_iter()
+            .map(|s| (s.job, s.replicas))
+            .collect(),
+        evictions: plan.evictions,
+        reason: raw
+            .reason
+            .as_deref()
+            .and_then(diorch_core::reason::sanitize),
+    })
+}
+
+/// `nodes` as a checked `answer` leaves them: every evicted candidate's placed replicas and
+/// every shrunk one's removed replicas (per task, the highest local ranks) given back to their
+/// node's free resources ([`diorch_policies::preempt::check`]'s room).
+pub fn preempted_room(
+    plugin: &str,
+    job: &Job,
+    candidates: &[Running],
+    nodes: &[Node],
+    answer: &PreemptAnswer,
+) -> Result<Vec<Node>, PluginError> {
+    let plan = Preemption {
+        nodes: answer
+            .nodes
+            .iter()
+            .map(|name| {
+                nodes
+                    .iter()
+                    .position(|n| &n.name == name)
+                    .and_then(|i| u32::try_from(i).ok())
+                    .ok_or_else(|| malformed(plugin, format!("unknown node {name}")))
+            })
+            .collect::<Result<_, _>>()?,
+        shrinks: answer
+            .shrinks
+            .iter()
+            .map(|(job, replicas)| Shrink {
+                job: *job,
+                replicas: replicas.clone(),
+            })
+            .collect(),
+        evictions: answer.evictions.clone(),
+    };
+    diorch_policies::preempt::check(job, candidates, nodes, &plan)
+        .map_err(|e| malformed(plugin, format!("preemption for {}: {e}", job.key)))
+}
+
+/// Whether `answer`'s allocation of `job` fits the room the preemption frees (see
+/// [`preempted_room`]). Callers go through [`super::Checked`].
+pub(super) fn preemption_capacity(
+    plugin: &str,
+    job: &Job,
+    candidates: &[Running],
+    nodes: &[Node],
+    answer: &PreemptAnswer,
+) -> Result<(), PluginError> {
+    let room = preempted_room(plugin, job, candidates, nodes, answer)?;
+    capacity(plugin, job, &room, &answer.nodes)
+}
+
 /// Env vars the operator injects (spec §5): a mutator may not add, change or drop them.
 pub fn protected_env(name: &str) -> bool {
     matches!(name, "DI_JOB_ID" | "DI_SERVER_URL" | "DI_RANK" | "DI_NODES")
@@ -397,6 +514,154 @@ pub fn mutation(plugin: &str, input: &Value, output: &str) -> Result<Pod, Plugin
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// An edit of the sample preemption's job, candidates or answer.
+    type PreemptionEdit = dyn FnOnce(&mut Job, &mut Vec<Running>, &mut RawPreemption);
+
+    /// A `preempt` answer's refusal message (contract 0.5.0), on the sample preemption input.
+    fn preemption_refusal(
+        edit: impl FnOnce(&mut Job, &mut Vec<Running>, &mut RawPreemption),
+    ) -> String {
+        let (mut job, mut candidates, nodes) = crate::plugin::sample::preempt_input(true);
+        // The built-in shrink plan: 4 learners on gpu-0, low-a's collectors 7 → 3.
+        let mut raw = RawPreemption {
+            nodes: vec![0; 4],
+            shrinks: vec![(1, vec![1, 3])],
+            evictions: vec![],
+            reason: None,
+        };
+        assert!(preemption("p", &job, &candidates, &nodes, &raw).is_ok());
+        edit(&mut job, &mut candidates, &mut raw);
+        match preemption("p", &job, &candidates, &nodes, &raw) {
+            Err(PluginError::MalformedOutput { message, .. }) => message,
+            other => panic!("not refused: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_preemption_names_only_allowed_victims_each_once_within_their_counts() {
+        let cases: Vec<(&str, Box<PreemptionEdit>)> = vec![
+            (
+                "job index 0, the job ns/urgent",
+                Box::new(|_, _, r| r.shrinks[0].0 = 0),
+            ),
+            (
+                "evicts job index 0",
+                Box::new(|_, _, r| r.evictions = vec![0]),
+            ),
+            (
+                "job index 3, but only 2 candidates",
+                Box::new(|_, _, r| r.evictions = vec![3]),
+            ),
+            (
+                "job index 4294967295",
+                Box::new(|_, _, r| r.shrinks[0].0 = u32::MAX),
+            ),
+            (
+                "ns/low-a is preempted twice",
+                Box::new(|_, _, r| r.evictions = vec![1]),
+            ),
+            (
+                "ns/low-a is preempted twice",
+                Box::new(|_, _, r| r.shrinks.push((1, vec![1, 2]))),
+            ),
+            (
+                "may not be shrunk now",
+                Box::new(|_, c, _| c[0].may_shrink = false),
+            ),
+            (
+                "may not be evicted now",
+                Box::new(|_, c, r| {
+                    c[1].may_evict = false;
+                    r.evictions = vec![2];
+                }),
+            ),
+            (
+                "(priority 0, preemptible true) for a job of priority 0",
+                Box::new(|j, _, _| j.priority = 0),
+            ),
+            (
+                "preemptible false",
+                Box::new(|_, c, _| c[0].job.preemptible = false),
+            ),
+            (
+                "gives 1 counts for 2 tasks",
+                Box::new(|_, _, r| r.shrinks[0].1 = vec![1]),
+            ),
+            (
+                "collector 8 replicas, not within 1..=7",
+                Box::new(|_, _, r| r.shrinks[0].1 = vec![1, 8]),
+            ),
+            (
+                "collector 0 replicas, not within 1..=7",
+                Box::new(|_, _, r| r.shrinks[0].1 = vec![1, 0]),
+            ),
+            (
+                "collector 3 replicas, not within 4..=7",
+                Box::new(|_, c, _| {
+                    c[0].job.tasks[1].min_replicas = 4;
+                }),
+            ),
+            (
+                "removes nothing",
+                Box::new(|_, _, r| r.shrinks[0].1 = vec![1, 7]),
+            ),
+            (
+                "3 nodes for 4 replicas",
+                Box::new(|_, _, r| {
+                    r.nodes.pop();
+                }),
+            ),
+            ("node index 9", Box::new(|_, _, r| r.nodes[0] = 9)),
+        ];
+        for (says, edit) in cases {
+            let message = preemption_refusal(edit);
+            assert!(message.contains(says), "{says}: {message}");
+        }
+    }
+
+    #[test]
+    fn a_preemption_must_fit_the_room_it_frees() {
+        let (job, candidates, nodes) = crate::plugin::sample::preempt_input(true);
+        let raw = RawPreemption {
+            nodes: vec![0; 4],
+            shrinks: vec![(1, vec![1, 3])],
+            evictions: vec![],
+            reason: Some("room\nfor ns/urgent".into()),
+        };
+        let answer = preemption("p", &job, &candidates, &nodes, &raw).unwrap();
+        assert_eq!(answer.shrinks, vec![(0, vec![1, 3])]);
+        assert_eq!(answer.reason.as_deref(), Some("room for ns/urgent"));
+        assert_eq!(
+            preemption_capacity("p", &job, &candidates, &nodes, &answer),
+            Ok(())
+        );
+        // The highest collectors go: four GPUs free on gpu-0, none on gpu-1.
+        let room = preempted_room("p", &job, &candidates, &nodes, &answer).unwrap();
+        assert_eq!((room[0].free.gpus, room[1].free.gpus), (4, 0));
+        // Three collectors fewer is not enough for four learners.
+        let mut short = answer.clone();
+        short.shrinks[0].1 = vec![1, 4];
+        let err = preemption_capacity("p", &job, &candidates, &nodes, &short).unwrap_err();
+        assert!(err.to_string().contains("over-committed"), "{err}");
+        // On the other node, where nothing was freed.
+        let mut elsewhere = answer.clone();
+        elsewhere.nodes = vec!["gpu-1".into(); 4];
+        assert!(preemption_capacity("p", &job, &candidates, &nodes, &elsewhere).is_err());
+        // An eviction frees the whole job.
+        let evicted = PreemptAnswer {
+            nodes: vec!["gpu-1".into(); 4],
+            shrinks: vec![],
+            evictions: vec![1],
+            reason: None,
+        };
+        assert_eq!(
+            preemption_capacity("p", &job, &candidates, &nodes, &evicted),
+            Ok(())
+        );
+        let room = preempted_room("p", &job, &candidates, &nodes, &evicted).unwrap();
+        assert_eq!(room[1].free.gpus, 8);
+    }
 
     #[test]
     fn resized_counts_must_cover_every_task_within_min_and_max() {

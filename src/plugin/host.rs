@@ -42,12 +42,12 @@ use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use super::{
     Job, JobAllocation, JobPlan, Node, PluginError, PodMutator, PolicyAnswer, PolicyError,
-    SchedulingPolicy, TaskContext, checks,
+    PreemptAnswer, SchedulingPolicy, TaskContext, checks,
 };
 
 mod bindings {
-    /// The current contract (`wit/plugins.wit`, 0.4.0).
-    pub mod v4 {
+    /// The current contract (`wit/plugins.wit`, 0.5.0).
+    pub mod v5 {
         pub mod policy {
             wasmtime::component::bindgen!({ path: "wit/plugins.wit", world: "scheduling-policy" });
         }
@@ -62,16 +62,37 @@ mod bindings {
             });
         }
     }
-    /// The frozen 0.3.0 contract (`wit/v0.3/plugins.wit`). Its input records are 0.4's, field
-    /// for field (wasmtime checks component types by structure, not by package version), so
-    /// both versions share one set of Rust types and one input builder; its log import is its
-    /// own.
+    /// The frozen 0.4.0 contract (`wit/v0.4/plugins.wit`). Its records are 0.5's, field for
+    /// field (0.5 only adds the `preempt` records; wasmtime checks component types by
+    /// structure, not by package version), so 0.3, 0.4 and 0.5 share one set of Rust types and
+    /// one input builder; its log import is its own.
+    pub mod v4 {
+        pub mod policy {
+            wasmtime::component::bindgen!({
+                path: "wit/v0.4/plugins.wit",
+                world: "scheduling-policy",
+                with: { "diorch:plugins/types": crate::plugin::host::bindings::v5::policy::diorch::plugins::types },
+            });
+        }
+        pub mod mutator {
+            wasmtime::component::bindgen!({
+                path: "wit/v0.4/plugins.wit",
+                world: "pod-mutator",
+                with: {
+                    "diorch:plugins/types": crate::plugin::host::bindings::v5::policy::diorch::plugins::types,
+                    "diorch:plugins/log": super::policy::diorch::plugins::log,
+                },
+            });
+        }
+    }
+    /// The frozen 0.3.0 contract (`wit/v0.3/plugins.wit`). Its input records are 0.5's (see
+    /// `v4`); its log import is its own.
     pub mod v3 {
         pub mod policy {
             wasmtime::component::bindgen!({
                 path: "wit/v0.3/plugins.wit",
                 world: "scheduling-policy",
-                with: { "diorch:plugins/types": crate::plugin::host::bindings::v4::policy::diorch::plugins::types },
+                with: { "diorch:plugins/types": crate::plugin::host::bindings::v5::policy::diorch::plugins::types },
             });
         }
         pub mod mutator {
@@ -79,7 +100,7 @@ mod bindings {
                 path: "wit/v0.3/plugins.wit",
                 world: "pod-mutator",
                 with: {
-                    "diorch:plugins/types": crate::plugin::host::bindings::v4::policy::diorch::plugins::types,
+                    "diorch:plugins/types": crate::plugin::host::bindings::v5::policy::diorch::plugins::types,
                     "diorch:plugins/log": super::policy::diorch::plugins::log,
                 },
             });
@@ -108,16 +129,19 @@ mod columns;
 mod compile;
 mod records;
 
-pub use calls::{CallPaths, RawAllocation, WasmMutator, WasmPolicy};
+pub use calls::{CallPaths, RawAllocation, RawPreemption, WasmMutator, WasmPolicy};
 use calls::{LoadedPolicy, MutatorPre, PolicyPre};
 
 use bindings::v2::policy::diorch::plugins::{log as log_v2, types as wit_v2};
 use bindings::v3::policy::diorch::plugins::log as log_v3;
-use bindings::v4::policy::diorch::plugins::{log as log_v4, types as wit};
+use bindings::v4::policy::diorch::plugins::log as log_v4;
+use bindings::v5::policy::diorch::plugins::{log as log_v5, types as wit};
 
-/// The contract versions the host calls: the current one, and the two before it.
+/// The contract versions the host calls: the current one, and the three before it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 pub enum Contract {
+    #[serde(rename = "0.5.0")]
+    V5,
     #[serde(rename = "0.4.0")]
     V4,
     #[serde(rename = "0.3.0")]
@@ -129,6 +153,7 @@ pub enum Contract {
 impl fmt::Display for Contract {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
+            Contract::V5 => "0.5.0",
             Contract::V4 => "0.4.0",
             Contract::V3 => "0.3.0",
             Contract::V2 => "0.2.0",
@@ -156,7 +181,7 @@ impl World {
 
 impl fmt::Display for World {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.at(Contract::V4))
+        f.write_str(&self.at(Contract::V5))
     }
 }
 
@@ -563,6 +588,7 @@ macro_rules! log_host {
     };
 }
 
+log_host!(log_v5);
 log_host!(log_v4);
 log_host!(log_v3);
 log_host!(log_v2);
@@ -677,7 +703,9 @@ fn declared_contract(engine: &Engine, component: &Component) -> Option<Contract>
         .imports(engine)
         .find_map(|(name, _)| {
             let version = name.strip_prefix("diorch:plugins/")?.split_once('@')?.1;
-            if version.starts_with("0.4.") {
+            if version.starts_with("0.5.") {
+                Some(Contract::V5)
+            } else if version.starts_with("0.4.") {
                 Some(Contract::V4)
             } else if version.starts_with("0.3.") {
                 Some(Contract::V3)
@@ -691,6 +719,7 @@ fn declared_contract(engine: &Engine, component: &Component) -> Option<Contract>
 
 /// The log import of every contract version.
 fn add_log(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
+    log_v5::add_to_linker::<HostState, HasSelf<HostState>>(linker, |s| s)?;
     log_v4::add_to_linker::<HostState, HasSelf<HostState>>(linker, |s| s)?;
     log_v3::add_to_linker::<HostState, HasSelf<HostState>>(linker, |s| s)?;
     log_v2::add_to_linker::<HostState, HasSelf<HostState>>(linker, |s| s)
@@ -815,7 +844,7 @@ impl PluginHost {
         // version, so the type check alone would not tell which one it was built against.
         let declared = declared_contract(&self.inner.engine, &component);
         let order = declared.into_iter().chain(
-            [Contract::V4, Contract::V3, Contract::V2]
+            [Contract::V5, Contract::V4, Contract::V3, Contract::V2]
                 .into_iter()
                 .filter(|c| Some(*c) != declared),
         );
@@ -828,7 +857,7 @@ impl PluginHost {
                     break;
                 }
                 // Reported against the current version: what a plugin author should build for.
-                Err(e) if contract == Contract::V4 => current_error = Some(e),
+                Err(e) if contract == Contract::V5 => current_error = Some(e),
                 Err(_) => {}
             }
         }

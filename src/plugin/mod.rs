@@ -35,8 +35,8 @@ pub use diorch_policies::{
 };
 pub use host::{
     CallPaths, ComponentInfo, Contract, ERROR_TEXT_CAP, HOST_COPY_CAP, HostConfig, Limits,
-    MAX_COMPONENT_BYTES, MUTATOR_OUTPUT_CAP, PluginHost, RawAllocation, WasmMutator, WasmPolicy,
-    World, default_memory_budget,
+    MAX_COMPONENT_BYTES, MUTATOR_OUTPUT_CAP, PluginHost, RawAllocation, RawPreemption, WasmMutator,
+    WasmPolicy, World, default_memory_budget,
 };
 pub use native::NativePolicy;
 
@@ -121,6 +121,20 @@ impl PolicyAnswer {
     }
 }
 
+/// A policy's checked answer to `preempt` (contract 0.5.0): room made for a job that did not
+/// fit. Indices are into the call's `candidates` (the WIT's job index − 1).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PreemptAnswer {
+    /// The job's nodes on the room made: one node name per replica, in rank order.
+    pub nodes: Vec<String>,
+    /// Candidates shrunk: (candidate index, new replica count per task in spec order).
+    pub shrinks: Vec<(usize, Vec<u32>)>,
+    /// Candidates evicted whole.
+    pub evictions: Vec<usize>,
+    /// Why, in the policy's words, already through [`diorch_core::reason::sanitize`].
+    pub reason: Option<String>,
+}
+
 /// Places jobs. Inputs are shared (`Arc`) so a call can move to a blocking thread without a copy.
 pub trait SchedulingPolicy: Send + Sync {
     /// Name and version for logs, e.g. `binpack@3f2a…` or `builtin-binpack`.
@@ -145,6 +159,24 @@ pub trait SchedulingPolicy: Send + Sync {
         nodes: Arc<[Node]>,
         previous: Vec<JobPlan>,
     ) -> BoxFuture<'static, Result<Vec<JobPlan>, PluginError>>;
+
+    /// Room for `job` (which did not fit) from `candidates` on `nodes`; `Ok(None)`: no
+    /// preemption. `nodes`' free resources count the candidates' usage as used; each
+    /// candidate's `job.current` says where its replicas run. Components before 0.5.0 and
+    /// anything that cannot preempt answer `Ok(None)` (the default). The answer's shape is
+    /// checked (victims among the candidates and allowed, counts within their bounds, the
+    /// job's nodes ready and one per replica: [`checks::preemption`]); whether the job fits the
+    /// room freed is [`Checked::preempt`]'s. There is no mode: evictions only is
+    /// `may_shrink: false` on every candidate.
+    fn preempt(
+        &self,
+        job: Arc<Job>,
+        candidates: Arc<[diorch_policies::preempt::Running]>,
+        nodes: Arc<[Node]>,
+    ) -> BoxFuture<'static, Result<Option<PreemptAnswer>, PluginError>> {
+        let _ = (job, candidates, nodes);
+        Box::pin(async { Ok(None) })
+    }
 }
 
 /// Edits a pod the operator is about to create; the result is checked (see [`checks`]).

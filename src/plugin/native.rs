@@ -14,8 +14,8 @@ use diorch_policies::goodput::Goodput;
 use diorch_policies::spread::Spread;
 
 use super::{
-    Job, JobAllocation, JobPlan, Node, PluginError, PolicyAnswer, PolicyError, SchedulingPolicy,
-    checks,
+    Job, JobAllocation, JobPlan, Node, PluginError, PolicyAnswer, PolicyError, PreemptAnswer,
+    RawPreemption, SchedulingPolicy, checks,
 };
 
 /// Which built-in algorithm.
@@ -99,6 +99,23 @@ impl NativePolicy {
         Ok(PolicyAnswer::new(names, reason.as_deref()))
     }
 
+    /// [`SchedulingPolicy::preempt`] in the caller's thread: this policy's preemption in
+    /// [`Mode::Shrink`](diorch_policies::preempt::Mode::Shrink) (evictions only when no
+    /// candidate may shrink), through the same shape checks as a plugin's answer.
+    pub fn preempt_now(
+        self,
+        job: &Job,
+        candidates: &[diorch_policies::preempt::Running],
+        nodes: &[Node],
+    ) -> Result<Option<PreemptAnswer>, PluginError> {
+        let mode = diorch_policies::preempt::Mode::Shrink;
+        let Some(plan) = NativePolicy::preempt(self, job, candidates, nodes, mode) else {
+            return Ok(None);
+        };
+        let raw = RawPreemption::from_model(plan, None);
+        checks::preemption(self.name(), job, candidates, nodes, &raw).map(Some)
+    }
+
     pub fn optimize_now(
         self,
         jobs: &[Job],
@@ -135,6 +152,16 @@ impl SchedulingPolicy for NativePolicy {
     ) -> BoxFuture<'static, Result<Vec<JobPlan>, PluginError>> {
         let this = *self;
         async move { this.optimize_now(&jobs, &nodes, &previous) }.boxed()
+    }
+
+    fn preempt(
+        &self,
+        job: Arc<Job>,
+        candidates: Arc<[diorch_policies::preempt::Running]>,
+        nodes: Arc<[Node]>,
+    ) -> BoxFuture<'static, Result<Option<PreemptAnswer>, PluginError>> {
+        let this = *self;
+        async move { this.preempt_now(&job, &candidates, &nodes) }.boxed()
     }
 }
 

@@ -89,6 +89,85 @@ pub fn allocate_input(n: usize, learners: u32) -> (Job, Vec<Node>) {
     (job("default/sample", learners), nodes(n))
 }
 
+/// One `preempt` input (contract 0.5.0): two full 8-GPU nodes, each running one preemptible
+/// job of priority 0 (`ns/low-a` on the first, `ns/low-b` on the second: a learner and 7
+/// collectors of one GPU each, collectors elastic down to one), and an urgent job of priority
+/// 100 that does not fit: `ns/urgent`, 4 learners of one GPU (room by shrinking one job) when
+/// `shrink`, else one learner of 8 GPUs (room only by evicting one: `ns/low-b` loses less work).
+pub fn preempt_input(shrink: bool) -> (Job, Vec<diorch_policies::preempt::Running>, Vec<Node>) {
+    let requests = |gpus: u32| Resources {
+        cpu_millis: 2_000,
+        memory_bytes: 4 << 30,
+        gpus,
+        extended: vec![],
+    };
+    let task = |name: &str, replicas: u32, gpus: u32| Task {
+        name: name.into(),
+        task_type: name.into(),
+        replicas,
+        min_replicas: 1,
+        max_replicas: replicas,
+        requests: requests(gpus),
+    };
+    let allocatable = Resources {
+        cpu_millis: 32_000,
+        memory_bytes: 128 << 30,
+        gpus: 8,
+        extended: vec![],
+    };
+    let mut nodes: Vec<Node> = (0..2)
+        .map(|i| Node {
+            name: format!("gpu-{i}"),
+            labels: vec![],
+            taints: vec![],
+            allocatable: allocatable.clone(),
+            free: allocatable.clone(),
+            ready: true,
+        })
+        .collect();
+    let running: Vec<diorch_policies::preempt::Running> = [("ns/low-a", 900), ("ns/low-b", 300)]
+        .into_iter()
+        .enumerate()
+        .map(|(n, (key, lost))| {
+            let tasks = vec![task("learner", 1, 1), task("collector", 7, 1)];
+            for t in &tasks {
+                for _ in 0..t.replicas {
+                    nodes[n].free.take(&t.requests);
+                }
+            }
+            diorch_policies::preempt::Running {
+                job: Job {
+                    key: key.into(),
+                    priority: 0,
+                    preemptible: true,
+                    tasks,
+                    current: vec![Some(n as u32); 8],
+                    profilings: String::new(),
+                    age_seconds: 3_600,
+                },
+                may_shrink: true,
+                may_evict: true,
+                lost_seconds: lost,
+                checkpoint_age_seconds: (n == 1).then_some(lost),
+            }
+        })
+        .collect();
+    let urgent = Job {
+        key: "ns/urgent".into(),
+        priority: 100,
+        preemptible: true,
+        tasks: vec![if shrink {
+            task("learner", 4, 1)
+        } else {
+            task("learner", 1, 8)
+        }],
+        current: vec![],
+        profilings: String::new(),
+        age_seconds: 0,
+    };
+    (urgent, running, nodes)
+}
+
 /// One `optimize` input: `jobs` jobs of 2 learners on `n` nodes, varied priority and age.
 pub fn optimize_input(jobs: usize, n: usize) -> (Vec<Job>, Vec<Node>) {
     let jobs = (0..jobs)

@@ -1,7 +1,9 @@
 //! Goodput policy plugin: a thin wrapper over `diorch_policies::goodput` (bin-packing placement,
 //! collectors sized from the job's profilings; the format is in docs/profilings.md).
 
-use diorch_plugin_sdk::{Job, JobAllocation, NodeView, PluginError, Policy, PolicyLogic};
+use diorch_plugin_sdk::{
+    Job, JobAllocation, Node, NodeView, PluginError, Policy, PolicyLogic, Preemption, Running,
+};
 use diorch_policies::goodput::Goodput;
 
 pub struct GoodputPolicy;
@@ -21,6 +23,15 @@ impl Policy for GoodputPolicy {
         previous: &[JobAllocation],
     ) -> Result<Vec<JobAllocation>, PluginError> {
         Goodput.optimize(jobs, nodes, previous)
+    }
+
+    /// Contract 0.5.0: the built-in policy's victim choice (`diorch_policies::preempt`).
+    fn preempt(
+        job: &Job,
+        candidates: &[Running],
+        nodes: &[Node],
+    ) -> Result<Option<Preemption>, PluginError> {
+        Ok(Goodput.preempt(job, candidates, nodes))
     }
 }
 

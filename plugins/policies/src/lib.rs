@@ -44,6 +44,23 @@ pub trait Policy {
         let _ = (job, nodes, answer);
         None
     }
+
+    /// The least preemption of `candidates` that lets `job` (which does not fit) start at once
+    /// on `nodes`, as this policy places it (contract 0.5.0's `preempt`; indices into
+    /// `candidates`); `None` for none. The default is [`preempt::preempt`] in
+    /// [`preempt::Mode::Shrink`] (a candidate that may not shrink is only evicted): what the
+    /// operator's built-in policies do. Nodes are owned here: the choice edits their free room.
+    fn preempt(
+        &self,
+        job: &Job,
+        candidates: &[preempt::Running],
+        nodes: &[Node],
+    ) -> Option<preempt::Preemption>
+    where
+        Self: Sized,
+    {
+        preempt::preempt(self, job, candidates, nodes, preempt::Mode::Shrink)
+    }
 }
 
 #[cfg(test)]

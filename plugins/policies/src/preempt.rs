@@ -35,6 +35,9 @@ pub struct Running {
     /// Seconds of work an eviction loses: since its last checkpoint, else since its pods
     /// started (the host bounds a reported checkpoint by the job's own run time).
     pub lost_seconds: u64,
+    /// Seconds since its last reported checkpoint (bounded by its run); `None`: it never
+    /// reported one. The built-in choice ranks by `lost_seconds` only; a plugin may use it.
+    pub checkpoint_age_seconds: Option<u64>,
 }
 
 impl Running {

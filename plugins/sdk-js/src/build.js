@@ -14,10 +14,14 @@ import { fileURLToPath } from "node:url";
 export const SDK_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 export const WIT_PATH = join(SDK_ROOT, "wit", "plugins.wit");
 
-/** Short world names to the WIT worlds, and the exports each needs from the entry. */
+/**
+ * Short world names to the WIT worlds, the exports each needs from the entry, and the exports the
+ * SDK supplies itself (export name to `src/policy.js` export): contract 0.5.0's `preempt` is
+ * always the SDK's no-preemption, so entries written before it build unchanged.
+ */
 export const WORLDS = {
-  policy: { world: "scheduling-policy", exports: ["allocate", "optimize"] },
-  mutator: { world: "pod-mutator", exports: ["mutate"] },
+  policy: { world: "scheduling-policy", exports: ["allocate", "optimize"], sdkExports: { preempt: "noPreempt" } },
+  mutator: { world: "pod-mutator", exports: ["mutate"], sdkExports: {} },
 };
 
 /**
@@ -81,14 +85,18 @@ function run(command, args, cwd) {
  * sources, whatever `node_modules` holds, so a component is built from the SDK that builds it.
  */
 export function bundle({ entry, world, bin, dir }) {
-  const { exports } = WORLDS[world];
+  const { exports, sdkExports } = WORLDS[world];
+  const fromSdk = Object.entries(sdkExports).map(([name, from]) => `${from} as ${name}`);
   const wrapper = join(dir, "entry.mjs");
   const out = join(dir, "bundle.mjs");
   writeFileSync(
     wrapper,
     // The environment first: its module runs before the author's, so even top-level code has it.
     `import ${JSON.stringify(join(SDK_ROOT, "src", "wasm-env.js"))};\n` +
-      `export { ${exports.join(", ")} } from ${JSON.stringify(entry)};\n`,
+      `export { ${exports.join(", ")} } from ${JSON.stringify(entry)};\n` +
+      (fromSdk.length > 0
+        ? `export { ${fromSdk.join(", ")} } from ${JSON.stringify(join(SDK_ROOT, "src", "policy.js"))};\n`
+        : ""),
   );
   const config = join(dir, "rolldown.config.mjs");
   writeFileSync(

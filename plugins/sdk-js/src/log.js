@@ -1,5 +1,5 @@
 // Owns: structured logging for plugin authors. The Wasm build binds the sink to the host's
-// `diorch:plugins/log@0.4.0` import (see wasm-env.js); elsewhere (unit tests under Node) logging
+// `diorch:plugins/log@0.5.0` import (see wasm-env.js); elsewhere (unit tests under Node) logging
 // is a no-op unless a test installs a sink, as the Rust SDK's native build does.
 
 let sink = null;

@@ -5,7 +5,9 @@
 // contract 0.4.0 an answer may carry a reason: the author returns either node indices (no
 // reason) or `{ nodes, reason }`, and the exports always answer the WIT records `decision`
 // (`{ nodes, reason }`) and `job-decision` (`{ job, nodes, reason }`), `reason` being a string
-// or null (componentize-qjs's `option<string>`: null is none).
+// or null (componentize-qjs's `option<string>`: null is none). Contract 0.5.0's `preempt` always
+// answers none (`noPreempt`): a JavaScript policy does not preempt, so a job that does not fit
+// waits (a known gap; the built-in and Rust policies do preempt).
 
 import { jobCount, openCluster, readJob, readJobs, readNodes } from "./cluster.js";
 import { lowerU32, plainU32s, u32 } from "./columns.js";
@@ -115,6 +117,17 @@ export function keepCurrent(jobs) {
 }
 
 /**
+ * The `preempt` export (contract 0.5.0) of every JavaScript policy: no preemption (null is the
+ * WIT `option`'s none), so a job that does not fit waits. The build exports it next to the
+ * entry's `allocate` and `optimize`, so policies written before 0.5.0 build unchanged.
+ *
+ * @returns {null}
+ */
+export function noPreempt() {
+  return null;
+}
+
+/**
  * The `scheduling-policy` exports for a policy written on views:
  *
  *     export const { allocate, optimize } = policy({
@@ -128,6 +141,8 @@ export function keepCurrent(jobs) {
  * either way (`reason: null` when none was given).
  *
  * Throw NoFit or InvalidInput to refuse; anything else thrown is reported as `internal`.
+ *
+ * The returned object's `preempt` (contract 0.5.0) answers null: no preemption (see noPreempt).
  *
  * @param {{
  *   allocate(job: import("./cluster.js").Job, nodes: import("./cluster.js").Node[]):
@@ -169,5 +184,6 @@ export function policy(impl) {
         return plan(optimize.call(impl, jobs, readNodes(cluster), before));
       });
     },
+    preempt: noPreempt,
   });
 }

@@ -1,12 +1,12 @@
 // Owns: the globals a plugin finds inside the component, set up before the author's module runs
 // (the build tool puts this module first in the bundle). Only the Wasm build imports it:
 // `diorch:plugins/*` specifiers exist only there.
-// - the SDK's `log` goes to the host's `diorch:plugins/log@0.4.0` import;
+// - the SDK's `log` goes to the host's `diorch:plugins/log@0.5.0` import;
 // - `console` (which the QuickJS runtime lacks: using it would throw) writes to the same log;
 // - the clock reads 0, as the host's deny-all WASI clocks do: with WASI stubbed, reading the
 //   real clock (Date.now(), new Date(), performance.now()) would trap the component.
 
-import host from "diorch:plugins/log@0.4.0";
+import host from "diorch:plugins/log@0.5.0";
 import { log, setLogSink } from "./log.js";
 
 setLogSink((level, message, fields) => host.log(level, message, fields));

@@ -10,5 +10,5 @@ const ORIGINAL = new URL("../../../wit/plugins.wit", import.meta.url);
 
 test("wit/plugins.wit is the repository's wit/plugins.wit", { skip: !existsSync(ORIGINAL) && "not in the diorch repository" }, () => {
   assert.ok(readFileSync(COPY).equals(readFileSync(ORIGINAL)), "copy wit/plugins.wit to plugins/sdk-js/wit/");
-  assert.match(readFileSync(COPY, "utf8"), /^package diorch:plugins@0\.4\.0;$/m);
+  assert.match(readFileSync(COPY, "utf8"), /^package diorch:plugins@0\.5\.0;$/m);
 });

@@ -443,7 +443,7 @@ class _Err(Exception):
 
 
 def _bindings():
-    """Modules shaped like componentize-py's generated ones for `wit/plugins.wit` 0.4.0."""
+    """Modules shaped like componentize-py's generated ones for `wit/plugins.wit` 0.5.0."""
 
     def record(name, *fields):
         return dataclasses.make_dataclass(name, fields)
@@ -500,6 +500,11 @@ class WorldTest(unittest.TestCase):
             policy(lambda j, n: [0], plan)().optimize(self.cluster, []),
             [self.t.JobDecision(0, [0, 0], None), self.t.JobDecision(0, [1, 0], None)],
         )
+
+    def test_a_policy_never_preempts(self):
+        # Contract 0.5.0: `preempt` answers none (the job that does not fit waits).
+        world = policy(lambda job, nodes: [0] * job.total_replicas)
+        self.assertIsNone(world().preempt(self.cluster, None))
 
     def test_reasons_reach_the_contract(self):
         world = policy(lambda job, nodes: Decision([0, 0], "n0 has room"))
@@ -566,7 +571,7 @@ class ContractTest(unittest.TestCase):
         self.assertEqual(ours, (REPO / "wit/plugins.wit").read_text(encoding="utf-8"))
         (version,) = re.findall(r"^package diorch:plugins@([0-9.]+);$", ours, re.M)
         self.assertEqual(diorch_plugin.CONTRACT, version)
-        self.assertEqual(version, "0.4.0")
+        self.assertEqual(version, "0.5.0")
 
 
 REASONLESS_POLICY = """
@@ -601,7 +606,7 @@ class BuildTest(unittest.TestCase):
             wasm = out.read_bytes()
         # A component (layer 1), importing this contract's version of the log interface.
         self.assertEqual(wasm[:8], b"\0asm\x0d\x00\x01\x00")
-        self.assertIn(b"diorch:plugins/log@0.4.0", wasm)
+        self.assertIn(b"diorch:plugins/log@0.5.0", wasm)
 
 
 if __name__ == "__main__":

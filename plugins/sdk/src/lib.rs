@@ -1,5 +1,5 @@
 //! Guest SDK for diorch plugins (wasm32-wasip2 components built against `wit/plugins.wit`,
-//! contract version 0.4.0).
+//! contract version 0.5.0).
 //!
 //! Owns: the wit-bindgen bindings of both worlds, borrowed views of a policy call's input for
 //! the plain model of `diorch-policies` (and the model-to-WIT encoding for native tests), the
@@ -8,7 +8,7 @@
 //! A policy:
 //! ```ignore
 //! struct MyPolicy;
-//! impl diorch_plugin_sdk::Policy for MyPolicy { /* allocate, optimize */ }
+//! impl diorch_plugin_sdk::Policy for MyPolicy { /* allocate, optimize, optionally preempt */ }
 //! diorch_plugin_sdk::export_policy!(MyPolicy);
 //! ```
 //! A mutator:
@@ -24,6 +24,7 @@ pub mod log;
 pub mod pod;
 pub mod view;
 
+pub use diorch_policies::preempt::{Preemption, Running, Shrink};
 pub use diorch_policies::{
     Amounts, Job, JobAllocation, Node, NodeInfo, Policy as PolicyLogic, PolicyError as PluginError,
     Resources, Taint, TaintEffect, Task,
@@ -51,8 +52,8 @@ pub mod mutator_bindings {
         pub_export_macro: true,
         export_macro_name: "export_world",
         with: {
-            "diorch:plugins/types@0.4.0": crate::policy_bindings::diorch::plugins::types,
-            "diorch:plugins/log@0.4.0": crate::policy_bindings::diorch::plugins::log,
+            "diorch:plugins/types@0.5.0": crate::policy_bindings::diorch::plugins::types,
+            "diorch:plugins/log@0.5.0": crate::policy_bindings::diorch::plugins::log,
         },
     });
 }
@@ -94,6 +95,29 @@ pub trait Policy {
                 reason: None,
             })
             .collect())
+    }
+
+    /// Room for `job`, which does not fit, from `candidates` (running preemptible jobs of lower
+    /// priority, with what each may lose) on `nodes` (their usage counted as used): contract
+    /// 0.5.0's `preempt`, called only after this policy's `allocate` answered no-fit. Indices
+    /// are into `candidates`. The default makes no room (`Ok(None)`: the job waits); a policy
+    /// built on `diorch-policies` answers as the operator's built-in policies do with
+    /// `Ok(PolicyLogic::preempt(&MyLogic, job, candidates, nodes))`. Nodes are owned copies
+    /// here (the choice edits their free room), made only for this call.
+    fn preempt(
+        job: &Job,
+        candidates: &[Running],
+        nodes: &[Node],
+    ) -> Result<Option<Preemption>, PluginError> {
+        let _ = (job, candidates, nodes);
+        Ok(None)
+    }
+
+    /// Why `answer` (this policy's `preempt` answer), for the job and its victims: sent as the
+    /// answer's `reason`. `None` by default.
+    fn explain_preempt(job: &Job, candidates: &[Running], answer: &Preemption) -> Option<String> {
+        let _ = (job, candidates, answer);
+        None
     }
 }
 
@@ -159,6 +183,43 @@ pub mod __private {
             .map_err(error)
     }
 
+    pub fn preempt<P: Policy>(
+        cluster: wit::Cluster,
+        table: wit::CandidateTable,
+    ) -> Result<Option<wit::Preemption>, wit::Error> {
+        if view::job_count(&cluster) == 0 {
+            return Err(wit::Error::InvalidInput(
+                "preempt takes the job to place first, got no job".to_string(),
+            ));
+        }
+        let job = view::job(&cluster, 0);
+        let candidates = view::candidates(&cluster, &table);
+        // Owned nodes only here: the victim choice gives room back to them as it goes.
+        let nodes: Vec<Node> = NodeView::all(&cluster)
+            .iter()
+            .map(NodeView::to_node)
+            .collect();
+        let Some(answer) = P::preempt(&job, &candidates, &nodes).map_err(error)? else {
+            return Ok(None);
+        };
+        let reason = P::explain_preempt(&job, &candidates, &answer);
+        // Candidate `c` is the cluster's job `c + 1`.
+        let index = |c: usize| u32::try_from(c + 1).unwrap_or(u32::MAX);
+        Ok(Some(wit::Preemption {
+            nodes: answer.nodes,
+            shrinks: answer
+                .shrinks
+                .into_iter()
+                .map(|s| wit::Shrink {
+                    job: index(s.job),
+                    replicas: s.replicas,
+                })
+                .collect(),
+            evictions: answer.evictions.into_iter().map(index).collect(),
+            reason,
+        }))
+    }
+
     pub fn mutate<M: Mutator>(ctx: TaskContext, pod_json: String) -> Result<String, wit::Error> {
         let mut pod = Pod::parse(&pod_json).map_err(error)?;
         M::mutate(&ctx, &mut pod).map_err(error)?;
@@ -184,6 +245,13 @@ macro_rules! export_policy {
             ) -> ::std::result::Result<::std::vec::Vec<$crate::wit::JobDecision>, $crate::wit::Error>
             {
                 $crate::__private::optimize::<$ty>(cluster, previous)
+            }
+            fn preempt(
+                cluster: $crate::wit::Cluster,
+                candidates: $crate::wit::CandidateTable,
+            ) -> ::std::result::Result<::std::option::Option<$crate::wit::Preemption>, $crate::wit::Error>
+            {
+                $crate::__private::preempt::<$ty>(cluster, candidates)
             }
         }
         $crate::policy_bindings::export_world!(__DiorchPolicyExport with_types_in $crate::policy_bindings);

@@ -12,6 +12,7 @@
 
 use std::ops::Range;
 
+use diorch_policies::preempt::Running;
 use diorch_policies::{Amounts, Job, Node, NodeInfo, Resources, Taint, TaintEffect, Task};
 
 use crate::wit;
@@ -423,6 +424,41 @@ pub fn encode(jobs: &[Job], nodes: &[Node]) -> wit::Cluster {
         e.c.jobs.age_seconds.push(j.age_seconds);
     }
     e.c
+}
+
+/// The candidates of a `preempt` call (contract 0.5.0): the cluster's jobs after the first, with
+/// what `table` says each may lose (an entry out of range reads as 0: may neither shrink nor be
+/// evicted).
+pub fn candidates(cluster: &wit::Cluster, table: &wit::CandidateTable) -> Vec<Running> {
+    (1..job_count(cluster))
+        .map(|j| {
+            let c = j - 1;
+            Running {
+                job: job(cluster, j),
+                may_shrink: at(&table.may_shrink, c) != 0,
+                may_evict: at(&table.may_evict, c) != 0,
+                lost_seconds: at(&table.lost_seconds, c),
+                checkpoint_age_seconds: table
+                    .checkpoint_age_seconds
+                    .get(c)
+                    .copied()
+                    .filter(|&s| s != u64::MAX),
+            }
+        })
+        .collect()
+}
+
+/// The `candidate-table` the host sends for `candidates`; for plugins' native tests.
+pub fn encode_candidates(candidates: &[Running]) -> wit::CandidateTable {
+    wit::CandidateTable {
+        may_shrink: candidates.iter().map(|c| u8::from(c.may_shrink)).collect(),
+        may_evict: candidates.iter().map(|c| u8::from(c.may_evict)).collect(),
+        lost_seconds: candidates.iter().map(|c| c.lost_seconds).collect(),
+        checkpoint_age_seconds: candidates
+            .iter()
+            .map(|c| c.checkpoint_age_seconds.unwrap_or(u64::MAX))
+            .collect(),
+    }
 }
 
 #[cfg(test)]

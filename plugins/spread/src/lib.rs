@@ -1,6 +1,8 @@
 //! Spreading (anti-affinity) policy plugin: a thin wrapper over `diorch_policies::spread`.
 
-use diorch_plugin_sdk::{Job, JobAllocation, NodeView, PluginError, Policy, PolicyLogic};
+use diorch_plugin_sdk::{
+    Job, JobAllocation, Node, NodeView, PluginError, Policy, PolicyLogic, Preemption, Running,
+};
 use diorch_policies::spread::Spread;
 
 pub struct SpreadPolicy;
@@ -20,6 +22,15 @@ impl Policy for SpreadPolicy {
         previous: &[JobAllocation],
     ) -> Result<Vec<JobAllocation>, PluginError> {
         Spread.optimize(jobs, nodes, previous)
+    }
+
+    /// Contract 0.5.0: the built-in policy's victim choice (`diorch_policies::preempt`).
+    fn preempt(
+        job: &Job,
+        candidates: &[Running],
+        nodes: &[Node],
+    ) -> Result<Option<Preemption>, PluginError> {
+        Ok(Spread.preempt(job, candidates, nodes))
     }
 }
 

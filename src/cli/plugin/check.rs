@@ -8,7 +8,9 @@
 use std::fmt::Write as _;
 
 use crate::plugin::capabilities::{self, Capability, Grants};
-use crate::plugin::{HostConfig, Limits, PluginError, PluginHost, TaskContext, World, sample};
+use crate::plugin::{
+    Contract, HostConfig, Limits, PluginError, PluginHost, TaskContext, World, sample,
+};
 
 use super::configmap::inline_advice;
 use super::timing::{micros, timed};
@@ -120,6 +122,39 @@ pub fn check_granted(
                     over_deadline.push("optimize of 50 jobs on 100 nodes".to_string());
                 }
                 Err(e) => return Err(e.into()),
+            }
+            // Contract 0.5.0: room for a job that does not fit, from lower-priority jobs.
+            if policy.contract() == Contract::V5 {
+                let (job, candidates, nodes) = sample::preempt_input(true);
+                let (answer, t) = timed(5, || policy.preempt_blocking(&job, &candidates, &nodes));
+                match answer {
+                    Ok(Some(a)) => writeln!(
+                        out,
+                        "preempt:  job of {} replicas on 2 full nodes -> {} shrunk, {} evicted, placed on {} in {}",
+                        job.total_replicas(),
+                        a.shrinks.len(),
+                        a.evictions.len(),
+                        a.nodes.join(","),
+                        micros(t)
+                    )?,
+                    Ok(None) => writeln!(
+                        out,
+                        "preempt:  job of {} replicas on 2 full nodes -> no preemption (the job waits) in {}",
+                        job.total_replicas(),
+                        micros(t)
+                    )?,
+                    Err(PluginError::Timeout { deadline, .. }) => {
+                        writeln!(out, "preempt:  ran past the {deadline:?} deadline")?;
+                        over_deadline.push("preempt on 2 nodes".to_string());
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            } else {
+                writeln!(
+                    out,
+                    "preempt:  not in contract {} (a job that does not fit waits)",
+                    policy.contract()
+                )?;
             }
             if served == 0 {
                 anyhow::bail!(

@@ -1,5 +1,5 @@
-//! Calls into loaded components: the policy's `allocate` and `optimize` and the mutator's
-//! `mutate`, per contract version, each in a fresh bounded Store, their errors classified and
+//! Calls into loaded components: the policy's `allocate`, `optimize` and `preempt` and the
+//! mutator's `mutate`, per contract version, each in a fresh bounded Store, their errors classified and
 //! their answers checked.
 //!
 //! Owns: [`WasmPolicy`] and [`WasmMutator`] and the per-contract call glue. Must not touch:
@@ -28,6 +28,7 @@ pub(super) struct LoadedPolicy {
 
 /// A policy's typed pre-instance, in the contract version it was built against.
 pub(super) enum PolicyPre {
+    V5(bindings::v5::policy::SchedulingPolicyPre<HostState>),
     V4(bindings::v4::policy::SchedulingPolicyPre<HostState>),
     V3(bindings::v3::policy::SchedulingPolicyPre<HostState>),
     V2(bindings::v2::policy::SchedulingPolicyPre<HostState>),
@@ -47,6 +48,7 @@ impl PolicyPre {
         pre: wasmtime::component::InstancePre<HostState>,
     ) -> wasmtime::Result<PolicyPre> {
         Ok(match contract {
+            Contract::V5 => PolicyPre::V5(bindings::v5::policy::SchedulingPolicyPre::new(pre)?),
             Contract::V4 => PolicyPre::V4(bindings::v4::policy::SchedulingPolicyPre::new(pre)?),
             Contract::V3 => PolicyPre::V3(bindings::v3::policy::SchedulingPolicyPre::new(pre)?),
             Contract::V2 => PolicyPre::V2(bindings::v2::policy::SchedulingPolicyPre::new(pre)?),
@@ -61,7 +63,7 @@ impl PolicyPre {
         nodes: &[Node],
     ) -> Result<PolicyInput, PluginError> {
         Ok(match self {
-            PolicyPre::V4(_) | PolicyPre::V3(_) => {
+            PolicyPre::V5(_) | PolicyPre::V4(_) | PolicyPre::V3(_) => {
                 PolicyInput::Columns(columns::cluster(plugin, jobs, nodes)?)
             }
             PolicyPre::V2(_) => PolicyInput::Records(records::cluster(plugin, jobs, nodes)?),
@@ -78,17 +80,19 @@ impl PolicyPre {
             nodes,
             reason: None,
         };
+        let decision = |d: wit::Decision| RawAllocation {
+            nodes: d.nodes,
+            reason: d.reason,
+        };
         match (self, input) {
+            (PolicyPre::V5(pre), PolicyInput::Columns(c)) => pre
+                .instantiate(&mut *store)?
+                .call_allocate(&mut *store, c)
+                .map(|r| r.map(decision).map_err(PolicyError::from)),
             (PolicyPre::V4(pre), PolicyInput::Columns(c)) => pre
                 .instantiate(&mut *store)?
                 .call_allocate(&mut *store, c)
-                .map(|r| {
-                    r.map(|d| RawAllocation {
-                        nodes: d.nodes,
-                        reason: d.reason,
-                    })
-                    .map_err(PolicyError::from)
-                }),
+                .map(|r| r.map(decision).map_err(PolicyError::from)),
             (PolicyPre::V3(pre), PolicyInput::Columns(c)) => pre
                 .instantiate(&mut *store)?
                 .call_allocate(&mut *store, c)
@@ -135,10 +139,74 @@ impl PolicyPre {
             }};
         }
         match (self, input) {
+            (PolicyPre::V5(pre), PolicyInput::Columns(c)) => call!(pre, c, wit, |p| p.reason),
             (PolicyPre::V4(pre), PolicyInput::Columns(c)) => call!(pre, c, wit, |p| p.reason),
             (PolicyPre::V3(pre), PolicyInput::Columns(c)) => call!(pre, c, wit, |p| None),
             (PolicyPre::V2(pre), PolicyInput::Records(c)) => call!(pre, c, wit_v2, |p| None),
             _ => Err(mismatch()),
+        }
+    }
+
+    /// Whether the component exports `preempt` (contract 0.5.0 and later).
+    pub(super) fn preempts(&self) -> bool {
+        matches!(self, PolicyPre::V5(_))
+    }
+
+    /// One `preempt` call on a fresh instance in `store`; `Ok(Ok(None))` without a call for a
+    /// contract without `preempt`.
+    pub(super) fn preempt(
+        &self,
+        store: &mut Store<HostState>,
+        input: &PolicyInput,
+        candidates: &wit::CandidateTable,
+    ) -> wasmtime::Result<Result<Option<RawPreemption>, PolicyError>> {
+        match (self, input) {
+            (PolicyPre::V5(pre), PolicyInput::Columns(c)) => pre
+                .instantiate(&mut *store)?
+                .call_preempt(&mut *store, c, candidates)
+                .map(|r| {
+                    r.map(|p| {
+                        p.map(|p| RawPreemption {
+                            nodes: p.nodes,
+                            shrinks: p.shrinks.into_iter().map(|s| (s.job, s.replicas)).collect(),
+                            evictions: p.evictions,
+                            reason: p.reason,
+                        })
+                    })
+                    .map_err(PolicyError::from)
+                }),
+            (PolicyPre::V5(_), _) => Err(mismatch()),
+            _ => Ok(Ok(None)),
+        }
+    }
+}
+
+/// A `preempt` answer as the component gave it (contract 0.5.0), unchecked: job indices are the
+/// WIT's (0 is the job being placed, candidate `c` is `c + 1`); the reason is raw.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RawPreemption {
+    /// Node indices, one per replica of the job being placed.
+    pub nodes: Vec<u32>,
+    /// (job index, new replica count per task).
+    pub shrinks: Vec<(u32, Vec<u32>)>,
+    /// Job indices.
+    pub evictions: Vec<u32>,
+    pub reason: Option<String>,
+}
+
+impl RawPreemption {
+    /// A plain-model preemption (indices into the candidates) in the WIT's indices.
+    pub fn from_model(p: diorch_policies::preempt::Preemption, reason: Option<String>) -> Self {
+        let index = |c: usize| u32::try_from(c).map_or(u32::MAX, |c| c.saturating_add(1));
+        RawPreemption {
+            nodes: p.nodes,
+            shrinks: p
+                .shrinks
+                .into_iter()
+                .map(|s| (index(s.job), s.replicas))
+                .collect(),
+            evictions: p.evictions.into_iter().map(index).collect(),
+            reason,
         }
     }
 }
@@ -147,7 +215,7 @@ impl PolicyPre {
 // One lives on the stack per call, never in a collection: boxing would only add an allocation.
 #[allow(clippy::large_enum_variant)]
 pub(super) enum PolicyInput {
-    /// 0.3.0 and 0.4.0.
+    /// 0.3.0, 0.4.0 and 0.5.0.
     Columns(wit::Cluster),
     /// 0.2.0.
     Records(wit_v2::Cluster),
@@ -179,6 +247,7 @@ refusal!(wit_v2);
 
 /// A mutator's typed pre-instance, in the contract version it was built against.
 pub(super) enum MutatorPre {
+    V5(bindings::v5::mutator::PodMutatorPre<HostState>),
     V4(bindings::v4::mutator::PodMutatorPre<HostState>),
     V3(bindings::v3::mutator::PodMutatorPre<HostState>),
     V2(bindings::v2::mutator::PodMutatorPre<HostState>),
@@ -190,6 +259,7 @@ impl MutatorPre {
         pre: wasmtime::component::InstancePre<HostState>,
     ) -> wasmtime::Result<MutatorPre> {
         Ok(match contract {
+            Contract::V5 => MutatorPre::V5(bindings::v5::mutator::PodMutatorPre::new(pre)?),
             Contract::V4 => MutatorPre::V4(bindings::v4::mutator::PodMutatorPre::new(pre)?),
             Contract::V3 => MutatorPre::V3(bindings::v3::mutator::PodMutatorPre::new(pre)?),
             Contract::V2 => MutatorPre::V2(bindings::v2::mutator::PodMutatorPre::new(pre)?),
@@ -203,7 +273,7 @@ impl MutatorPre {
         ctx: &TaskContext,
         pod_json: &str,
     ) -> wasmtime::Result<Result<String, PolicyError>> {
-        // The task context has the same fields in every version (0.3's type is 0.4's).
+        // The task context has the same fields in every version (0.3's and 0.4's type is 0.5's).
         macro_rules! call {
             ($pre:expr, $wit:ident) => {{
                 let ctx = $wit::TaskContext {
@@ -224,6 +294,7 @@ impl MutatorPre {
             }};
         }
         match self {
+            MutatorPre::V5(pre) => call!(pre, wit),
             MutatorPre::V4(pre) => call!(pre, wit),
             MutatorPre::V3(pre) => call!(pre, wit),
             MutatorPre::V2(pre) => call!(pre, wit_v2),
@@ -326,6 +397,45 @@ impl WasmPolicy {
             Ok(Err(e)) => Err(core.refused(e)),
             Err(e) => Err(core.classify(&store, e)),
         }
+    }
+
+    /// Raw preempt (contract 0.5.0): the answer as the plugin returned it, unchecked
+    /// (blocking); `Ok(None)` without a call for a component of an older contract.
+    pub fn preempt_raw(
+        &self,
+        job: &Job,
+        candidates: &[diorch_policies::preempt::Running],
+        nodes: &[Node],
+    ) -> Result<Option<RawPreemption>, PluginError> {
+        let core = &self.inner.core;
+        if !self.inner.pre.preempts() {
+            return Ok(None);
+        }
+        let jobs: Vec<&Job> = std::iter::once(job)
+            .chain(candidates.iter().map(|c| &c.job))
+            .collect();
+        let input = self.inner.pre.input(&core.name, &jobs, nodes)?;
+        let table = columns::candidates(candidates);
+        let mut store = core.new_store(false);
+        match self.inner.pre.preempt(&mut store, &input, &table) {
+            Ok(Ok(answer)) => Ok(answer),
+            Ok(Err(e)) => Err(core.refused(e)),
+            Err(e) => Err(core.classify(&store, e)),
+        }
+    }
+
+    /// Checked preempt (blocking): the answer's shape (see `checks::preemption`), its indices
+    /// into `candidates`, its reason sanitised.
+    pub fn preempt_blocking(
+        &self,
+        job: &Job,
+        candidates: &[diorch_policies::preempt::Running],
+        nodes: &[Node],
+    ) -> Result<Option<PreemptAnswer>, PluginError> {
+        let Some(raw) = self.preempt_raw(job, candidates, nodes)? else {
+            return Ok(None);
+        };
+        checks::preemption(&self.inner.core.name, job, candidates, nodes, &raw).map(Some)
     }
 
     /// Checked optimize (blocking).
@@ -436,6 +546,23 @@ impl SchedulingPolicy for WasmPolicy {
         let this = self.clone();
         blocking(&self.inner.core, move || {
             this.optimize_blocking(&jobs, &nodes, &previous)
+        })
+    }
+
+    /// On the blocking pool, as `optimize`; a component of a contract before 0.5.0 answers
+    /// `Ok(None)` at once, without a call.
+    fn preempt(
+        &self,
+        job: Arc<Job>,
+        candidates: Arc<[diorch_policies::preempt::Running]>,
+        nodes: Arc<[Node]>,
+    ) -> BoxFuture<'static, Result<Option<PreemptAnswer>, PluginError>> {
+        if !self.inner.pre.preempts() {
+            return async { Ok(None) }.boxed();
+        }
+        let this = self.clone();
+        blocking(&self.inner.core, move || {
+            this.preempt_blocking(&job, &candidates, &nodes)
         })
     }
 }

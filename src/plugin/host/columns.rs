@@ -1,4 +1,5 @@
-//! The 0.3.0 and 0.4.0 contracts' policy input (`wit/plugins.wit`, the same in both): every table as columns of integers,
+//! The 0.3.0, 0.4.0 and 0.5.0 contracts' policy input (`wit/plugins.wit`, the same in all three,
+//! and 0.5's `preempt` candidate table): every table as columns of integers,
 //! which wasmtime copies into the guest one block per column, where the 0.2 lists of records
 //! were written one field at a time (about half of a 100-node `allocate`, see
 //! docs/performance.md).
@@ -7,7 +8,7 @@
 //! answers (see `checks`).
 
 use super::super::{Job, Node, PluginError, Resources, TaintEffect};
-use super::bindings::v3::policy::diorch::plugins::types as wit;
+use super::bindings::v5::policy::diorch::plugins::types as wit;
 use super::within_u32_indices;
 
 /// The `placements` entry of a replica that is not placed.
@@ -68,6 +69,19 @@ fn push_resources(strings: &mut Strings, columns: &mut wit::ResourceColumns, r: 
     columns
         .extended_starts
         .push(columns.extended_name.len() as u32);
+}
+
+/// The `candidate-table` of a `preempt` call (contract 0.5.0), one entry per candidate.
+pub(super) fn candidates(candidates: &[diorch_policies::preempt::Running]) -> wit::CandidateTable {
+    wit::CandidateTable {
+        may_shrink: candidates.iter().map(|c| u8::from(c.may_shrink)).collect(),
+        may_evict: candidates.iter().map(|c| u8::from(c.may_evict)).collect(),
+        lost_seconds: candidates.iter().map(|c| c.lost_seconds).collect(),
+        checkpoint_age_seconds: candidates
+            .iter()
+            .map(|c| c.checkpoint_age_seconds.unwrap_or(u64::MAX))
+            .collect(),
+    }
 }
 
 /// The `cluster` record for `jobs` on `nodes`.

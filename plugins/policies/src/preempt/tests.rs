@@ -12,6 +12,7 @@ fn running(key: &str, tasks: &[(&str, u32, u32)], node: u32, lost_seconds: u64) 
         may_shrink: true,
         may_evict: true,
         lost_seconds,
+        checkpoint_age_seconds: None,
     }
 }
 

@@ -63,4 +63,4 @@ __all__ = [
 ]
 
 #: The contract version this SDK builds against (`wit/plugins.wit`).
-CONTRACT = "0.4.0"
+CONTRACT = "0.5.0"

@@ -4,7 +4,8 @@ Owns: `policy(...)` and `mutator(...)`, which return the `WitWorld` class compon
 exports, and the mapping of answers and exceptions to the contract's types: a policy's answer
 (a list of node indices or a `Decision`; plan entries as `JobAllocation`, `JobDecision` or
 tuples) becomes the contract's `decision` / `job-decision`, with `reason` none when the policy
-gave none. Must not touch:
+gave none. A policy never preempts (contract 0.5's `preempt` answers none: a job that does not
+fit waits). Must not touch:
 policy logic. The generated bindings (`wit_world`) exist only inside a build, so they are
 imported on the first call; on CPython the returned class can still be called with records of
 the same shape (the tests do).
@@ -114,6 +115,10 @@ def policy(
 
     Raise `NoFit` or `InvalidInput` to refuse; any other exception reaches the host as
     `internal`. Use as `WitWorld = policy(allocate, optimize)` in the module you build.
+
+    Contract 0.5.0's `preempt` (room for a job that does not fit, taken from running jobs of
+    lower priority) always answers none: a Python policy does not preempt, so such a job waits
+    (a known gap; the built-in and Rust policies do preempt).
     """
 
     def keep_current(jobs, nodes, previous):
@@ -145,6 +150,10 @@ def policy(
                 return [t.JobDecision(*_plan_entry(entry)) for entry in plan]
             except Exception as e:
                 raise _err(e) from None
+
+        def preempt(self, cluster, candidates):
+            """No preemption (contract 0.5.0): the job that does not fit waits."""
+            return None
 
     return WitWorld
 

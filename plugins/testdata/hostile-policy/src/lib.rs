@@ -11,13 +11,21 @@
 //! - `unknown-node`, `wrong-count`, `not-ready`: answers the host must refuse;
 //! - `huge-reason`: a good answer with a 1 MiB reason (under the host's copy cap, so it is cut, not refused); `control-reason`: a good answer whose
 //!   reason carries newlines, a NUL, terminal escapes and a bidi override.
+//!
+//! `preempt` (contract 0.5.0) misbehaves by the same key: `evict-out-of-range` evicts a job
+//! index past the candidates, `evict-twice` evicts the first candidate twice, `shrink-wrong-length`
+//! shrinks it with no replica counts, `shrink-too-far` shrinks its every task to 0 replicas;
+//! any other key preempts as the built-in bin-packing does.
 
 use std::hint::black_box;
 use std::mem::ManuallyDrop;
 use std::time::Duration;
 
 use diorch_plugin_sdk::log::{Level, log};
-use diorch_plugin_sdk::{Job, JobAllocation, NodeInfo, NodeView, PluginError, Policy, PolicyLogic};
+use diorch_plugin_sdk::{
+    Job, JobAllocation, Node, NodeInfo, NodeView, PluginError, Policy, PolicyLogic, Preemption,
+    Running, Shrink,
+};
 use diorch_policies::binpack::BinPack;
 
 pub struct Hostile;
@@ -113,6 +121,46 @@ impl Policy for Hostile {
         previous: &[JobAllocation],
     ) -> Result<Vec<JobAllocation>, PluginError> {
         BinPack.optimize(jobs, nodes, previous)
+    }
+
+    fn preempt(
+        job: &Job,
+        candidates: &[Running],
+        nodes: &[Node],
+    ) -> Result<Option<Preemption>, PluginError> {
+        let good = BinPack.preempt(job, candidates, nodes);
+        // Where the job would go on a plain bin-pack of the nodes as they are (it may not fit:
+        // the host refuses the shape before it looks at the room).
+        let placed = good
+            .as_ref()
+            .map(|p| p.nodes.clone())
+            .unwrap_or_else(|| vec![0; job.total_replicas()]);
+        let bad = |shrinks: Vec<Shrink>, evictions: Vec<usize>| {
+            Ok(Some(Preemption {
+                nodes: placed.clone(),
+                shrinks,
+                evictions,
+            }))
+        };
+        match job.key.rsplit('/').next().unwrap_or_default() {
+            "evict-out-of-range" => bad(vec![], vec![candidates.len()]),
+            "evict-twice" => bad(vec![], vec![0, 0]),
+            "shrink-wrong-length" => bad(
+                vec![Shrink {
+                    job: 0,
+                    replicas: vec![],
+                }],
+                vec![],
+            ),
+            "shrink-too-far" => bad(
+                vec![Shrink {
+                    job: 0,
+                    replicas: vec![0; candidates.first().map_or(1, |c| c.job.tasks.len())],
+                }],
+                vec![],
+            ),
+            _ => Ok(good),
+        }
     }
 }
 
