@@ -1017,6 +1017,14 @@ impl Allocator {
                         return self.place(&mut ledger, job, slots, &by, None, why);
                     }
                     AfterCall::Wait(no_fit) => {
+                        // A 0.5.0 component may make room; older ones answer none at once.
+                        let (guard, placed) = self
+                            .preempt_by_plugin(ledger, job, &policy, &model, &nodes, &why)
+                            .await;
+                        ledger = guard;
+                        if let Some(placed) = placed {
+                            return placed;
+                        }
                         return self.wait(&mut ledger, job, &model, &nodes, &no_fit, &by, why);
                     }
                     AfterCall::AskAgain { why } => {

@@ -84,7 +84,16 @@ impl Allocator {
         };
         let placed = plan.and_then(|plan| {
             self.carry_out(
-                ledger, job, model, nodes, &offered, &running, plan, &by, fallback,
+                ledger,
+                job,
+                model,
+                nodes,
+                &offered,
+                &running,
+                plan,
+                &by,
+                fallback,
+                Why::default(),
             )
         });
         let later = held_back || running.iter().any(|r| !r.may_evict || !r.may_shrink);
@@ -96,6 +105,108 @@ impl Allocator {
             ledger.preempt_later.remove(&key);
         }
         placed
+    }
+
+    /// Room for `job`, which a policy plugin's `allocate` found no room for, as the plugin's
+    /// `preempt` answers (contract 0.5.0; older components answer none at once). The call is
+    /// made without the ledger's lock; an answer made on a ledger that changed meanwhile is not
+    /// carried out, and the job is asked again at once. Returns the guard it holds again.
+    pub(super) async fn preempt_by_plugin<'a>(
+        &'a self,
+        ledger: tokio::sync::MutexGuard<'a, Ledger>,
+        job: &DIJob,
+        policy: &Checked<Arc<dyn SchedulingPolicy>>,
+        model: &Arc<plugin::Job>,
+        nodes: &Arc<[plugin::Node]>,
+        why: &Why,
+    ) -> (tokio::sync::MutexGuard<'a, Ledger>, Option<Admission>) {
+        let evict_only = match self.settings.preemption {
+            Preemption::Off => return (ledger, None),
+            Preemption::Evict => true,
+            Preemption::Shrink => false,
+        };
+        let key = job_key(job);
+        let (offered, mut running, held_back) = self.offer(&ledger, &key, model, nodes);
+        if evict_only {
+            // The contract has no mode: a candidate that may not shrink is one only evicted.
+            for r in &mut running {
+                r.may_shrink = false;
+            }
+        }
+        let mut ledger = ledger;
+        let later = held_back || running.iter().any(|r| !r.may_evict || !r.may_shrink);
+        if running.is_empty() {
+            if later {
+                ledger.preempt_later.insert(key);
+            }
+            return (ledger, None);
+        }
+        let version = ledger.book.version();
+        drop(ledger);
+        let by = policy.by().to_string();
+        let answer = policy
+            .preempt(model.clone(), running.clone().into(), nodes.clone())
+            .await;
+        let mut ledger = self.ledger.lock().await;
+        let answer = match answer {
+            Ok(Some(answer)) => answer,
+            Ok(None) => {
+                if later {
+                    ledger.preempt_later.insert(key);
+                }
+                return (ledger, None);
+            }
+            Err(e) => {
+                tracing::warn!(job = %key, policy = %by, reason = e.reason(),
+                    error = %clip(&e.to_string(), MAX_MESSAGE_BYTES),
+                    "the policy's preemption failed; the job waits");
+                return (ledger, None);
+            }
+        };
+        if ledger.book.version() != version {
+            tracing::debug!(job = %key, policy = %by,
+                "the cluster changed during the preempt call; asking again");
+            let _ = self.retry.unbounded_send(key);
+            return (ledger, None);
+        }
+        let index = view::node_index(nodes);
+        let Some(plan_nodes) = answer
+            .nodes
+            .iter()
+            .map(|n| index.get(n.as_str()).copied())
+            .collect::<Option<Vec<u32>>>()
+        else {
+            return (ledger, None);
+        };
+        let plan = choice::Preemption {
+            nodes: plan_nodes,
+            shrinks: answer
+                .shrinks
+                .into_iter()
+                .map(|(job, replicas)| choice::Shrink { job, replicas })
+                .collect(),
+            evictions: answer.evictions,
+        };
+        let policy_why = Why {
+            sha256: why.sha256.clone(),
+            reason: answer.reason,
+        };
+        let placed = self.carry_out(
+            &mut ledger,
+            job,
+            model,
+            nodes,
+            &offered,
+            &running,
+            plan,
+            &by,
+            None,
+            policy_why,
+        );
+        if placed.is_none() && later {
+            ledger.preempt_later.insert(key);
+        }
+        (ledger, placed)
     }
 
     /// Asks the jobs a preemption could not serve yet again (after each re-plan).
@@ -206,6 +317,7 @@ impl Allocator {
         plan: choice::Preemption,
         by: &str,
         fallback: Option<String>,
+        policy_why: Why,
     ) -> Option<Admission> {
         let key = job_key(job);
         let now = self.settings.clock.now();
@@ -360,10 +472,14 @@ impl Allocator {
         {
             let _ = self.retry.unbounded_send(o.key.clone());
         }
+        let words = match &policy_why.reason {
+            Some(reason) => format!("; the policy says: {reason}"),
+            None => String::new(),
+        };
         let why = Why {
-            sha256: None,
+            sha256: policy_why.sha256,
             reason: diorch_core::reason::sanitize(&format!(
-                "made room by preempting lower-priority jobs: {}",
+                "made room by preempting lower-priority jobs: {}{words}",
                 done.join("; ")
             )),
         };

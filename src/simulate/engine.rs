@@ -333,6 +333,15 @@ impl SchedulingPolicy for Recorded {
         }
         .boxed()
     }
+
+    fn preempt(
+        &self,
+        job: Arc<Job>,
+        candidates: Arc<[diorch_policies::preempt::Running]>,
+        nodes: Arc<[crate::plugin::Node]>,
+    ) -> BoxFuture<'static, Result<Option<crate::plugin::PreemptAnswer>, PluginError>> {
+        self.inner.preempt(job, candidates, nodes)
+    }
 }
 
 /// The allocator's policies in a run: the policy under test by its name, the fallback built in.

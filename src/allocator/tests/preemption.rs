@@ -497,3 +497,124 @@ async fn a_priority_class_orders_jobs_over_spec_priority() {
     };
     assert!(message.contains("(priority 1000 > 100)"), "{message}");
 }
+
+/// A 0.5.0-like plugin: no room on `allocate`, and `preempt` answers `answer` (or what the
+/// built-in bin-pack would, when `None`).
+struct Preempting(Option<crate::plugin::PreemptAnswer>);
+
+impl SchedulingPolicy for Preempting {
+    fn describe(&self) -> String {
+        "team@abcd".into()
+    }
+    fn allocate(
+        &self,
+        _: Arc<Job>,
+        _: Arc<[plugin::Node]>,
+    ) -> BoxFuture<'static, Result<plugin::PolicyAnswer, PluginError>> {
+        async {
+            Err(PluginError::Refused {
+                plugin: "team".into(),
+                error: PolicyError::NoFit("no room".into()),
+            })
+        }
+        .boxed()
+    }
+    fn optimize(
+        &self,
+        _: Arc<[Job]>,
+        _: Arc<[plugin::Node]>,
+        _: Vec<JobPlan>,
+    ) -> BoxFuture<'static, Result<Vec<JobPlan>, PluginError>> {
+        async { Ok(vec![]) }.boxed()
+    }
+    fn preempt(
+        &self,
+        job: Arc<Job>,
+        candidates: Arc<[diorch_policies::preempt::Running]>,
+        nodes: Arc<[plugin::Node]>,
+    ) -> BoxFuture<'static, Result<Option<crate::plugin::PreemptAnswer>, PluginError>> {
+        match &self.0 {
+            Some(answer) => {
+                let answer = answer.clone();
+                async move { Ok(Some(answer)) }.boxed()
+            }
+            None => SchedulingPolicy::preempt(&NativePolicy::BinPack, job, candidates, nodes),
+        }
+    }
+}
+
+fn with_plugin(policy: Preempting) -> Harness {
+    let mut h = harness(2, vec![], None);
+    let mut named: HashMap<String, Arc<dyn SchedulingPolicy>> = HashMap::new();
+    named.insert("team".into(), Arc::new(policy));
+    let (allocator, retries) = Allocator::new(
+        Arc::new(Fake(named, HashMap::new())),
+        h.allocator.nodes.clone(),
+        h.allocator.jobs.clone(),
+        Settings {
+            default_policy: Some("team".into()),
+            ..settings(Preemption::Shrink)
+        },
+        h.metrics.clone(),
+    );
+    h.allocator = allocator;
+    h.retries = retries;
+    h
+}
+
+#[tokio::test]
+async fn a_plugin_may_make_room_and_its_answer_is_checked_before_anything_is_taken() {
+    // The plugin's own answer, the built-in bin-pack's victim choice inside the component.
+    let mut h = with_plugin(Preempting(None));
+    let a = elastic("a", 7, 1, "n0", 30, false);
+    let b = elastic("b", 7, 1, "n1", 30, false);
+    running_jobs(&mut h, &[&a, &b]).await;
+    let Admission::Placed { by, why, .. } = h.allocator.admit(&urgent("u", 4, 1)).await else {
+        panic!("the plugin made room");
+    };
+    assert_eq!(by, "team@abcd");
+    assert!(
+        why.reason
+            .unwrap_or_default()
+            .contains("shrank ns/a (collector 7 → 3)")
+    );
+    assert!(matches!(
+        h.allocator.consult(&a).await,
+        Some(Admission::Preempted(_))
+    ));
+
+    // Answers that bend the rules take nothing, and the job waits: a victim that is not a
+    // candidate, a shrink below the minimum, room that does not fit the job.
+    for bad in [
+        crate::plugin::PreemptAnswer {
+            nodes: vec!["n0".into(); 4],
+            evictions: vec![7],
+            ..Default::default()
+        },
+        crate::plugin::PreemptAnswer {
+            nodes: vec!["n0".into(); 4],
+            shrinks: vec![(0, vec![1, 0])],
+            ..Default::default()
+        },
+        crate::plugin::PreemptAnswer {
+            nodes: vec!["n0".into(); 4],
+            shrinks: vec![(0, vec![1, 6])],
+            ..Default::default()
+        },
+    ] {
+        let mut h = with_plugin(Preempting(Some(bad.clone())));
+        running_jobs(&mut h, &[&a, &b]).await;
+        assert!(
+            matches!(
+                h.allocator.admit(&urgent("u", 4, 1)).await,
+                Admission::Waiting { .. }
+            ),
+            "{bad:?}"
+        );
+        assert_eq!(h.allocator.consult(&a).await, None, "{bad:?}");
+        assert!(
+            !metric(&h, "diorch_allocator_preemptions_total{"),
+            "{bad:?}"
+        );
+    }
+}
