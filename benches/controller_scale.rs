@@ -14,7 +14,7 @@
 //! `cargo bench --bench controller_scale` (env: SIZES=100,1000 (on the real server REAL_SIZES,
 //! default SIZES), WRITE_JOBS=100,
 //! MEMORY_JOBS=5000 (0 skips; on the real server REAL_MEMORY_JOBS, default at most 2000),
-//! CONCURRENCY=32, OPERATOR_ARGS for extra `diorch run` flags,
+//! CONCURRENCY=32, PATHS=operator to time the operator's path alone, OPERATOR_ARGS for extra `diorch run` flags,
 //! BENCH_KUBECONFIG for the real server, BENCH_CSV=file to append the rows to). The operator
 //! runs with `--qps 0` (no client-side limit), as the direct path has none either.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a measurement program: a panic is its report
@@ -608,6 +608,8 @@ async fn main() -> anyhow::Result<()> {
     let write_jobs = env_usize("WRITE_JOBS", 100);
     let memory_jobs = env_usize("MEMORY_JOBS", 5_000);
     let concurrency = env_usize("CONCURRENCY", 32);
+    // PATHS=operator times the operator's path alone (no direct and floor runs).
+    let paths = std::env::var("PATHS").unwrap_or_else(|_| "direct,floor,operator".into());
 
     println!("controller bench: 4 replicas per DIJob, {concurrency} concurrent creates");
     for server in Server::all() {
@@ -616,6 +618,18 @@ async fn main() -> anyhow::Result<()> {
             Server::Real(_) => &real_sizes,
         };
         for &n in sizes {
+            if !paths.contains("direct") {
+                // Only the operator's path (a profile: scripts/profile-operator.sh).
+                let o = via_operator(&server, n, concurrency).await?;
+                println!(
+                    "  {}, N = {n:>5}: via operator: pods exist {:.1} ms, Running {:.1} ms; operator CPU {:.1} s per 1000 jobs",
+                    server.label(),
+                    o.exist.as_secs_f64() * 1e3,
+                    o.running.as_secs_f64() * 1e3,
+                    o.operator_cpu.unwrap_or(0.0) * 1000.0 / n as f64,
+                );
+                continue;
+            }
             let d = direct(&server, n, concurrency).await?;
             let f = via_floor(&server, n, concurrency).await?;
             let o = via_operator(&server, n, concurrency).await?;

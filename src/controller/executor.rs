@@ -142,7 +142,7 @@ pub struct Context {
     services: Store<CachedService>,
     expectations: Expectations,
     /// Events waiting to be recorded by the background worker.
-    events: tokio::sync::mpsc::Sender<(Event, ObjectReference)>,
+    events: tokio::sync::mpsc::Sender<QueuedEvent>,
     throttle: Throttle,
     settings: Settings,
     metrics: Arc<Metrics>,
@@ -267,19 +267,22 @@ pub fn start(
         },
         services: svc_store.clone(),
         expectations: Expectations::default(),
-        events: spawn_event_worker(Recorder::new(
-            client.clone(),
-            Reporter {
-                controller: settings.reporter.clone(),
-                instance: std::env::var("POD_NAME").ok(),
-            },
-        )),
+        events: spawn_event_worker(
+            Recorder::new(
+                client.clone(),
+                Reporter {
+                    controller: settings.reporter.clone(),
+                    instance: std::env::var("POD_NAME").ok(),
+                },
+            ),
+            queue.clone(),
+        ),
         throttle: Throttle::new(settings.qps, settings.burst),
         settings: settings.clone(),
         metrics,
         memory: std::sync::Mutex::new(HashMap::new()),
         placement: placement.clone(),
-        queue,
+        queue: queue.clone(),
         mutation,
     });
 
@@ -468,7 +471,8 @@ impl Context {
 }
 
 async fn reconcile(cached: Arc<CachedJob>, ctx: Arc<Context>) -> Result<Requeue, Error> {
-    ctx.queue.done(&job_key(cached.as_ref()));
+    // Until this pass ends the controller is busy: Events wait (`spawn_event_worker`).
+    let _running = ctx.queue.started(&job_key(cached.as_ref()));
     if !ctx.settings.leader.is_leader() {
         // A standby: every job is reconciled once it leads (`reconcile_all_on`).
         return Ok(Requeue::await_change());
@@ -537,9 +541,12 @@ async fn reconcile_inner(job: &DIJob, ctx: &Context) -> Result<Requeue, Error> {
         },
         &ctx.settings.build,
     );
-    if decision.forget_service {
-        ctx.remember(&key, |m| m.service_created = None);
-    }
+    ctx.remember(&key, |m| {
+        if decision.forget_service {
+            m.service_created = None;
+        }
+        m.counts_held_since = decision.counts_held_since;
+    });
     let plan = &decision.plan;
     let jobs: Api<DIJob> = Api::namespaced(ctx.client.clone(), &namespace);
 
@@ -828,15 +835,13 @@ async fn execute(ctx: &Context, job: &DIJob, key: &ObjectKey, plan: &Plan) -> Ou
                 Action::CreatePod(pod) => {
                     let name = pod.metadata.name.clone().unwrap_or_default();
                     let ended = match ctx.mutation.mutate(job, (**pod).clone()).await {
-                        Ok(pod) => {
-                            match bounded(pods.create(&crate::writes::post_params(), &pod)).await {
-                                Ok(_) => Ended::Done,
-                                Err(err) if is_status(&err, 409) => {
-                                    already_exists(&pods, &name, job_uid, err).await
-                                }
-                                Err(err) => failed(&err),
+                        Ok(pod) => match bounded(create_unread(&ctx.client, &pods, &pod)).await {
+                            Ok(_) => Ended::Done,
+                            Err(err) if is_status(&err, 409) => {
+                                already_exists(&pods, &name, job_uid, err).await
                             }
-                        }
+                            Err(err) => failed(&err),
+                        },
                         Err(e) => Ended::Refused(e.to_string()),
                     };
                     // Only a create that happened (or found this very pod) awaits its event.
@@ -860,7 +865,8 @@ async fn execute(ctx: &Context, job: &DIJob, key: &ObjectKey, plan: &Plan) -> Ou
                         }),
                         ..DeleteParams::default()
                     };
-                    let ended = ended(bounded(pods.delete(name, &params)).await);
+                    let ended =
+                        ended(bounded(delete_unread(&ctx.client, &pods, name, &params)).await);
                     if ended.failed() {
                         ctx.expectations.forget(key, None, Some(uid));
                     }
@@ -872,7 +878,7 @@ async fn execute(ctx: &Context, job: &DIJob, key: &ObjectKey, plan: &Plan) -> Ou
                 }
                 Action::CreateService(svc) => {
                     let name = svc.metadata.name.clone().unwrap_or_default();
-                    let result = bounded(services.create(&crate::writes::post_params(), svc)).await;
+                    let result = bounded(create_unread(&ctx.client, &services, &**svc)).await;
                     if result.is_ok() {
                         let at = ctx.settings.clock.now();
                         ctx.remember(key, |m| m.service_created = Some(at));
@@ -893,7 +899,8 @@ async fn execute(ctx: &Context, job: &DIJob, key: &ObjectKey, plan: &Plan) -> Ou
                         }),
                         ..DeleteParams::default()
                     };
-                    let result = bounded(services.delete(name, &params)).await;
+                    let result =
+                        bounded(delete_unread(&ctx.client, &services, name, &params)).await;
                     Write {
                         verb: Verb::Delete,
                         target: Target::Service(name.clone()),
@@ -932,6 +939,37 @@ async fn execute(ctx: &Context, job: &DIJob, key: &ObjectKey, plan: &Plan) -> Ou
 }
 
 /// How a kube write ended, as the decision step reads it.
+/// Creates `object` in `api`'s collection without decoding the API server's answer (the object
+/// as stored, `managedFields` and all, which nothing here reads): decoding a created pod took
+/// more of the operator's CPU than building and sending it.
+async fn create_unread<K: Resource + serde::Serialize>(
+    client: &Client,
+    api: &Api<K>,
+    object: &K,
+) -> Result<(), kube::Error> {
+    let body = serde_json::to_vec(object).map_err(kube::Error::SerdeError)?;
+    let mut request = kube::core::Request::new(api.resource_url())
+        .create(&crate::writes::post_params(), body)
+        .map_err(kube::Error::BuildRequest)?;
+    // What kube's own `create` tags its request with.
+    request.extensions_mut().insert("create");
+    client.request_text(request).await.map(drop)
+}
+
+/// Deletes `name` from `api`'s collection without decoding the answer (as [`create_unread`]).
+async fn delete_unread<K: Resource>(
+    client: &Client,
+    api: &Api<K>,
+    name: &str,
+    params: &DeleteParams,
+) -> Result<(), kube::Error> {
+    let mut request = kube::core::Request::new(api.resource_url())
+        .delete(name, params)
+        .map_err(kube::Error::BuildRequest)?;
+    request.extensions_mut().insert("delete");
+    client.request_text(request).await.map(drop)
+}
+
 fn ended<T>(result: Result<T, kube::Error>) -> Ended {
     result.map_or_else(|err| failed(&err), |_| Ended::Done)
 }
@@ -1077,16 +1115,29 @@ fn publish_once(ctx: &Context, job: &DIJob, key: &ObjectKey, events: &[planner::
 }
 
 /// Events queued beyond this are dropped (and counted): under a burst, pods come first.
-const EVENT_QUEUE: usize = 4096;
+const EVENT_QUEUE: usize = 16_384;
 
-/// Records queued Events a few at a time, so that during a burst they take a small share of the
-/// API server next to the pod writes.
-fn spawn_event_worker(recorder: Recorder) -> tokio::sync::mpsc::Sender<(Event, ObjectReference)> {
-    let (tx, rx) = tokio::sync::mpsc::channel::<(Event, ObjectReference)>(EVENT_QUEUE);
+/// Longest an Event waits for the controller to be idle before it is sent anyway, so that a
+/// controller never idle for long still records what happened, minutes late at worst.
+const EVENT_HOLD: Duration = Duration::from_secs(120);
+
+/// An Event to record, on the object it regards, and when it was made.
+type QueuedEvent = (Event, ObjectReference, Instant);
+
+/// Records queued Events a few at a time, each once no job waits for a reconcile and none runs
+/// (or [`EVENT_HOLD`] after it was made): Events are informational, so they go behind the pod,
+/// service and status writes of every job waiting for them instead of sharing the API server
+/// with them.
+fn spawn_event_worker(
+    recorder: Recorder,
+    queue: Arc<super::queue::Queue>,
+) -> tokio::sync::mpsc::Sender<QueuedEvent> {
+    let (tx, rx) = tokio::sync::mpsc::channel::<QueuedEvent>(EVENT_QUEUE);
     tokio::spawn(
-        tokio_stream::wrappers::ReceiverStream::new(rx).for_each_concurrent(4, move |(event, reference)| {
-            let recorder = recorder.clone();
+        tokio_stream::wrappers::ReceiverStream::new(rx).for_each_concurrent(4, move |(event, reference, made)| {
+            let (recorder, queue) = (recorder.clone(), queue.clone());
             async move {
+                queue.idle(made + EVENT_HOLD).await;
                 if let Err(err) = recorder.publish(&event, &reference).await {
                     tracing::debug!(object = ?reference.name, reason = event.reason, error = %err, "could not record event");
                 }
@@ -1116,7 +1167,11 @@ fn publish_related(
             note: Some(planner::clip(&e.message, planner::MAX_MESSAGE_BYTES)),
             secondary: related,
         };
-        if ctx.events.try_send((event, reference.clone())).is_err() {
+        if ctx
+            .events
+            .try_send((event, reference.clone(), Instant::now()))
+            .is_err()
+        {
             ctx.metrics.controller.events_dropped.inc();
         }
     }

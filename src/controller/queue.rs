@@ -4,10 +4,15 @@
 //! itself, so the controller's trigger streams report here and each reconcile takes its job
 //! out, with the same de-duplication (one entry per job) the scheduler applies.
 //!
-//! Owns only this count; it must not delay, drop or reorder a trigger.
+//! Also whether the controller is idle: no job waiting and no reconcile running, which is when
+//! informational writes (Events) may go without delaying a job's pod, service or status writes
+//! ([`Queue::idle`]).
+//!
+//! Owns only these counts; it must not delay, drop or reorder a trigger.
 
 use std::collections::HashSet;
 use std::sync::Mutex;
+use std::time::Instant;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -16,11 +21,38 @@ use prometheus_client::metrics::gauge::Gauge;
 use diorch_core::cached::CachedJob;
 use diorch_core::key::ObjectKey;
 
-/// Jobs waiting for a worker.
+/// Jobs waiting for a worker, and reconciles running.
 pub struct Queue {
     waiting: Mutex<HashSet<ObjectKey>>,
     depth: Gauge,
     jobs: Store<CachedJob>,
+    /// Jobs waiting plus reconciles running: 0 is idle.
+    busy: tokio::sync::watch::Sender<Busy>,
+}
+
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+struct Busy {
+    waiting: usize,
+    running: usize,
+}
+
+impl Busy {
+    fn idle(self) -> bool {
+        self.waiting == 0 && self.running == 0
+    }
+}
+
+/// A reconcile running ([`Queue::started`]); it ends when dropped.
+pub struct Running<'a> {
+    queue: &'a Queue,
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        self.queue
+            .busy
+            .send_modify(|b| b.running = b.running.saturating_sub(1));
+    }
 }
 
 impl Queue {
@@ -29,12 +61,40 @@ impl Queue {
             waiting: Mutex::new(HashSet::new()),
             depth,
             jobs,
+            busy: tokio::sync::watch::Sender::new(Busy::default()),
         }
     }
 
     fn waiting(&self) -> std::sync::MutexGuard<'_, HashSet<ObjectKey>> {
         // Poisoning only follows a panic elsewhere; the set stays meaningful.
         self.waiting.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The depth gauge and the busy count follow the set (called with its lock held, so the
+    /// two never disagree for long).
+    fn publish(&self, waiting: &HashSet<ObjectKey>) {
+        self.depth.set(waiting.len() as i64);
+        let len = waiting.len();
+        self.busy.send_if_modified(|b| {
+            let changed = b.waiting != len;
+            b.waiting = len;
+            changed
+        });
+    }
+
+    /// A worker took the job `key` and reconciles it until the guard drops.
+    pub fn started(&self, key: &ObjectKey) -> Running<'_> {
+        self.busy.send_modify(|b| b.running += 1);
+        self.done(key);
+        Running { queue: self }
+    }
+
+    /// Resolves once no job waits for a worker and no reconcile runs, or at `deadline`: work
+    /// that must not delay a job's own writes waits for this.
+    pub async fn idle(&self, deadline: Instant) {
+        let mut busy = self.busy.subscribe();
+        // `wait_for` only fails when the sender is gone, and `self` holds it.
+        let _ = tokio::time::timeout_at(deadline.into(), busy.wait_for(|b| b.idle())).await;
     }
 
     /// A trigger for the job `job`. A job not in the cache is never reconciled (its pods'
@@ -49,7 +109,7 @@ impl Queue {
         }
         let mut waiting = self.waiting();
         waiting.insert(job);
-        self.depth.set(waiting.len() as i64);
+        self.publish(&waiting);
     }
 
     /// A trigger from an object the job owns (the controller's owner reference).
@@ -73,14 +133,14 @@ impl Queue {
         for job in self.jobs.state() {
             waiting.insert(ObjectKey::of(&job.metadata));
         }
-        self.depth.set(waiting.len() as i64);
+        self.publish(&waiting);
     }
 
     /// A worker took the job `key`, or the job is gone.
     pub fn done(&self, key: &ObjectKey) {
         let mut waiting = self.waiting();
         waiting.remove(key);
-        self.depth.set(waiting.len() as i64);
+        self.publish(&waiting);
     }
 }
 
@@ -140,5 +200,44 @@ mod tests {
         queue.done(&key("b"));
         queue.done(&key("b"));
         assert_eq!(gauge.get(), 0);
+    }
+
+    #[tokio::test]
+    async fn idle_waits_for_every_waiting_job_and_running_reconcile_or_the_deadline() {
+        use futures::FutureExt;
+        let (store, mut writer) = kube::runtime::reflector::store::<CachedJob>();
+        writer.apply_watcher_event(&watcher::Event::Apply(job("a")));
+        let queue = Queue::new(Gauge::default(), store);
+        let later = Instant::now() + std::time::Duration::from_secs(3600);
+        assert!(
+            queue.idle(later).now_or_never().is_some(),
+            "nothing to do: idle"
+        );
+        queue.triggered(ObjectKey::new("ns", "a"));
+        assert!(queue.idle(later).now_or_never().is_none(), "a job waits");
+        let running = queue.started(&ObjectKey::new("ns", "a"));
+        assert!(
+            queue.idle(later).now_or_never().is_none(),
+            "its reconcile runs"
+        );
+        assert!(
+            tokio::time::timeout(
+                std::time::Duration::from_secs(5),
+                queue.idle(Instant::now())
+            )
+            .await
+            .is_ok(),
+            "the deadline passed"
+        );
+        let idle = queue.idle(later);
+        tokio::pin!(idle);
+        assert!(futures::poll!(idle.as_mut()).is_pending());
+        drop(running);
+        assert!(
+            tokio::time::timeout(std::time::Duration::from_secs(5), idle)
+                .await
+                .is_ok(),
+            "the reconcile ended: idle"
+        );
     }
 }

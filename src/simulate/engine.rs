@@ -954,6 +954,7 @@ impl Sim<'_> {
             if decision.forget_service {
                 self.jobs[i].memory.service_created = None;
             }
+            self.jobs[i].memory.counts_held_since = decision.counts_held_since;
             if let Some(wake) = decision.wake() {
                 self.wake(i, wake);
             }

@@ -9,16 +9,71 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{ContainerPort, ContainerStatus, Pod, PodStatus, Service};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use serde::Deserialize;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
+use serde::{Deserialize, Deserializer};
 
 use crate::api::{DEFAULT_CONTAINER_NAME, DEFAULT_PORT_NAME, DIJob, DIJobStatus};
+
+/// `ObjectMeta` as a watch sends it, minus `managedFields` and `selfLink`: those are skipped
+/// while parsing, without building them. `managedFields` is most of the metadata of an object
+/// several controllers write (on a real API server, every pod and DIJob), and decoding it into
+/// `serde_json::Value` maps, only to drop it, was the largest share of the operator's CPU.
+fn slim_meta<'de, D: Deserializer<'de>>(deserializer: D) -> Result<ObjectMeta, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Slim {
+        #[serde(default)]
+        annotations: Option<BTreeMap<String, String>>,
+        #[serde(default)]
+        creation_timestamp: Option<Time>,
+        #[serde(default)]
+        deletion_grace_period_seconds: Option<i64>,
+        #[serde(default)]
+        deletion_timestamp: Option<Time>,
+        #[serde(default)]
+        finalizers: Option<Vec<String>>,
+        #[serde(default)]
+        generate_name: Option<String>,
+        #[serde(default)]
+        generation: Option<i64>,
+        #[serde(default)]
+        labels: Option<BTreeMap<String, String>>,
+        #[serde(default)]
+        name: Option<String>,
+        #[serde(default)]
+        namespace: Option<String>,
+        #[serde(default)]
+        owner_references: Option<Vec<OwnerReference>>,
+        #[serde(default)]
+        resource_version: Option<String>,
+        #[serde(default)]
+        uid: Option<String>,
+    }
+    let m = Slim::deserialize(deserializer)?;
+    Ok(ObjectMeta {
+        annotations: m.annotations,
+        creation_timestamp: m.creation_timestamp,
+        deletion_grace_period_seconds: m.deletion_grace_period_seconds,
+        deletion_timestamp: m.deletion_timestamp,
+        finalizers: m.finalizers,
+        generate_name: m.generate_name,
+        generation: m.generation,
+        labels: m.labels,
+        managed_fields: None,
+        name: m.name,
+        namespace: m.namespace,
+        owner_references: m.owner_references,
+        resource_version: m.resource_version,
+        self_link: None,
+        uid: m.uid,
+    })
+}
 
 /// A pod as the controller caches it: decoded straight from the watch into this slim shape
 /// (the full `Pod` type is over 4 KB per object before any data), then trimmed by [`trim_pod`].
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
 pub struct CachedPod {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "slim_meta")]
     pub metadata: ObjectMeta,
     #[serde(default)]
     pub spec: Option<CachedPodSpec>,
@@ -256,7 +311,7 @@ fn kept_key(key: &str) -> bool {
 /// whether it is being deleted). A cached `Service` took ~1.9 KB per job.
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
 pub struct CachedService {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "slim_meta")]
     pub metadata: ObjectMeta,
 }
 
@@ -297,7 +352,7 @@ impl From<Service> for CachedService {
 
 #[derive(Clone, Debug, Deserialize)]
 pub struct CachedJob {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "slim_meta")]
     pub metadata: ObjectMeta,
     pub spec: Box<serde_json::value::RawValue>,
     #[serde(default)]
@@ -502,5 +557,35 @@ mod tests {
             <CachedService as kube_core::Resource>::plural(&()),
             "services"
         );
+    }
+
+    #[test]
+    fn cached_metadata_keeps_every_field_but_managed_fields_and_self_link() {
+        let meta = json!({
+            "annotations": {"a": "1"}, "creationTimestamp": "2026-01-01T00:00:00Z",
+            "deletionGracePeriodSeconds": 30, "deletionTimestamp": "2026-01-02T00:00:00Z",
+            "finalizers": ["f"], "generateName": "g-", "generation": 4, "labels": {"l": "2"},
+            "managedFields": [{"manager": "kube-scheduler", "operation": "Update",
+                "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {"f:conditions": {".": {}}}}}],
+            "name": "n", "namespace": "ns",
+            "ownerReferences": [{"apiVersion": "v1", "kind": "K", "name": "o", "uid": "ou"}],
+            "resourceVersion": "9", "selfLink": "/api/v1/x", "uid": "u"
+        });
+        let mut full: ObjectMeta = serde_json::from_value(meta.clone()).expect("meta");
+        assert!(full.managed_fields.is_some() && full.self_link.is_some());
+        full.managed_fields = None;
+        full.self_link = None;
+        let pod: CachedPod =
+            serde_json::from_value(json!({"metadata": meta.clone()})).expect("pod");
+        assert_eq!(pod.metadata, full);
+        let svc: CachedService =
+            serde_json::from_value(json!({"metadata": meta.clone()})).expect("service");
+        assert_eq!(svc.metadata, full);
+        let job: CachedJob =
+            serde_json::from_value(json!({"metadata": meta, "spec": {}})).expect("job");
+        assert_eq!(job.metadata, full);
+        // No metadata at all is the default, as before.
+        let bare: CachedPod = serde_json::from_value(json!({})).expect("bare pod");
+        assert_eq!(bare.metadata, ObjectMeta::default());
     }
 }

@@ -31,6 +31,12 @@ pub const SERVICE_EXPECTATION: Duration = Duration::from_secs(5);
 /// Least time between a job's status writes when the later one changes only replica counts.
 pub const COUNTS_WRITE_INTERVAL: Duration = Duration::from_secs(1);
 
+/// How long a change of replica counts alone waits before it is written: the pods of a job
+/// start (and end) within moments of each other, so their counts fold into the phase write
+/// that follows, or into one count write. `kubectl get dijobs` shows the counts this late at
+/// most; a phase change is never held.
+pub const COUNTS_HOLD: Duration = Duration::from_secs(3);
+
 /// How often a job waiting for capacity is tried again without any capacity event.
 pub const WAITING_RETRY: Duration = Duration::from_secs(30);
 
@@ -55,6 +61,8 @@ pub struct Memory {
     pub service_created: Option<Instant>,
     /// When this process last wrote the job's status.
     pub status_written: Option<Instant>,
+    /// Since when a change of replica counts alone has been held back, unwritten.
+    pub counts_held_since: Option<Instant>,
     /// Reconcile errors in a row (the backoff's exponent).
     pub failures: u32,
     /// Notes of the `once` notices already recorded.
@@ -133,6 +141,8 @@ pub struct Decision {
     pub forget_service: bool,
     /// A status write of replica counts alone is held back this long (the plan carries none).
     pub held_counts: Option<Duration>,
+    /// What the memory's `counts_held_since` becomes after this pass.
+    pub counts_held_since: Option<Instant>,
     /// The job waits for capacity.
     pub waiting: bool,
 }
@@ -154,6 +164,8 @@ pub fn decide(input: &Input<'_>, build: &BuildContext) -> Decision {
             .retain(|a| !matches!(a, Action::CreateService(_)));
     }
     let held_counts = held_counts(input, &plan);
+    let counts_held_since =
+        held_counts.map(|_| input.memory.counts_held_since.unwrap_or(input.now));
     if held_counts.is_some() {
         plan.status = None;
     }
@@ -162,20 +174,27 @@ pub fn decide(input: &Input<'_>, build: &BuildContext) -> Decision {
         service_expected,
         forget_service,
         held_counts,
+        counts_held_since,
         waiting: matches!(input.observed.admission, Some(Admission::Waiting { .. })),
     }
 }
 
-/// How long a status write that changes only replica counts must wait (`None`: it may go now).
-/// Pods of a job change one by one (created, scheduled, running); folding their counts keeps a
-/// job near one status write per phase (docs/performance.md).
+/// How long a status write that changes only replica counts must wait (`None`: it may go now):
+/// until [`COUNTS_HOLD`] after the first such change was held, and [`COUNTS_WRITE_INTERVAL`]
+/// after the last write. Pods of a job change one by one (created, scheduled, running,
+/// finished); folding their counts keeps a job at one status write per phase, plus at most one
+/// of counts when its pods are spread over more than [`COUNTS_HOLD`] (docs/performance.md).
 fn held_counts(input: &Input<'_>, plan: &Plan) -> Option<Duration> {
     let status = plan.status.as_ref()?;
     if plan.transition.is_some() || !planner::counts_only(input.job.status.as_ref(), status) {
         return None;
     }
-    let last = input.memory.status_written?;
-    COUNTS_WRITE_INTERVAL.checked_sub(input.now.saturating_duration_since(last))
+    let since = input.memory.counts_held_since.unwrap_or(input.now);
+    let hold = COUNTS_HOLD.checked_sub(input.now.saturating_duration_since(since));
+    let interval = input.memory.status_written.and_then(|last| {
+        COUNTS_WRITE_INTERVAL.checked_sub(input.now.saturating_duration_since(last))
+    });
+    hold.max(interval).filter(|d| !d.is_zero())
 }
 
 impl Decision {

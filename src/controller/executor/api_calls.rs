@@ -26,10 +26,10 @@ use std::time::Duration;
 use crate::events::Recorder;
 use bytes::Bytes;
 use http_body_util::{BodyExt as _, Full};
-use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod, PodCondition, PodStatus, Service};
+use k8s_openapi::api::core::v1::{Node, Pod, PodCondition, PodStatus, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Client;
-use kube::runtime::events::{Event, Reporter};
+use kube::runtime::events::Reporter;
 use kube::runtime::reflector::{self, store::Writer};
 use kube::runtime::watcher;
 use serde_json::{Value, json};
@@ -523,7 +523,7 @@ struct Harness {
     ctx: Context,
     server: Arc<ApiServer>,
     /// The Context's Event queue (`None` when the real Event worker drains it).
-    events: Option<mpsc::Receiver<(Event, ObjectReference)>>,
+    events: Option<mpsc::Receiver<super::QueuedEvent>>,
     pods: Writer<CachedPod>,
     services: Writer<CachedService>,
     nodes: Writer<Node>,
@@ -556,6 +556,10 @@ impl Harness {
             crate::allocator::Settings::default(),
             metrics.clone(),
         );
+        let queue = Arc::new(Queue::new(
+            metrics.controller.queue_depth.clone(),
+            job_store.clone(),
+        ));
         let (events, receiver) = if real_events {
             let recorder = Recorder::new(
                 client.clone(),
@@ -564,7 +568,7 @@ impl Harness {
                     instance: None,
                 },
             );
-            (super::spawn_event_worker(recorder), None)
+            (super::spawn_event_worker(recorder, queue.clone()), None)
         } else {
             let (tx, rx) = mpsc::channel(super::EVENT_QUEUE);
             (tx, Some(rx))
@@ -581,10 +585,7 @@ impl Harness {
             expectations: Expectations::default(),
             events,
             throttle: Throttle::new(settings.qps, settings.burst),
-            queue: Arc::new(Queue::new(
-                metrics.controller.queue_depth.clone(),
-                job_store,
-            )),
+            queue,
             settings,
             metrics,
             memory: Mutex::new(HashMap::new()),
@@ -642,7 +643,7 @@ impl Harness {
             .as_mut()
             .expect("the test holds the Event queue");
         let mut out = Vec::new();
-        while let Ok((event, _)) = rx.try_recv() {
+        while let Ok((event, _, _)) = rx.try_recv() {
             let related = event
                 .secondary
                 .map(|r| {

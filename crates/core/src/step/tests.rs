@@ -278,7 +278,7 @@ fn a_cached_service_ends_the_expectation() {
 }
 
 #[test]
-fn a_status_write_of_counts_alone_is_held_for_a_second_after_the_last_write() {
+fn a_status_write_of_counts_alone_waits_for_more_changes_and_a_second_after_the_last_write() {
     let mut job = two_task_job();
     let now = Instant::now();
     let first = decide_at(&job, &[], None, &Memory::default(), now);
@@ -290,42 +290,49 @@ fn a_status_write_of_counts_alone_is_held_for_a_second_after_the_last_write() {
     if let Some(s) = pods[0].status.as_mut() {
         s.phase = Some("Running".into());
     }
-    let plain = decide_at(&job, &pods, service.as_ref(), &Memory::default(), now);
-    let status = plain.plan.status.clone().expect("the counts change");
-    assert!(
-        plain.plan.transition.is_none() && planner::counts_only(job.status.as_ref(), &status),
-        "the scenario is a counts-only change: {}",
-        plain.plan.summary()
-    );
-    assert_eq!(plain.held_counts, None, "no earlier write: it goes now");
-
-    let written = |ago| Memory {
-        status_written: Some(now - ago),
+    let memory = |held: Option<Duration>, written: Option<Duration>| Memory {
+        counts_held_since: held.map(|ago| now - ago),
+        status_written: written.map(|ago| now - ago),
         ..Memory::default()
     };
-    let held = decide_at(
-        &job,
-        &pods,
-        service.as_ref(),
-        &written(Duration::from_millis(300)),
-        now,
-    );
-    assert_eq!(held.held_counts, Some(Duration::from_millis(700)));
-    assert_eq!(held.plan.status, None);
-    assert_eq!(held.wake(), Some(Duration::from_millis(700)));
+    let decide = |m: &Memory| decide_at(&job, &pods, service.as_ref(), m, now);
+
+    // First seen: held for the whole hold, and remembered from now.
+    let first = decide(&memory(None, None));
+    assert_eq!(first.held_counts, Some(COUNTS_HOLD));
+    assert_eq!(first.counts_held_since, Some(now));
+    assert_eq!(first.plan.status, None);
+    assert_eq!(first.wake(), Some(COUNTS_HOLD));
     assert_eq!(
-        held.requeue(Duration::from_secs(60)),
-        Requeue::After(Duration::from_millis(700))
+        first.requeue(Duration::from_secs(60)),
+        Requeue::After(COUNTS_HOLD)
     );
-    let due = decide_at(
-        &job,
-        &pods,
-        service.as_ref(),
-        &written(COUNTS_WRITE_INTERVAL * 2),
-        now,
-    );
+    // Held a second already: two to go, since unchanged.
+    let held = decide(&memory(Some(Duration::from_secs(1)), None));
+    assert_eq!(held.held_counts, Some(COUNTS_HOLD - Duration::from_secs(1)));
+    assert_eq!(held.counts_held_since, Some(now - Duration::from_secs(1)));
+    // The hold is over: written now, and the memory of it cleared.
+    let due = decide(&memory(Some(COUNTS_HOLD), None));
     assert_eq!(due.held_counts, None);
-    assert_eq!(due.plan.status, Some(status));
+    assert_eq!(due.counts_held_since, None);
+    let status = due.plan.status.clone().expect("the counts are written");
+    assert!(
+        due.plan.transition.is_none() && planner::counts_only(job.status.as_ref(), &status),
+        "the scenario is a counts-only change: {}",
+        due.plan.summary()
+    );
+    // Over, but the last write was 300 ms ago: a second between writes still holds.
+    let recent = decide(&memory(
+        Some(COUNTS_HOLD * 2),
+        Some(Duration::from_millis(300)),
+    ));
+    assert_eq!(recent.held_counts, Some(Duration::from_millis(700)));
+    let both = decide(&memory(
+        Some(COUNTS_HOLD * 2),
+        Some(COUNTS_WRITE_INTERVAL * 2),
+    ));
+    assert_eq!(both.held_counts, None);
+    assert_eq!(both.plan.status, Some(status));
 }
 
 #[test]
@@ -348,6 +355,7 @@ fn the_requeue_meets_deadlines_waits_for_capacity_and_follows_a_spec_patch() {
         service_expected: false,
         forget_service: false,
         held_counts: None,
+        counts_held_since: None,
         waiting: false,
     };
     let sync = Duration::from_secs(60);

@@ -340,11 +340,11 @@ async fn a_steady_job_makes_no_call_and_a_lost_service_is_created_again() {
     assert_eq!(h.events(), ["Normal SuccessfulCreate Service/di-j"]);
 }
 
-/// Pods of a Running job turn unready one after another: the first change of the counts is
-/// written at once, the next within a second waits (no call; a pass comes back for it when
-/// the second is over) and goes out with whatever the counts are then.
+/// Pods of a Running job turn unready one after another: a change of the counts alone waits
+/// `COUNTS_HOLD` (no call; a pass comes back for it when the hold is over) and then goes out
+/// with whatever the counts are then; the next change waits again.
 #[tokio::test]
-async fn replica_counts_changing_again_within_a_second_wait_for_one_write() {
+async fn replica_counts_changing_wait_out_the_hold_and_go_in_one_write() {
     let (job, pods) = running();
     let mut h = Harness::new(&job);
     let svc = service(&job);
@@ -358,29 +358,45 @@ async fn replica_counts_changing_again_within_a_second_wait_for_one_write() {
     for pod in unready(1) {
         h.with_pod(&pod);
     }
+    let requeue = h.reconcile(&job).await.expect("reconcile");
+    assert_calls(&h.server.take(), &[]);
+    assert!(
+        requeue != Requeue::requeue(SYNC),
+        "the held-back counts must bring a pass back within the hold: {requeue:?}"
+    );
+    // Another pod turns unready during the hold; then the hold is over.
+    for pod in unready(2) {
+        h.with_pod(&pod);
+    }
+    let again = h.reconcile(&job).await.expect("reconcile");
+    assert!(again != Requeue::requeue(SYNC), "{again:?}");
+    assert_calls(&h.server.take(), &[]);
+    let key = diorch_core::key::ObjectKey::of(&job.metadata);
+    h.ctx.remember(&key, |m| {
+        m.counts_held_since = m
+            .counts_held_since
+            .map(|at| at - diorch_core::step::COUNTS_HOLD);
+    });
     assert_eq!(
         h.reconcile(&job).await.expect("reconcile"),
         Requeue::requeue(SYNC)
     );
-    let calls = h.server.take();
     assert_calls(
-        &calls,
+        &h.server.take(),
         &[&[
             "PATCH /apis/diengine.opendilab.org/v2alpha1/namespaces/default/dijobs/j/status?&fieldManager=diorch phase=unchanged rv=1",
         ]],
     );
     let job = h.server.job();
-    assert_eq!(job.status.as_ref().map(|s| s.ready_replicas), Some(2));
+    assert_eq!(job.status.as_ref().map(|s| s.ready_replicas), Some(1));
+    assert_eq!(h.ctx.recall(&key).counts_held_since, None);
 
-    for pod in unready(2) {
+    for pod in unready(3) {
         h.with_pod(&pod);
     }
     let requeue = h.reconcile(&job).await.expect("reconcile");
     assert_calls(&h.server.take(), &[]);
-    assert!(
-        requeue != Requeue::requeue(SYNC),
-        "the held-back counts must bring a pass back within the second: {requeue:?}"
-    );
+    assert!(requeue != Requeue::requeue(SYNC), "{requeue:?}");
 }
 
 /// A pass that comes before the service's watch event (the pods' events came first) does not

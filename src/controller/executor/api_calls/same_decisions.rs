@@ -299,6 +299,7 @@ async fn the_executor_decides_what_the_simulator_decided_from_the_same_observati
         s.phase = Some("Running".into());
     }
     later.memory.status_written = Some(later.now - Duration::from_millis(300));
+    later.memory.counts_held_since = Some(later.now - step::COUNTS_HOLD);
     let input = step::Input {
         job: &later.job,
         observed: Observed {
