@@ -528,7 +528,7 @@ async fn writes(server: &Server, n: usize, concurrency: usize) -> anyhow::Result
         let a = to_running.get(key).copied().unwrap_or(0.0) / n as f64;
         let b = to_succeeded.get(key).copied().unwrap_or(0.0) / n as f64;
         let is_write = matches!(
-            verb.as_str(),
+            verb.split(' ').next().unwrap_or_default(),
             "create" | "update" | "patch" | "delete" | "deletecollection"
         );
         if is_write {

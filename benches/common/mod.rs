@@ -576,9 +576,13 @@ pub async fn api_requests(
                 .unwrap_or_default()
         };
         let value: f64 = value.trim().parse().unwrap_or(0.0);
-        *counts
-            .entry((label("resource"), label("verb")))
-            .or_insert(0.0) += value;
+        // Refused requests (a 409 conflict, say) on a row of their own: `patch (409)`.
+        let (verb, code) = (label("verb"), label("code"));
+        let verb = match code.parse::<u16>() {
+            Ok(code) if code >= 300 => format!("{verb} ({code})"),
+            _ => verb,
+        };
+        *counts.entry((label("resource"), verb)).or_insert(0.0) += value;
     }
     Ok(counts)
 }

@@ -509,7 +509,13 @@ async fn reconcile_inner(job: &DIJob, ctx: &Context) -> Result<Requeue, Error> {
     let gate = step::gate(
         job.metadata.deletion_timestamp.is_some(),
         ctx.caches.ready.load(Ordering::Acquire),
-        || ctx.expectations.satisfied(&key, &pod_refs, Instant::now()),
+        || {
+            ctx.expectations.satisfied(&key, &pod_refs, Instant::now())
+                && step::own_status_seen(
+                    &ctx.recall(&key),
+                    job.metadata.resource_version.as_deref(),
+                )
+        },
     );
     if let Some(gate) = gate {
         match gate {
@@ -730,7 +736,14 @@ async fn write_status<'a>(
     match bounded(jobs.patch_status(name, &params, &patch)).await {
         Ok(written) => {
             let at = ctx.settings.clock.now();
-            ctx.remember(&job_key(job), |m| m.status_written = Some(at));
+            let unseen = step::status_written(
+                job.metadata.resource_version.as_deref(),
+                written.metadata.resource_version.as_deref(),
+            );
+            ctx.remember(&job_key(job), |m| {
+                m.status_written = Some(at);
+                m.status_unseen = unseen;
+            });
             Ok(Some(Cow::Owned(DIJob {
                 metadata: written.metadata,
                 // Unchanged: a status write cannot change the spec.

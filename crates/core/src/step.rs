@@ -63,6 +63,10 @@ pub struct Memory {
     pub status_written: Option<Instant>,
     /// Since when a change of replica counts alone has been held back, unwritten.
     pub counts_held_since: Option<Instant>,
+    /// The resourceVersion the job had when this process last wrote its status, if the write
+    /// changed it: a pass that sees the job still at this version plans from a status older
+    /// than its own write, and its write would only be refused (409).
+    pub status_unseen: Option<String>,
     /// Reconcile errors in a row (the backoff's exponent).
     pub failures: u32,
     /// Notes of the `once` notices already recorded.
@@ -85,8 +89,8 @@ pub enum Gate {
     Deleting,
     /// The caches have not synced (or placement is not ready): nothing they show is complete.
     CachesSyncing,
-    /// The cache does not show this process's own latest pod writes yet: planning from it could
-    /// create a pod twice.
+    /// The cache does not show this process's own latest pod writes yet (planning from it could
+    /// create a pod twice), or its latest status write (a status write would be refused).
     OwnWritesUnseen,
 }
 
@@ -97,6 +101,23 @@ impl Gate {
             Gate::CachesSyncing => Requeue::After(CACHES_SYNCING_RETRY),
             Gate::OwnWritesUnseen => Requeue::After(OWN_WRITES_RETRY),
         }
+    }
+}
+
+/// Whether the job at `resource_version` (the cache's) shows this process's last status write.
+pub fn own_status_seen(memory: &Memory, resource_version: Option<&str>) -> bool {
+    memory
+        .status_unseen
+        .as_deref()
+        .is_none_or(|before| resource_version != Some(before))
+}
+
+/// What the memory's `status_unseen` becomes after a status write of the job at `before`
+/// answered with the job at `after`: nothing to wait for when the version did not move.
+pub fn status_written(before: Option<&str>, after: Option<&str>) -> Option<String> {
+    match (before, after) {
+        (Some(before), Some(after)) if before != after => Some(before.to_string()),
+        _ => None,
     }
 }
 

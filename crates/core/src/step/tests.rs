@@ -485,3 +485,22 @@ fn each_notice_is_recorded_once_per_job_and_at_most_sixty_four() {
     );
     assert_eq!(memory.notices.len(), MAX_NOTICES_PER_JOB);
 }
+
+#[test]
+fn a_pass_waits_for_the_cache_to_show_its_own_status_write() {
+    let mut memory = Memory::default();
+    assert!(own_status_seen(&memory, Some("1")), "nothing written yet");
+    memory.status_unseen = status_written(Some("1"), Some("2"));
+    assert_eq!(memory.status_unseen.as_deref(), Some("1"));
+    assert!(!own_status_seen(&memory, Some("1")), "the cache is behind");
+    assert!(own_status_seen(&memory, Some("2")), "the cache shows it");
+    assert!(
+        own_status_seen(&memory, Some("7")),
+        "or something newer: versions are only compared for equality"
+    );
+    assert!(own_status_seen(&memory, None));
+    // A write that changed nothing leaves the version: nothing to wait for.
+    assert_eq!(status_written(Some("2"), Some("2")), None);
+    assert_eq!(status_written(None, Some("2")), None);
+    assert_eq!(status_written(Some("2"), None), None);
+}

@@ -81,6 +81,50 @@ async fn a_new_job_creates_its_pods_and_service_then_writes_pending() {
     );
 }
 
+/// A pass that still sees the job as it was before this process's own status write (its watch
+/// event not in yet) makes no call: a status write from it would only be refused. Once the
+/// cache shows the write, passes go on.
+#[tokio::test]
+async fn a_pass_from_before_its_own_status_write_makes_no_call() {
+    let job = new_job();
+    let mut h = Harness::new(&job);
+    h.reconcile(&job).await.expect("reconcile");
+    let calls = h.server.take();
+    for name in ["j-learner-0", "j-collector-0", "j-collector-1"] {
+        let pod: Pod =
+            serde_json::from_value(body_of(&calls, "POST", PODS, name).clone()).expect("pod");
+        h.cache_pod(&pod);
+    }
+    let svc: Service =
+        serde_json::from_value(body_of(&calls, "POST", SERVICES, "di-j").clone()).expect("svc");
+    h.services
+        .apply_watcher_event(&watcher::Event::Apply(CachedService::from(svc)));
+
+    assert_eq!(
+        h.reconcile(&job).await.expect("reconcile"),
+        Requeue::requeue(diorch_core::step::OWN_WRITES_RETRY)
+    );
+    assert_calls(&h.server.take(), &[]);
+    // What held it back: forgetting the write, the same pass is refused (409) by the server.
+    let key = diorch_core::key::ObjectKey::of(&job.metadata);
+    let remembered = h.ctx.recall(&key);
+    h.ctx.remember(&key, |m| m.status_unseen = None);
+    assert_eq!(
+        h.reconcile(&job).await.expect("reconcile"),
+        Requeue::requeue(diorch_core::step::CONFLICT_RETRY)
+    );
+    h.server.take();
+    h.ctx.remember(&key, |m| *m = remembered);
+
+    let written = h.server.job();
+    assert_ne!(
+        written.metadata.resource_version,
+        job.metadata.resource_version
+    );
+    let again = h.reconcile(&written).await.expect("reconcile");
+    assert_ne!(again, Requeue::requeue(diorch_core::step::OWN_WRITES_RETRY));
+}
+
 /// A typed task without a name: one JSON patch of the DIJob (each `add` guarded by a `test`
 /// of the task's type) and nothing else; the update brings the job back with its names.
 #[tokio::test]
