@@ -48,11 +48,28 @@ impl UsagePod {
 #[derive(Deserialize)]
 struct PodShape {
     #[serde(default)]
-    metadata: ObjectMeta,
+    metadata: MetaShape,
     #[serde(default)]
     spec: Option<SpecShape>,
     #[serde(default)]
     status: Option<StatusShape>,
+}
+
+/// The metadata the allocator keeps; the rest (`managedFields`, annotations) is skipped while
+/// parsing, never built.
+#[derive(Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct MetaShape {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    namespace: Option<String>,
+    #[serde(default)]
+    uid: Option<String>,
+    #[serde(default)]
+    resource_version: Option<String>,
+    #[serde(default)]
+    labels: Option<BTreeMap<String, String>>,
 }
 
 #[derive(Deserialize)]
@@ -96,7 +113,7 @@ impl From<PodShape> for UsagePod {
     fn from(pod: PodShape) -> UsagePod {
         let mut metadata = pod.metadata;
         let job = metadata.labels.as_mut().and_then(|l| l.remove(labels::JOB));
-        metadata = ObjectMeta {
+        let metadata = ObjectMeta {
             name: metadata.name,
             namespace: metadata.namespace,
             uid: metadata.uid,
@@ -544,7 +561,9 @@ mod tests {
             labels["diengine/job"] = json!(job);
         }
         serde_json::from_value(json!({
-            "metadata": {"name": "p", "namespace": "ns", "labels": labels, "annotations": {"a": "b"}},
+            "metadata": {"name": "p", "namespace": "ns", "uid": "u", "resourceVersion": "3",
+                "labels": labels, "annotations": {"a": "b"},
+                "managedFields": [{"manager": "kubelet", "fieldsV1": {"f:status": {}}}]},
             "spec": {
                 "nodeName": node,
                 "containers": [
@@ -570,6 +589,14 @@ mod tests {
         assert!(!pod.terminal);
         assert_eq!(pod.metadata.annotations, None);
         assert_eq!(pod.metadata.labels, None);
+        assert_eq!(pod.metadata.managed_fields, None);
+        assert_eq!(
+            (
+                pod.metadata.uid.as_deref(),
+                pod.metadata.resource_version.as_deref()
+            ),
+            (Some("u"), Some("3"))
+        );
         assert!(usage_pod(None, None, "Succeeded", "1", "0").terminal);
         assert_eq!(usage_pod(None, None, "Pending", "1", "0").job_key(), None);
     }
