@@ -79,6 +79,12 @@ pub struct RunArgs {
     /// 4-pod job: 160 at 32, under kube-apiserver's 200 mutating requests in flight).
     #[arg(long, default_value_t = 32)]
     pub concurrency: u16,
+    /// How long a DIJob's reconcile waits after something asked for it, so that the changes of
+    /// its pods that come moments apart (created, scheduled, started) are looked at in one pass
+    /// instead of one each (e.g. `200ms`; `0s` reconciles at once). Each new request within it
+    /// waits it out again; phase changes are written this much later at most per request.
+    #[arg(long, default_value = "200ms", value_parser = parse_duration)]
+    pub reconcile_debounce: std::time::Duration,
     /// Address of the Prometheus `/metrics` endpoint and of `GET /plugins` (`0` disables it).
     /// Unless `--server-auth none`, both need a bearer token allowed `get` on their path (a
     /// SubjectAccessReview on the non-resource URL, as kube-rbac-proxy checks).
@@ -230,6 +236,7 @@ impl RunArgs {
             burst: self.burst,
             sync_period: self.sync_period,
             concurrency: self.concurrency,
+            debounce: self.reconcile_debounce,
             ..Settings::default()
         }
     }

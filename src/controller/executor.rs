@@ -52,6 +52,9 @@ pub struct Settings {
     pub sync_period: Duration,
     /// Jobs reconciled at once (0 = unbounded).
     pub concurrency: u16,
+    /// How long a requested reconcile waits for more requests of the same job (kube-runtime's
+    /// debounce): a job's pod events fold into one pass.
+    pub debounce: Duration,
     /// Name the operator records Events as (`reportingController`).
     pub reporter: String,
     /// Whether this replica leads: only the leader reconciles (the caches stay warm anyway).
@@ -68,6 +71,7 @@ impl Default for Settings {
             burst: 200,
             sync_period: Duration::from_secs(60),
             concurrency: 32,
+            debounce: Duration::from_millis(200),
             reporter: labels::OPERATOR_NAME.to_string(),
             leader: crate::leader::Leadership::always(),
             clock: Arc::new(SystemClock),
@@ -429,7 +433,11 @@ pub fn start(
         .owns_stream(services)
         .reconcile_on(retries)
         .reconcile_all_on(acquired)
-        .with_config(controller::Config::default().concurrency(settings.concurrency))
+        .with_config(
+            controller::Config::default()
+                .concurrency(settings.concurrency)
+                .debounce(settings.debounce),
+        )
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
