@@ -536,9 +536,9 @@ pub async fn run(
     // the core's `Placement` contract and never names it.
     let place = {
         let (client, plugins, metrics) = (client.clone(), plugins.clone(), metrics.clone());
-        move |jobs| {
+        move |jobs, pods| {
             let (allocator, retries) =
-                Allocator::start(client, plugins, jobs, allocator_settings, metrics);
+                Allocator::start(client, plugins, jobs, pods, allocator_settings, metrics);
             executor::Placer {
                 placement: allocator,
                 retries: retries.boxed(),

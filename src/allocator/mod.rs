@@ -312,13 +312,14 @@ impl Allocator {
         (allocator, retries)
     }
 
-    /// Starts the allocator with its watches (all nodes; all pods, slimmed) and returns it with
-    /// the stream of jobs to reconcile again when capacity frees. `jobs` is the controller's
-    /// cache.
+    /// Starts the allocator with its watch of all nodes, over every pod's changes (`pods`, the
+    /// controller's watch of all pods, slimmed) and returns it with the stream of jobs to
+    /// reconcile again when capacity frees. `jobs` is the controller's cache.
     pub fn start(
         client: Client,
         policies: Arc<dyn Policies>,
         jobs: Store<CachedJob>,
+        pods: impl futures::Stream<Item = watcher::Event<view::UsagePod>> + Send + 'static,
         settings: Settings,
         metrics: Arc<Metrics>,
     ) -> (
@@ -332,11 +333,6 @@ impl Allocator {
             .modify(view::trim_node)
             .reflect(node_writer)
             .touched_objects();
-        let pods = watcher(
-            Api::<view::UsagePod>::all(client),
-            watcher::Config::default(),
-        )
-        .default_backoff();
         let wake = allocator.clone();
         tokio::spawn(async move {
             let mut nodes = std::pin::pin!(nodes);
@@ -353,7 +349,7 @@ impl Allocator {
                     },
                     event = pods.next() => match event {
                         None => break,
-                        Some(Ok(event)) => {
+                        Some(event) => {
                             wake.pod_event(&event).await;
                             match event {
                                 watcher::Event::Delete(_) => true,
@@ -361,7 +357,6 @@ impl Allocator {
                                 _ => false,
                             }
                         }
-                        Some(Err(_)) => false,
                     },
                 };
                 if frees {
@@ -388,8 +383,8 @@ impl Allocator {
         Ok(())
     }
 
-    /// Keeps the book's pod index in step with the pod cache: [`Allocator::start`]'s watch
-    /// feeds it every event after the cache has applied it.
+    /// Keeps the book's pod index in step with every pod's changes: [`Allocator::start`] feeds it
+    /// each event of the pod watch it is given.
     pub async fn pod_event(&self, event: &watcher::Event<view::UsagePod>) {
         match event {
             watcher::Event::Apply(pod) => self.ledger.lock().await.book.apply_pod(pod),
@@ -411,7 +406,7 @@ impl Allocator {
     }
 
     /// Room may have freed outside the allocator's own releases (a pod ended or went): every
-    /// waiting job is sent to the controller again. [`Allocator::start`]'s watch calls it; the
+    /// waiting job is sent to the controller again. [`Allocator::start`]'s pod events call it; the
     /// simulator calls it for its simulated pods.
     pub async fn capacity_freed(&self) {
         self.wake_waiting().await;

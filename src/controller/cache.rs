@@ -1,13 +1,16 @@
-//! The controller's index from a job to its pods' names, kept in step with the pod watch.
+//! The controller's index from a job to its pods' names, kept in step with the pod watch, and
+//! the split of the one pod watch between the allocator (every pod) and the controller (the
+//! operator's pods).
 //!
-//! Owns [`PodIndex`]. The cached shapes and their trimming are `diorch_core::cached`. Reads
-//! only; never writes to the API.
+//! Owns [`PodIndex`] and [`split_pod_event`]. The cached shapes and their trimming are
+//! `diorch_core::cached`. Reads only; never writes to the API.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, RwLock};
 
 use diorch_core::api::labels;
-use diorch_core::cached::CachedPod;
+use diorch_core::cached::{CachedPod, WatchedPod};
+use diorch_core::model::UsagePod;
 use kube::runtime::watcher;
 
 /// (namespace, `diengine/job` label value).
@@ -122,6 +125,44 @@ impl PodIndex {
     }
 }
 
+/// One event of the watch of every pod as the allocator's book takes it, and as the
+/// controller's pod cache takes it, if at all: only the operator's pods are the controller's.
+/// `cached` answers the controller's cached pod of the same name, if any: a pod that stopped
+/// being the operator's (its label removed) leaves the controller's cache as if deleted, as a
+/// label-selected watch would have said.
+pub fn split_pod_event(
+    event: watcher::Event<WatchedPod>,
+    cached: impl Fn(&WatchedPod) -> Option<CachedPod>,
+) -> (watcher::Event<UsagePod>, Option<watcher::Event<CachedPod>>) {
+    match event {
+        watcher::Event::Apply(pod) => {
+            let before = (!pod.is_operators()).then(|| cached(&pod)).flatten();
+            let (usage, mine) = pod.split();
+            let controller = match (mine, before) {
+                (Some(pod), _) => Some(watcher::Event::Apply(pod)),
+                (None, Some(gone)) => Some(watcher::Event::Delete(gone)),
+                (None, None) => None,
+            };
+            (watcher::Event::Apply(usage), controller)
+        }
+        watcher::Event::Delete(pod) => {
+            let before = (!pod.is_operators()).then(|| cached(&pod)).flatten();
+            let (usage, mine) = pod.split();
+            let controller = mine.or(before).map(watcher::Event::Delete);
+            (watcher::Event::Delete(usage), controller)
+        }
+        watcher::Event::InitApply(pod) => {
+            let (usage, mine) = pod.split();
+            (
+                watcher::Event::InitApply(usage),
+                mine.map(watcher::Event::InitApply),
+            )
+        }
+        watcher::Event::Init => (watcher::Event::Init, Some(watcher::Event::Init)),
+        watcher::Event::InitDone => (watcher::Event::InitDone, Some(watcher::Event::InitDone)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -188,5 +229,77 @@ mod tests {
         index.apply(&watcher::Event::InitDone);
         assert_eq!(index.pods_of("ns", "j"), ["d"]);
         assert!(index.pods_of("ns", "k").is_empty());
+    }
+
+    fn watched(name: &str, operator: bool) -> WatchedPod {
+        let mut labels = json!({"diengine/job": "j"});
+        if operator {
+            labels["diengine/operator"] = json!("di-operator");
+        }
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "ns", "labels": labels},
+            "spec": {"nodeName": "n1", "containers": [{"name": "di-container",
+                "resources": {"requests": {"cpu": "1"}}}]}
+        }))
+        .expect("pod")
+    }
+
+    #[test]
+    fn the_pod_watch_splits_into_every_pod_for_the_allocator_and_the_operators_for_the_controller()
+    {
+        let none = |_: &WatchedPod| None;
+        let name = |e: &Option<watcher::Event<CachedPod>>| match e {
+            Some(watcher::Event::Apply(p)) => {
+                format!("apply {}", p.metadata.name.clone().unwrap_or_default())
+            }
+            Some(watcher::Event::Delete(p)) => {
+                format!("delete {}", p.metadata.name.clone().unwrap_or_default())
+            }
+            Some(watcher::Event::InitApply(p)) => {
+                format!("init-apply {}", p.metadata.name.clone().unwrap_or_default())
+            }
+            Some(watcher::Event::Init) => "init".into(),
+            Some(watcher::Event::InitDone) => "init-done".into(),
+            None => "-".into(),
+        };
+        let (usage, mine) = split_pod_event(watcher::Event::Apply(watched("a", true)), none);
+        assert!(
+            matches!(usage, watcher::Event::Apply(p) if p.job.as_deref() == Some("j") && p.node.as_deref() == Some("n1"))
+        );
+        assert_eq!(name(&mine), "apply a");
+        let (usage, mine) = split_pod_event(watcher::Event::Apply(watched("b", false)), none);
+        assert!(matches!(usage, watcher::Event::Apply(_)));
+        assert_eq!(
+            name(&mine),
+            "-",
+            "not the operator's: the controller never sees it"
+        );
+        // A pod the controller caches loses the operator's label: it leaves the controller's
+        // cache, labels and all (so the index drops it from its job).
+        let had = |_: &WatchedPod| Some(pod("c", "j"));
+        let (_, mine) = split_pod_event(watcher::Event::Apply(watched("c", false)), had);
+        assert_eq!(name(&mine), "delete c");
+        assert!(
+            matches!(&mine, Some(watcher::Event::Delete(p)) if p.label("diengine/job") == Some("j"))
+        );
+        let (usage, mine) = split_pod_event(watcher::Event::Delete(watched("a", true)), none);
+        assert!(matches!(usage, watcher::Event::Delete(_)));
+        assert_eq!(name(&mine), "delete a");
+        let (_, mine) = split_pod_event(watcher::Event::Delete(watched("b", false)), none);
+        assert_eq!(name(&mine), "-");
+        let (_, mine) = split_pod_event(watcher::Event::Delete(watched("c", false)), had);
+        assert_eq!(name(&mine), "delete c");
+        // A re-list reaches both whole; its pods only where they belong.
+        let (usage, mine) = split_pod_event(watcher::Event::Init, none);
+        assert!(matches!(usage, watcher::Event::Init));
+        assert_eq!(name(&mine), "init");
+        let (usage, mine) = split_pod_event(watcher::Event::InitApply(watched("b", false)), none);
+        assert!(matches!(usage, watcher::Event::InitApply(_)));
+        assert_eq!(name(&mine), "-");
+        let (_, mine) = split_pod_event(watcher::Event::InitApply(watched("a", true)), none);
+        assert_eq!(name(&mine), "init-apply a");
+        let (usage, mine) = split_pod_event(watcher::Event::InitDone, none);
+        assert!(matches!(usage, watcher::Event::InitDone));
+        assert_eq!(name(&mine), "init-done");
     }
 }

@@ -32,9 +32,10 @@ use super::throttle::Throttle;
 use crate::metrics::{ActionLabels, ErrorLabels, Metrics, PhaseLabels};
 use diorch_core::api::{DIJob, labels};
 use diorch_core::build::{BuildContext, PodGroup};
-use diorch_core::cached::{self as cache, CachedJob, CachedPod, CachedService};
+use diorch_core::cached::{self as cache, CachedJob, CachedPod, CachedService, WatchedPod};
 use diorch_core::key::ObjectKey;
 use diorch_core::merge_patch;
+use diorch_core::model::UsagePod;
 use diorch_core::mutation::PodMutation;
 use diorch_core::naming;
 use diorch_core::placement::Placement;
@@ -213,6 +214,12 @@ impl Caches {
     }
 }
 
+/// Every pod's changes as the allocator takes them, from the controller's one pod watch.
+pub type UsageEvents = tokio_stream::wrappers::ReceiverStream<watcher::Event<UsagePod>>;
+
+/// Pod events held for the allocator before the pod watch waits for it.
+const USAGE_EVENTS: usize = 1024;
+
 /// What places preemptible jobs, started over the controller's DIJob cache: the operator
 /// passes the allocator here, the controller sees only the `Placement` trait.
 pub struct Placer {
@@ -232,14 +239,15 @@ fn trigger_owner<K: Resource, E>(queue: Arc<super::queue::Queue>) -> impl Fn(&Re
 }
 
 /// Sets up the DIJob controller: returns its caches and the future that runs it until
-/// `shutdown` resolves. `place` starts the placer over the DIJob cache. Must be called within
-/// the tokio runtime.
+/// `shutdown` resolves. `place` starts the placer over the DIJob cache and every pod's changes
+/// (the controller's pod watch is a watch of every pod: the allocator counts them all, the
+/// controller caches the operator's). Must be called within the tokio runtime.
 pub fn start(
     client: Client,
     settings: Settings,
     metrics: Arc<Metrics>,
     mutation: Arc<dyn PodMutation>,
-    place: impl FnOnce(Store<CachedJob>) -> Placer,
+    place: impl FnOnce(Store<CachedJob>, UsageEvents) -> Placer,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) -> (Caches, futures::future::BoxFuture<'static, ()>) {
     let owned = watcher::Config::default().labels(&format!(
@@ -251,7 +259,11 @@ pub fn start(
     let (pod_store, pod_writer) = reflector::store::<CachedPod>();
     let (svc_store, svc_writer) = reflector::store::<CachedService>();
     let index = PodIndex::default();
-    let Placer { placement, retries } = place(job_store.clone());
+    let (usage_tx, usage_rx) = tokio::sync::mpsc::channel(USAGE_EVENTS);
+    let Placer { placement, retries } = place(
+        job_store.clone(),
+        tokio_stream::wrappers::ReceiverStream::new(usage_rx),
+    );
 
     metrics
         .controller
@@ -317,26 +329,49 @@ pub fn start(
             }
         }
     });
-    let pods = watcher(Api::<CachedPod>::all(client.clone()), owned.clone())
-        .default_backoff()
-        .modify(cache::trim_pod)
-        .inspect({
-            let index = index.clone();
-            move |event| {
-                if let Ok(event) = event {
-                    index.apply(event);
-                }
+    let pods = watcher(
+        Api::<WatchedPod>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .filter_map({
+        let store = pod_store.clone();
+        move |event| {
+            let (usage, store) = (usage_tx.clone(), store.clone());
+            async move {
+                let event = match event {
+                    Ok(event) => event,
+                    Err(err) => return Some(Err(err)),
+                };
+                let (for_allocator, for_controller) = super::cache::split_pod_event(event, |pod| {
+                    let name = pod.metadata.name.as_deref()?;
+                    let namespace = pod.metadata.namespace.as_deref()?;
+                    let cached = store.get(&ObjectRef::new(name).within(namespace))?;
+                    Some(CachedPod::clone(&cached))
+                });
+                // Closed only once the allocator stopped: then nobody counts pods any more.
+                let _ = usage.send(for_allocator).await;
+                for_controller.map(Ok)
             }
-        })
-        .reflect(pod_writer)
-        // After the reflector: the replica API's cached answers key on this version.
-        .inspect(move |event| {
+        }
+    })
+    .inspect({
+        let index = index.clone();
+        move |event| {
             if let Ok(event) = event {
-                index.settled(event);
+                index.apply(event);
             }
-        })
-        .touched_objects()
-        .inspect(trigger_owner(ctx.queue.clone()));
+        }
+    })
+    .reflect(pod_writer)
+    // After the reflector: the replica API's cached answers key on this version.
+    .inspect(move |event| {
+        if let Ok(event) = event {
+            index.settled(event);
+        }
+    })
+    .touched_objects()
+    .inspect(trigger_owner(ctx.queue.clone()));
     let services = watcher(Api::<CachedService>::all(client), owned)
         .default_backoff()
         .modify(cache::trim_service)

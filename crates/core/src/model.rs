@@ -111,40 +111,52 @@ struct StatusShape {
 
 impl From<PodShape> for UsagePod {
     fn from(pod: PodShape) -> UsagePod {
-        let mut metadata = pod.metadata;
-        let job = metadata.labels.as_mut().and_then(|l| l.remove(labels::JOB));
+        let mut m = pod.metadata;
+        let job = m.labels.as_mut().and_then(|l| l.remove(labels::JOB));
         let metadata = ObjectMeta {
-            name: metadata.name,
-            namespace: metadata.namespace,
-            uid: metadata.uid,
-            resource_version: metadata.resource_version,
+            name: m.name,
+            namespace: m.namespace,
+            uid: m.uid,
+            resource_version: m.resource_version,
             ..ObjectMeta::default()
         };
-        let (node, mut requests) = match &pod.spec {
-            Some(spec) => (
-                spec.node_name.clone(),
+        let spec = pod.spec.as_ref();
+        UsagePod::new(
+            metadata,
+            job,
+            spec.and_then(|s| s.node_name.clone()),
+            spec.map_or_else(Resources::default, |s| {
                 resources::requests(
-                    spec.containers.iter().map(ContainerFields::shape),
-                    spec.init_containers.iter().map(ContainerFields::shape),
-                    spec.overhead.as_ref(),
+                    s.containers.iter().map(ContainerFields::shape),
+                    s.init_containers.iter().map(ContainerFields::shape),
+                    s.overhead.as_ref(),
                     false,
-                ),
-            ),
-            None => (None, Resources::default()),
-        };
+                )
+            }),
+            pod.status.and_then(|s| s.phase).as_deref(),
+        )
+    }
+}
+
+impl UsagePod {
+    /// The allocator's pod from what it reads of one: `metadata` holds only the name,
+    /// namespace, uid and resourceVersion; `requests` are its containers' (`resources::requests`).
+    pub(crate) fn new(
+        metadata: ObjectMeta,
+        job: Option<String>,
+        node: Option<String>,
+        mut requests: Resources,
+        phase: Option<&str>,
+    ) -> UsagePod {
         requests.set(PODS, 1000);
         // Kept per pod in the allocator's cache.
         requests.shrink_to_fit();
-        let terminal = matches!(
-            pod.status.and_then(|s| s.phase).as_deref(),
-            Some("Succeeded" | "Failed")
-        );
         UsagePod {
             metadata,
             job,
             node,
             requests,
-            terminal,
+            terminal: matches!(phase, Some("Succeeded" | "Failed")),
         }
     }
 }
