@@ -257,7 +257,7 @@ mod tests {
         assert!(md.contains("- Commit: abc1234-dirty"));
         assert!(md.contains("| what | goal | measured | met? | command |"));
         assert!(md.contains(
-            "| pods exist time, operator/direct, N = 1000, real API server | ≤ 1.3x | 1.40x"
+            "| pods exist time, operator/direct, N = 1000, real API server | - | 1.40x"
         ));
         assert!(md.contains("| services | delete | 0.00 | - | 1.00 | 1 |"));
         assert!(md.contains("| events | create | 8.00 | client-go: 8 | 2.00 | client-go: 2 |"));
@@ -270,6 +270,7 @@ mod tests {
             "{md}"
         );
         assert!(md.contains("![ratio against N](ratio.svg)"));
+        assert!(md.contains("| dijobs/status | patch (409) | 0.00 | - | 1.50 | - |"));
         // No command row: "-".
         let bare: Vec<Row> = rows
             .into_iter()
