@@ -6,13 +6,14 @@
 #
 #   bash scripts/profile-operator.sh [csv]     env: N (default 1000), LABEL (default
 #                                              "N = $N, real API server" or "..., sandbox"),
-#                                              KEEP=dir to keep perf.data there
+#                                              KEEP=dir to keep perf.data there,
+#                                              PROFILE_TARGET_DIR (default target/profile)
 #
 # The real API server: BENCH_KUBECONFIG's if set, else one started from ../shared/kube (stopped
 # on exit), else (or with BENCH_REAL=0) none and the profile is of the sandbox. Prints the owners; with a csv, appends
 # them as `cpu-owner` rows (scripts/bench.sh does). Builds into target/profile (frame pointers
-# and line tables would otherwise rebuild target/release): the first run takes 10+ minutes on 2
-# cores. Needs perf (Debian: apt-get install linux-perf) allowed to record; without it, says so
+# and line tables would otherwise rebuild target/release), bench_report too (it reuses that
+# build of the crate): the first run takes 10+ minutes on 2 cores. Needs perf (Debian: apt-get install linux-perf) allowed to record; without it, says so
 # and exits 0.
 set -euo pipefail
 csv="${1:-}"
@@ -65,9 +66,12 @@ LABEL=${LABEL:-"N = $N, $server"}
 # The operator alone (PATHS=operator), no writes or memory runs; no rows (its CPU under perf is
 # not the operator's own). Frame pointers: perf's -g walks them (no DWARF unwinding needed).
 echo "cpu profile: $LABEL, the operator under perf record (log: $out/bench.log)"
-CARGO_TARGET_DIR=target/profile RUSTFLAGS="-C force-frame-pointers=yes" \
-    CARGO_PROFILE_BENCH_DEBUG=line-tables-only \
-    PATHS=operator SIZES="$sizes" REAL_SIZES="$real_sizes" WRITE_JOBS=0 MEMORY_JOBS=0 \
+# The release profile as the bench's, so the sandbox (the bench builds it --release) and
+# bench_report share the operator's build.
+build=(CARGO_TARGET_DIR="${PROFILE_TARGET_DIR:-target/profile}"
+    RUSTFLAGS="-C force-frame-pointers=yes" CARGO_PROFILE_BENCH_DEBUG=line-tables-only
+    CARGO_PROFILE_RELEASE_DEBUG=line-tables-only)
+env "${build[@]}" PATHS=operator SIZES="$sizes" REAL_SIZES="$real_sizes" WRITE_JOBS=0 MEMORY_JOBS=0 \
     REAL_MEMORY_JOBS=0 BENCH_CSV= BENCH_KUBECONFIG="$kubeconfig" \
     OPERATOR_WRAPPER="perf record -g -F 499 -o $out/perf.data --" \
     cargo bench --locked --bench controller_scale >"$out/bench.log" 2>&1 ||
@@ -75,7 +79,8 @@ CARGO_TARGET_DIR=target/profile RUSTFLAGS="-C force-frame-pointers=yes" \
 [ -s "$out/perf.data" ] || { echo "cpu profile: perf wrote no data" >&2; exit 1; }
 perf script -i "$out/perf.data" >"$out/perf.txt" 2>"$out/perf-script.log" ||
     { tail -5 "$out/perf-script.log"; echo "cpu profile: perf script failed" >&2; exit 1; }
-cargo run --release --locked --quiet --example bench_report -- cpu "$out/perf.txt" "$LABEL" ${csv:+"$csv"}
+env "${build[@]}" cargo run --release --locked --quiet --example bench_report -- \
+    cpu "$out/perf.txt" "$LABEL" ${csv:+"$csv"}
 if [ -n "$csv" ]; then
     echo "meta,command,cpu-profile,bash scripts/profile-operator.sh" >>"$csv"
 fi
