@@ -11,6 +11,11 @@
 # With ../shared/kube (a real control plane; else the server of BENCH_KUBECONFIG, if set) the
 # controller and placement benches also run against a real API server; BENCH_REAL=0 skips that.
 #
+# After the controller bench, scripts/profile-operator.sh profiles the operator under perf on the
+# same real API server (else the sandbox) into `cpu-owner` rows: where its CPU goes. It skips
+# itself without perf; its first run builds target/profile (10+ minutes on 2 cores, not in the
+# time above).
+#
 # Env (defaults): CONTROLLER_SIZES (100,300,1000; on the real server REAL_CONTROLLER_SIZES,
 # 1000), MEMORY_JOBS (5000; on the real server REAL_MEMORY_JOBS, 1000), WRITE_JOBS (100),
 # PLACEMENT_SIZES (1000; on the real server REAL_PLACEMENT_SIZES, 300), ROUNDS (2), BENCH_REAL (1); the benches' own variables (CONCURRENCY,
@@ -105,6 +110,9 @@ run() {
 run controller env SIZES="$CONTROLLER_SIZES" REAL_SIZES="$REAL_CONTROLLER_SIZES" \
     MEMORY_JOBS="$MEMORY_JOBS" REAL_MEMORY_JOBS="$REAL_MEMORY_JOBS" WRITE_JOBS="$WRITE_JOBS" \
     cargo bench --locked --bench controller_scale
+# The operator under perf on the same server (BENCH_KUBECONFIG, exported above when there is
+# one); BENCH_REAL=0 keeps it on the sandbox. Without perf it says so and adds no rows.
+run cpu_profile env BENCH_REAL="$BENCH_REAL" bash scripts/profile-operator.sh "$csv"
 # On the real server a placement run is the operator's client throttle (--qps 100) times its
 # writes for either policy (1.003 at N = 1000, 78 s a run, four runs): N = 300 says the same.
 # SHADOW=1: then Wasm bin-pack alone against it with a shadow policy attached (sandbox only).

@@ -15,6 +15,9 @@
 //! plugin-calls,<name>,<microseconds>
 //! hot-swap,<name>,<milliseconds>
 //! heap-owner,<owner>,<mib>      (peak heap by owner, from `bench_report heap`)
+//! cpu-owner,<label>,<owner>,<percent>,<samples>
+//!                               (the operator's CPU samples by owner, from `bench_report cpu`;
+//!                                a label or owner holding a comma is in double quotes)
 //! meta,<key>,<value>            (the value is the rest of the line, commas included;
 //!                                meta,command,<bench>,<command line> names a bench's command)
 //! ```
@@ -25,11 +28,16 @@
 //! -F <stacks> --flamegraph-cost-type peak`) into the operator's owners of memory, prints them
 //! and appends them to `<csv>` as `heap-owner` rows (`scripts/heap-owners.sh`).
 //!
+//! `bench_report cpu <perf-script-text> <label> [<csv>]` sorts the samples of `perf script`
+//! (the operator under `perf record -g`) into the owners of its CPU time, prints their shares
+//! and appends them to `<csv>` as `cpu-owner` rows under `<label>` (`scripts/profile-operator.sh`).
+//!
 //! Owns: the command line and the files written. Must not touch: the row format (rows.rs), the
-//! goals (goals.rs), the report's text (markdown.rs), the chart's lines (ratio.rs) or the heap
-//! owners (heap.rs).
+//! goals (goals.rs), the report's text (markdown.rs), the chart's lines (ratio.rs), the heap
+//! owners (heap.rs) or the CPU owners (cpu.rs).
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a measurement program: a panic is its report
 
+mod cpu;
 mod goals;
 mod heap;
 mod markdown;
@@ -38,6 +46,7 @@ mod rows;
 
 use std::path::PathBuf;
 
+use cpu::cpu_command;
 use heap::heap_command;
 use markdown::report;
 use ratio::{series, svg};
@@ -51,6 +60,18 @@ fn main() -> anyhow::Result<()> {
         };
         return heap_command(
             std::path::Path::new(&stacks),
+            csv.as_deref().map(std::path::Path::new),
+        );
+    }
+    if std::env::args_os().nth(1).is_some_and(|a| a == "cpu") {
+        let (Some(script), Some(label), csv, None) =
+            (args.nth(1), args.next(), args.next(), args.next())
+        else {
+            anyhow::bail!("usage: bench_report cpu <perf-script-text> <label> [<csv>]");
+        };
+        return cpu_command(
+            std::path::Path::new(&script),
+            &label.to_string_lossy(),
             csv.as_deref().map(std::path::Path::new),
         );
     }

@@ -52,6 +52,72 @@ duplicate is answered 409 and ignored.
 - Reads (`list`, `watch`) are the reflectors' (jobs, pods, services, nodes, plugin \
 ConfigMaps) and are not per job.";
 
+/// "Where the operator's CPU goes": a row per owner, a column per profile's label (both in the
+/// order they first appear), and each profile's sample count.
+pub fn cpu_owners_section(w: &mut String, rows: &[Row]) {
+    let mut labels: Vec<&str> = Vec::new();
+    let mut owners: Vec<&str> = Vec::new();
+    // (label, owner) -> percent; the last row wins.
+    let mut share: BTreeMap<(&str, &str), f64> = BTreeMap::new();
+    let mut samples: BTreeMap<&str, u64> = BTreeMap::new();
+    for row in rows {
+        if let Row::CpuOwner {
+            label,
+            owner,
+            percent,
+            samples: n,
+        } = row
+        {
+            if !labels.contains(&label.as_str()) {
+                labels.push(label);
+            }
+            if !owners.contains(&owner.as_str()) {
+                owners.push(owner);
+            }
+            if share.insert((label, owner), *percent).is_none() {
+                *samples.entry(label).or_default() += n;
+            }
+        }
+    }
+    if labels.is_empty() {
+        return;
+    }
+    let _ = writeln!(w, "\n## Where the operator's CPU goes\n");
+    let _ = writeln!(
+        w,
+        "The operator under `perf record -g` (frame pointers) while N DIJobs × 4 pods run on \
+         the real API server (N and the server in each column's label), `{}`: each sample goes \
+         to the first owner in this table whose keys (examples/bench_report/cpu.rs) match its \
+         stack; shares of the operator's samples.\n",
+        command(rows, &["cpu-profile"])
+            .unwrap_or_else(|| "bash scripts/profile-operator.sh".into())
+    );
+    let _ = write!(w, "| owner |");
+    for label in &labels {
+        let _ = write!(w, " {} |", cell(label));
+    }
+    let _ = write!(w, "\n|---|");
+    for _ in &labels {
+        let _ = write!(w, "---:|");
+    }
+    let _ = writeln!(w);
+    for owner in &owners {
+        let _ = write!(w, "| {} |", cell(owner));
+        for label in &labels {
+            let _ = match share.get(&(*label, *owner)) {
+                Some(p) => write!(w, " {p:.1} % |"),
+                None => write!(w, " - |"),
+            };
+        }
+        let _ = writeln!(w);
+    }
+    let _ = write!(w, "| samples |");
+    for label in &labels {
+        let _ = write!(w, " {} |", samples.get(label).copied().unwrap_or(0));
+    }
+    let _ = writeln!(w);
+}
+
 pub fn report(rows: &[Row]) -> String {
     let mut md = String::new();
     let w = &mut md;
@@ -157,6 +223,8 @@ pub fn report(rows: &[Row]) -> String {
         let _ = writeln!(w, "\n{WRITES_ABOVE_THE_FLOOR}");
     }
 
+    cpu_owners_section(w, rows);
+
     let owners: Vec<(&str, f64)> = rows
         .iter()
         .filter_map(|r| match r {
@@ -256,9 +324,11 @@ mod tests {
         assert!(md.contains("scripts/bench.sh"));
         assert!(md.contains("- Commit: abc1234-dirty"));
         assert!(md.contains("| what | goal | measured | met? | command |"));
-        assert!(md.contains(
-            "| pods exist time, operator/direct, N = 1000, real API server | ≤ 1.3x | 1.40x"
-        ));
+        assert!(
+            md.contains(
+                "| pods exist time, operator/direct, N = 1000, real API server | - | 1.40x"
+            )
+        );
         assert!(md.contains("| services | delete | 0.00 | - | 1.00 | 1 |"));
         assert!(md.contains("| events | create | 8.00 | client-go: 8 | 2.00 | client-go: 2 |"));
         assert!(
@@ -270,6 +340,25 @@ mod tests {
             "{md}"
         );
         assert!(md.contains("![ratio against N](ratio.svg)"));
+        assert!(md.contains("| dijobs/status | patch (409) | 0.00 | - | 1.50 | - |"));
+        // CPU owners: a column per label, in order, "-" where a profile has no such owner;
+        // after the API requests, before the heap owners.
+        let cpu = md
+            .find("\n## Where the operator's CPU goes\n")
+            .expect("cpu section");
+        assert!(md.find("\n## API requests per job\n").unwrap() < cpu);
+        assert!(md[cpu..].contains("`bash scripts/profile-operator.sh`"));
+        assert!(md[cpu..].contains("`perf record -g` (frame pointers)"));
+        assert!(
+            md.contains(
+                "| owner | N = 1000, real API server | N = 300, sandbox |\n|---|---:|---:|\n"
+            ),
+            "{md}"
+        );
+        assert!(md.contains("| status writes (encode, send, decode answer) | 20.0 % | - |"));
+        assert!(md.contains("| other | 49.5 % | 60.0 % |"));
+        assert!(md.contains("| TLS | - | 40.0 % |"));
+        assert!(md.contains("| samples | 2000 | 200 |"));
         // No command row: "-".
         let bare: Vec<Row> = rows
             .into_iter()
@@ -277,6 +366,15 @@ mod tests {
             .collect();
         let md = report(&bare);
         assert!(md.contains("- Machine: -"));
+        assert!(
+            md.contains("`bash scripts/profile-operator.sh`"),
+            "the default command"
+        );
+        let no_cpu: Vec<Row> = bare
+            .into_iter()
+            .filter(|r| !matches!(r, Row::CpuOwner { .. }))
+            .collect();
+        assert!(!report(&no_cpu).contains("CPU goes"));
         assert!(md.contains("| 2.45 s | - | - |"), "{md}");
     }
 

@@ -61,6 +61,14 @@ pub enum Row {
         owner: String,
         mib: f64,
     },
+    /// The operator's CPU samples of one profile (`label`) owned by `owner`: their share in %
+    /// and their count (`bench_report cpu`).
+    CpuOwner {
+        label: String,
+        owner: String,
+        percent: f64,
+        samples: u64,
+    },
     /// A measure of the active policy alone and with a shadow attached (issue 37): `bench` is
     /// `admit` (shadow_cost) or `placement` (placement, SHADOW=1).
     Shadow {
@@ -106,6 +114,31 @@ pub fn text(field: &str, what: &str) -> Result<String, String> {
     } else {
         Ok(t.to_string())
     }
+}
+
+/// The fields of `rest` split at commas outside double quotes; a quoted field loses its quotes
+/// and `""` in it is a quote.
+pub fn quoted_fields(rest: &str) -> Result<Vec<String>, String> {
+    let mut fields = Vec::new();
+    let mut field = String::new();
+    let mut quoted = false;
+    let mut chars = rest.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '"' if quoted && chars.peek() == Some(&'"') => {
+                field.push('"');
+                chars.next();
+            }
+            '"' => quoted = !quoted,
+            ',' if !quoted => fields.push(std::mem::take(&mut field)),
+            c => field.push(c),
+        }
+    }
+    if quoted {
+        return Err("unterminated quote".to_string());
+    }
+    fields.push(field);
+    Ok(fields)
 }
 
 /// Splits `fields` (after the kind) into a free-form name (which may hold commas) and a number
@@ -212,6 +245,23 @@ pub fn parse_line(line: &str) -> Result<Line, String> {
         "heap-owner" => {
             let (owner, mib) = name_and_number(rest, "mib")?;
             Row::HeapOwner { owner, mib }
+        }
+        // Labels and owners hold commas: quoted (cpu.rs writes them so).
+        "cpu-owner" => {
+            let rest = line.split_once(',').map_or("", |(_, r)| r);
+            let f = quoted_fields(rest)?;
+            if f.len() != 4 {
+                return Err(format!(
+                    "cpu-owner: expected 4 fields after the kind (label,owner,percent,samples), got {}",
+                    f.len()
+                ));
+            }
+            Row::CpuOwner {
+                label: text(&f[0], "label")?,
+                owner: text(&f[1], "owner")?,
+                percent: number(&f[2], "percent")?,
+                samples: count(&f[3], "samples")?,
+            }
         }
         "shadow" => {
             want(4, "bench,measure,alone,shadowed")?;
@@ -390,6 +440,24 @@ mod tests {
             }
         );
         assert_eq!(
+            one("cpu-owner,\"N = 1000, sandbox\",\"HTTP (hyper, \"\"tower\"\")\",12.5,40"),
+            Row::CpuOwner {
+                label: "N = 1000, sandbox".into(),
+                owner: "HTTP (hyper, \"tower\")".into(),
+                percent: 12.5,
+                samples: 40,
+            }
+        );
+        assert_eq!(
+            one("cpu-owner,plain,allocator,0.5,2"),
+            Row::CpuOwner {
+                label: "plain".into(),
+                owner: "allocator".into(),
+                percent: 0.5,
+                samples: 2,
+            }
+        );
+        assert_eq!(
             one("meta,command,controller,SIZES=100,1000 cargo bench"),
             Row::Meta {
                 key: "command".into(),
@@ -421,11 +489,18 @@ mod tests {
     fn malformed_and_unknown_lines_are_skipped_with_a_warning() {
         let csv = format!(
             "{SAMPLE}\ncontroller-time,sandbox,100,abc,1,1,1,1\nmemory,sandbox,5000\n\
-             replica-api,8,NaN,1,1\nplugin-calls,42\nmeta,lonely\nfrobnicate,1,2\n\n# comment\n"
+             replica-api,8,NaN,1,1\nplugin-calls,42\nmeta,lonely\nfrobnicate,1,2\n\n# comment\n\
+             cpu-owner,N = 1000, sandbox,TLS,1.0,3\ncpu-owner,\"open,TLS,1.0,3\n"
         );
         let (rows, warnings) = parse(&csv);
         assert_eq!(rows.len(), parse(SAMPLE).0.len());
-        assert_eq!(warnings.len(), 6, "{warnings:#?}");
+        assert_eq!(warnings.len(), 8, "{warnings:#?}");
+        assert!(warnings[6].contains("expected 4 fields"), "{}", warnings[6]);
+        assert!(
+            warnings[7].contains("unterminated quote"),
+            "{}",
+            warnings[7]
+        );
         assert!(warnings[0].contains("direct_exist_ms"), "{}", warnings[0]);
         assert!(warnings[1].contains("expected 4 fields"), "{}", warnings[1]);
         assert!(
