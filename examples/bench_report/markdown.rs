@@ -32,20 +32,21 @@ pub const WRITES_ABOVE_THE_FLOOR: &str = "\
 JobStarting, JobRunning) and 2 after (JobSucceeded, the service's SuccessfulDelete). diorch \
 folds a reconcile pass's successful creates, and its successful deletes, into one Event each \
 (`coalesce_successes`: the note lists DI-orchestrator's message for every object), so a job \
-to Running costs 4 Events. A lone create or delete keeps DI-orchestrator's exact Event.
+to Running costs 4 Events. A lone create or delete keeps DI-orchestrator's exact Event. \
+Events wait until no job waits for a reconcile and none runs (`Queue::idle`; 2 min at most), \
+so during a burst they go behind every job's pod, service and status writes.
 - **`dijobs/status`** above one write per phase: a write that changes only replica counts \
-(`replicas`, `readyReplicas`, `taskStatus`) waits until 1 s after the job's last status write \
-(`counts_wait`), so pods that are created, scheduled and started one by one fold into the \
-phase writes; what remains above the floor is a count change that comes more than a second \
-after the last write (a slow pod), and a write retried after a 409 conflict (the cache was \
-behind the job's own last write). From Running to Succeeded it is the same: the first pod \
-to finish changes the counts more than a second after the Running write, so they are \
-written at once, and the others fold into the Succeeded write: 2 where the floor says 1. \
-Holding the first count change back as well would save it, at the cost of `taskStatus` \
-lagging by up to the interval on every change. Each status write is a JSON merge patch of \
-the status fields that changed, guarded by the resourceVersion it was planned from (a 409 \
-when the job changed since): the request carries no spec, and its answer is decoded with the \
-spec left raw.
+(`replicas`, `readyReplicas`, `taskStatus`) waits 3 s after the first such change \
+(`COUNTS_HOLD`), and 1 s after the job's last status write, so pods that are created, \
+scheduled, started or finished within moments of each other fold into the phase write that \
+follows; what remains above the floor is a count change of pods spread over more than 3 s. \
+`kubectl get dijobs` shows the counts 3 s late at most; a phase change is never held. A \
+pass that still sees the job at the resourceVersion its own last status write replaced waits \
+for the watch to show it (`own_status_seen`) instead of sending a write the server refuses \
+(409); the bench lists refused requests on rows of their own (`patch (409)`). Each status \
+write is a JSON merge patch of the status fields that changed, guarded by the \
+resourceVersion it was planned from: the request carries no spec, and its answer is decoded \
+with the spec left raw.
 - **`services` create** above 1: only when a pass runs before the service's own watch event \
 and after the 5 s in which a created service is taken as there (`service_expected`); the \
 duplicate is answered 409 and ignored.

@@ -1173,6 +1173,10 @@ fn publish_once(ctx: &Context, job: &DIJob, key: &ObjectKey, events: &[planner::
 /// Events queued beyond this are dropped (and counted): under a burst, pods come first.
 const EVENT_QUEUE: usize = 16_384;
 
+/// Events held back for an idle controller beyond this many go out at once, so that the held
+/// ones stay a few MiB at most and a long burst drops none.
+const EVENT_BACKLOG: usize = 8_192;
+
 /// Longest an Event waits for the controller to be idle before it is sent anyway, so that a
 /// controller never idle for long still records what happened, minutes late at worst.
 const EVENT_HOLD: Duration = Duration::from_secs(120);
@@ -1181,19 +1185,24 @@ const EVENT_HOLD: Duration = Duration::from_secs(120);
 type QueuedEvent = (Event, ObjectReference, Instant);
 
 /// Records queued Events a few at a time, each once no job waits for a reconcile and none runs
-/// (or [`EVENT_HOLD`] after it was made): Events are informational, so they go behind the pod,
-/// service and status writes of every job waiting for them instead of sharing the API server
-/// with them.
+/// (or [`EVENT_HOLD`] after it was made, or at once past [`EVENT_BACKLOG`] held): Events are
+/// informational, so they go behind the pod, service and status writes of every job waiting
+/// for them instead of sharing the API server with them.
 fn spawn_event_worker(
     recorder: Recorder,
     queue: Arc<super::queue::Queue>,
 ) -> tokio::sync::mpsc::Sender<QueuedEvent> {
     let (tx, rx) = tokio::sync::mpsc::channel::<QueuedEvent>(EVENT_QUEUE);
+    // Weak: the worker must not keep the queue open once the controller is gone.
+    let held = tx.downgrade();
     tokio::spawn(
         tokio_stream::wrappers::ReceiverStream::new(rx).for_each_concurrent(4, move |(event, reference, made)| {
             let (recorder, queue) = (recorder.clone(), queue.clone());
+            let backlog = held.upgrade().map_or(0, |tx| EVENT_QUEUE - tx.capacity());
             async move {
-                queue.idle(made + EVENT_HOLD).await;
+                if backlog <= EVENT_BACKLOG {
+                    queue.idle(made + EVENT_HOLD).await;
+                }
                 if let Err(err) = recorder.publish(&event, &reference).await {
                     tracing::debug!(object = ?reference.name, reason = event.reason, error = %err, "could not record event");
                 }
