@@ -773,6 +773,16 @@ impl Planner<'_> {
         let mut ready = 0;
         let mut missing = Vec::new();
         let adopted = self.adopted_template_hashes(&slots);
+        // Each task's hash once per pass: it serialises the task's whole template.
+        let mut hashes: Vec<Option<String>> = vec![None; job.spec.tasks.len()];
+        let mut hash_of = |task: usize| -> String {
+            match hashes.get_mut(task) {
+                Some(cached) => cached
+                    .get_or_insert_with(|| template_hash(job, task))
+                    .clone(),
+                None => template_hash(job, task),
+            }
+        };
         for slot in &slots {
             let Some(pod) = slot.live else {
                 missing.push(slot);
@@ -787,7 +797,7 @@ impl Planner<'_> {
             }
             let hash = annotation(pod, TEMPLATE_HASH_ANNOTATION)
                 .or_else(|| adopted.get(slot.task_index).and_then(Option::as_deref));
-            if hash.is_some_and(|h| h != template_hash(job, slot.task_index)) {
+            if hash.is_some_and(|h| h != hash_of(slot.task_index)) {
                 replace.push((pod, "template changed"));
             } else if preemptible && !allocation.is_empty() {
                 let rank = ranks.rank_of(&slot.pod_name);
@@ -919,11 +929,15 @@ impl Planner<'_> {
                     self.plan.actions.push(delete_pod(pod, why));
                 }
             }
-            let world = build::world(job, &ranks, self.ctx);
-            let creatable = missing
+            let creatable: Vec<_> = missing
                 .iter()
-                .filter(|s| !s.blocked && (converging || in_place_task(s.task_index)));
-            for slot in creatable.take(MAX_CREATES_PER_PASS) {
+                .filter(|s| !s.blocked && (converging || in_place_task(s.task_index)))
+                .take(MAX_CREATES_PER_PASS)
+                .collect();
+            // Built only for a pass that creates: most passes create nothing.
+            let world = (!creatable.is_empty()).then(|| build::world(job, &ranks, self.ctx));
+            for slot in creatable {
+                let Some(world) = world.as_ref() else { break };
                 let Some(rank) = ranks.rank_of(&slot.pod_name) else {
                     continue;
                 };
@@ -937,13 +951,13 @@ impl Planner<'_> {
                 } else {
                     None
                 };
-                if let Some(mut pod) = build::build_pod(job, &replica, &world, self.ctx, node) {
+                if let Some(mut pod) = build::build_pod(job, &replica, world, self.ctx, node) {
                     pod.metadata
                         .annotations
                         .get_or_insert_with(BTreeMap::new)
                         .insert(
                             TEMPLATE_HASH_ANNOTATION.to_string(),
-                            template_hash(job, slot.task_index),
+                            hash_of(slot.task_index),
                         );
                     self.plan.actions.push(Action::CreatePod(Box::new(pod)));
                 }
