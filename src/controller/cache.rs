@@ -9,8 +9,9 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, RwLock};
 
 use diorch_core::api::labels;
-use diorch_core::cached::{CachedPod, WatchedPod};
+use diorch_core::cached::CachedPod;
 use diorch_core::model::UsagePod;
+use diorch_core::watched::WatchedPod;
 use kube::runtime::watcher;
 
 /// (namespace, `diengine/job` label value).

@@ -32,7 +32,7 @@ use super::throttle::Throttle;
 use crate::metrics::{ActionLabels, ErrorLabels, Metrics, PhaseLabels};
 use diorch_core::api::{DIJob, labels};
 use diorch_core::build::{BuildContext, PodGroup};
-use diorch_core::cached::{self as cache, CachedJob, CachedPod, CachedService, WatchedPod};
+use diorch_core::cached::{self as cache, CachedJob, CachedPod, CachedService};
 use diorch_core::key::ObjectKey;
 use diorch_core::merge_patch;
 use diorch_core::model::UsagePod;
@@ -41,6 +41,7 @@ use diorch_core::naming;
 use diorch_core::placement::Placement;
 use diorch_core::planner::{self, Action, EventType, Observed, Plan};
 use diorch_core::step::{self, Decision, Ended, Memory, Target, Verb, Write};
+use diorch_core::watched::WatchedPod;
 
 /// Controller settings (spec section 12 flags and kube-rs conventions).
 #[derive(Clone, Debug)]

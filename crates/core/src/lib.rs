@@ -30,3 +30,4 @@ pub mod reason;
 pub mod resources;
 pub mod step;
 pub mod validate;
+pub mod watched;
