@@ -369,7 +369,7 @@ fn api_types() -> Vec<(String, String)> {
 fn resources_of(ty: &str) -> Option<&'static [&'static str]> {
     Some(match ty {
         "DIJob" | "CachedJob" => &["dijobs", "dijobs/status"],
-        "Pod" | "CachedPod" | "UsagePod" => &["pods"],
+        "Pod" | "CachedPod" | "UsagePod" | "WatchedPod" => &["pods"],
         "Service" | "CachedService" => &["services"],
         "Node" => &["nodes"],
         "PriorityClass" => &["priorityclasses"],
