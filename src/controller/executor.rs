@@ -892,13 +892,17 @@ async fn execute(ctx: &Context, job: &DIJob, key: &ObjectKey, plan: &Plan) -> Ou
                 Action::CreatePod(pod) => {
                     let name = pod.metadata.name.clone().unwrap_or_default();
                     let ended = match ctx.mutation.mutate(job, (**pod).clone()).await {
-                        Ok(pod) => match bounded(create_unread(&ctx.client, &pods, &pod)).await {
-                            Ok(_) => Ended::Done,
-                            Err(err) if is_status(&err, 409) => {
-                                already_exists(&pods, &name, job_uid, err).await
+                        Ok(pod) => {
+                            match bounded(create_unread(&ctx.client, pods.resource_url(), &pod))
+                                .await
+                            {
+                                Ok(_) => Ended::Done,
+                                Err(err) if is_status(&err, 409) => {
+                                    already_exists(&pods, &name, job_uid, err).await
+                                }
+                                Err(err) => failed(&err),
                             }
-                            Err(err) => failed(&err),
-                        },
+                        }
                         Err(e) => Ended::Refused(e.to_string()),
                     };
                     // Only a create that happened (or found this very pod) awaits its event.
@@ -922,8 +926,15 @@ async fn execute(ctx: &Context, job: &DIJob, key: &ObjectKey, plan: &Plan) -> Ou
                         }),
                         ..DeleteParams::default()
                     };
-                    let ended =
-                        ended(bounded(delete_unread(&ctx.client, &pods, name, &params)).await);
+                    let ended = ended(
+                        bounded(delete_unread(
+                            &ctx.client,
+                            pods.resource_url(),
+                            name,
+                            &params,
+                        ))
+                        .await,
+                    );
                     if ended.failed() {
                         ctx.expectations.forget(key, None, Some(uid));
                     }
@@ -935,7 +946,8 @@ async fn execute(ctx: &Context, job: &DIJob, key: &ObjectKey, plan: &Plan) -> Ou
                 }
                 Action::CreateService(svc) => {
                     let name = svc.metadata.name.clone().unwrap_or_default();
-                    let result = bounded(create_unread(&ctx.client, &services, &**svc)).await;
+                    let result =
+                        bounded(create_unread(&ctx.client, services.resource_url(), &**svc)).await;
                     if result.is_ok() {
                         let at = ctx.settings.clock.now();
                         ctx.remember(key, |m| m.service_created = Some(at));
@@ -956,8 +968,13 @@ async fn execute(ctx: &Context, job: &DIJob, key: &ObjectKey, plan: &Plan) -> Ou
                         }),
                         ..DeleteParams::default()
                     };
-                    let result =
-                        bounded(delete_unread(&ctx.client, &services, name, &params)).await;
+                    let result = bounded(delete_unread(
+                        &ctx.client,
+                        services.resource_url(),
+                        name,
+                        &params,
+                    ))
+                    .await;
                     Write {
                         verb: Verb::Delete,
                         target: Target::Service(name.clone()),
@@ -996,16 +1013,16 @@ async fn execute(ctx: &Context, job: &DIJob, key: &ObjectKey, plan: &Plan) -> Ou
 }
 
 /// How a kube write ended, as the decision step reads it.
-/// Creates `object` in `api`'s collection without decoding the API server's answer (the object
+/// Creates `object` in the collection at `collection` (an `Api`'s `resource_url`) without decoding the API server's answer (the object
 /// as stored, `managedFields` and all, which nothing here reads): decoding a created pod took
 /// more of the operator's CPU than building and sending it.
-async fn create_unread<K: Resource + serde::Serialize>(
+async fn create_unread(
     client: &Client,
-    api: &Api<K>,
-    object: &K,
+    collection: &str,
+    object: &impl serde::Serialize,
 ) -> Result<(), kube::Error> {
     let body = serde_json::to_vec(object).map_err(kube::Error::SerdeError)?;
-    let mut request = kube::core::Request::new(api.resource_url())
+    let mut request = kube::core::Request::new(collection)
         .create(&crate::writes::post_params(), body)
         .map_err(kube::Error::BuildRequest)?;
     // What kube's own `create` tags its request with.
@@ -1013,14 +1030,15 @@ async fn create_unread<K: Resource + serde::Serialize>(
     client.request_text(request).await.map(drop)
 }
 
-/// Deletes `name` from `api`'s collection without decoding the answer (as [`create_unread`]).
-async fn delete_unread<K: Resource>(
+/// Deletes `name` from the collection at `collection` without decoding the answer (as
+/// [`create_unread`]).
+async fn delete_unread(
     client: &Client,
-    api: &Api<K>,
+    collection: &str,
     name: &str,
     params: &DeleteParams,
 ) -> Result<(), kube::Error> {
-    let mut request = kube::core::Request::new(api.resource_url())
+    let mut request = kube::core::Request::new(collection)
         .delete(name, params)
         .map_err(kube::Error::BuildRequest)?;
     request.extensions_mut().insert("delete");
