@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::Node;
-use kube::runtime::reflector::{self, Store};
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Api, Client};
 
@@ -326,25 +326,42 @@ impl Allocator {
         Arc<Allocator>,
         futures::channel::mpsc::UnboundedReceiver<ObjectKey>,
     ) {
-        let (node_store, node_writer) = reflector::store::<Node>();
-        let (allocator, retries) = Allocator::new(policies, node_store, jobs, settings, metrics);
+        let (node_store, mut node_writer) = reflector::store::<Node>();
+        let (allocator, retries) =
+            Allocator::new(policies, node_store.clone(), jobs, settings, metrics);
+        // Each event with whether it may change what fits (compared with the cached node
+        // before the cache takes it in, as `reflect` would).
         let nodes = watcher(Api::<Node>::all(client.clone()), watcher::Config::default())
             .default_backoff()
             .modify(view::trim_node)
-            .reflect(node_writer)
-            .touched_objects();
+            .map(move |event| {
+                let event = event.ok()?;
+                let changed = match &event {
+                    watcher::Event::Apply(node) => view::node_changed(
+                        node_store.get(&ObjectRef::from_obj(node)).as_deref(),
+                        node,
+                    ),
+                    watcher::Event::Delete(_) | watcher::Event::InitDone => true,
+                    watcher::Event::Init | watcher::Event::InitApply(_) => false,
+                };
+                node_writer.apply_watcher_event(&event);
+                Some(changed)
+            });
         let wake = allocator.clone();
         tokio::spawn(async move {
             let mut nodes = std::pin::pin!(nodes);
             let mut pods = std::pin::pin!(pods);
             loop {
-                // Any node change may add room; a pod frees room when it ends or goes.
+                // A node change may add room; a pod frees room when it ends or goes.
                 let frees = tokio::select! {
                     event = nodes.next() => match event {
                         None => break,
-                        Some(event) => {
-                            wake.replan.notify_one();
-                            event.is_ok()
+                        Some(changed) => {
+                            let changed = changed.unwrap_or(false);
+                            if changed {
+                                wake.replan.notify_one();
+                            }
+                            changed
                         }
                     },
                     event = pods.next() => match event {
@@ -579,6 +596,10 @@ impl Allocator {
             }
             // Placed, active, preemptible jobs with nothing in flight.
             for cached in self.jobs.state() {
+                // Most jobs are not preemptible: they are passed over without decoding.
+                if !cached.preemptible() {
+                    continue;
+                }
                 let Ok(job) = cached.decode() else { continue };
                 if validate::validate(&job).is_err() {
                     continue;

@@ -177,8 +177,25 @@ pub fn trim_node(node: &mut Node) {
         status.config = None;
         if let Some(conditions) = status.conditions.as_mut() {
             conditions.retain(|c| c.type_ == "Ready");
+            // A kubelet renews it every few seconds; nothing reads it, and without it a
+            // heartbeat leaves the trimmed node unchanged (see `node_changed`).
+            for c in conditions.iter_mut() {
+                c.last_heartbeat_time = None;
+            }
         }
     }
+}
+
+/// Whether a trimmed node's change (`old` → `new`) can change what fits on it: its labels,
+/// spec (taints, cordon) or trimmed status (allocatable, Ready). A kubelet's heartbeat
+/// changes none of them after [`trim_node`]; each one used to wake a re-plan of every job.
+pub fn node_changed(old: Option<&Node>, new: &Node) -> bool {
+    old.is_none_or(|old| {
+        old.metadata.labels != new.metadata.labels
+            || old.spec != new.spec
+            || old.status != new.status
+            || old.metadata.deletion_timestamp != new.metadata.deletion_timestamp
+    })
 }
 
 /// Ready, and not cordoned.
@@ -661,6 +678,47 @@ mod tests {
         let mut lots = Resources::default();
         lots.set(GPU, 100_000);
         assert_eq!(model_node(&n, Some(&lots)).free.gpus, 0);
+    }
+
+    #[test]
+    fn a_heartbeat_is_no_node_change_but_capacity_readiness_and_cordon_are() {
+        let beat = |at: &str, ready: bool| {
+            let mut n = node("n1", 8, ready);
+            n.metadata.resource_version = Some(at.to_string());
+            let conditions = n.status.as_mut().and_then(|s| s.conditions.as_mut());
+            conditions.expect("conditions")[0].last_heartbeat_time =
+                Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    at.parse().expect("timestamp"),
+                ));
+            trim_node(&mut n);
+            n
+        };
+        let before = beat("2026-11-27T10:00:00Z", true);
+        assert!(node_changed(None, &before), "a new node");
+        assert!(!node_changed(
+            Some(&before),
+            &beat("2026-11-27T10:00:10Z", true)
+        ));
+        assert!(node_changed(
+            Some(&before),
+            &beat("2026-11-27T10:00:10Z", false)
+        ));
+        let mut more = beat("2026-11-27T10:00:10Z", true);
+        let allocatable = more.status.as_mut().and_then(|s| s.allocatable.as_mut());
+        allocatable.expect("allocatable").insert(
+            "nvidia.com/gpu".into(),
+            k8s_openapi::apimachinery::pkg::api::resource::Quantity("16".into()),
+        );
+        assert!(node_changed(Some(&before), &more));
+        let mut cordoned = beat("2026-11-27T10:00:10Z", true);
+        cordoned
+            .spec
+            .get_or_insert_with(Default::default)
+            .unschedulable = Some(true);
+        assert!(node_changed(Some(&before), &cordoned));
+        let mut relabelled = beat("2026-11-27T10:00:10Z", true);
+        relabelled.metadata.labels = None;
+        assert!(node_changed(Some(&before), &relabelled));
     }
 
     #[test]
