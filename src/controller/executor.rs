@@ -525,13 +525,7 @@ async fn reconcile(cached: Arc<CachedJob>, ctx: Arc<Context>) -> Result<Requeue,
     let job = cached;
     let span = tracing::info_span!("reconcile", job = %job_key(job.as_ref()));
     ctx.metrics.controller.in_flight.inc();
-    let result = match job.decode() {
-        Ok(typed) => tracing::Instrument::instrument(reconcile_inner(&typed, &ctx), span).await,
-        Err(source) => Err(Error::Decode {
-            job: job_key(job.as_ref()).to_string(),
-            source,
-        }),
-    };
+    let result = tracing::Instrument::instrument(reconcile_inner(&job, &ctx), span).await;
     ctx.metrics.controller.in_flight.dec();
     ctx.metrics
         .controller
@@ -544,20 +538,19 @@ async fn reconcile(cached: Arc<CachedJob>, ctx: Arc<Context>) -> Result<Requeue,
     result
 }
 
-async fn reconcile_inner(job: &DIJob, ctx: &Context) -> Result<Requeue, Error> {
-    let key = job_key(job);
-    let namespace = job.metadata.namespace.clone().unwrap_or_default();
-    let name = job.metadata.name.clone().unwrap_or_default();
+async fn reconcile_inner(cached: &CachedJob, ctx: &Context) -> Result<Requeue, Error> {
+    let key = job_key(cached);
     let pods = ctx.caches.pods_of(&key);
     let pod_refs: Vec<&CachedPod> = pods.iter().map(AsRef::as_ref).collect();
+    // The gate reads metadata only: a gated pass does not decode the spec.
     let gate = step::gate(
-        job.metadata.deletion_timestamp.is_some(),
+        cached.metadata.deletion_timestamp.is_some(),
         ctx.caches.ready.load(Ordering::Acquire),
         || {
             ctx.expectations.satisfied(&key, &pod_refs, Instant::now())
                 && step::own_status_seen(
                     &ctx.recall(&key),
-                    job.metadata.resource_version.as_deref(),
+                    cached.metadata.resource_version.as_deref(),
                 )
         },
     );
@@ -572,6 +565,12 @@ async fn reconcile_inner(job: &DIJob, ctx: &Context) -> Result<Requeue, Error> {
         }
         return Ok(requeue(gate.requeue()));
     }
+    let job = &cached.decode().map_err(|source| Error::Decode {
+        job: key.to_string(),
+        source,
+    })?;
+    let namespace = job.metadata.namespace.clone().unwrap_or_default();
+    let name = job.metadata.name.clone().unwrap_or_default();
     let service = ctx
         .services
         .get(&ObjectRef::new(&naming::service_name(&name)).within(&namespace));
@@ -761,6 +760,10 @@ async fn write_status<'a>(
     let Some(status) = &plan.status else {
         return Ok(Some(Cow::Borrowed(job)));
     };
+    // Most passes plan the status the job has: nothing to encode and compare.
+    if job.status.as_ref() == Some(status) {
+        return Ok(Some(Cow::Borrowed(job)));
+    }
     let encode = |source| Error::EncodeStatus {
         job: job_key(job).to_string(),
         source,

@@ -43,8 +43,11 @@ pub const WAITING_RETRY: Duration = Duration::from_secs(30);
 /// A pass before the caches have synced tries again this soon.
 pub const CACHES_SYNCING_RETRY: Duration = Duration::from_millis(500);
 
-/// A pass that finds the cache not yet showing this process's own writes tries again this soon.
-pub const OWN_WRITES_RETRY: Duration = Duration::from_secs(1);
+/// A pass that finds the cache not yet showing this process's own writes tries again this late
+/// at the latest. Only a safety net: the watch event that shows the write (the pod's, the
+/// service's, the job's own) triggers a pass by itself. On a busy API server the watch shows a
+/// write seconds late, and a retry each second was a third of all passes.
+pub const OWN_WRITES_RETRY: Duration = Duration::from_secs(5);
 
 /// A write refused because the job changed since it was read (409) is planned again this soon,
 /// from the newer job.

@@ -47,7 +47,7 @@ use crate::plugin::{HostConfig, NativePolicy, PluginHost};
 use crate::testing::{self, JobFixture, node};
 use diorch_core::api::{DIJob, DIJobStatus, Phase};
 use diorch_core::build::{BuildContext, Gang, GangKind};
-use diorch_core::cached::{CachedPod, CachedService};
+use diorch_core::cached::{CachedJob, CachedPod, CachedService};
 use diorch_core::planner::{self, Action, Observed};
 use diorch_core::step::WAITING_RETRY;
 
@@ -631,7 +631,13 @@ impl Harness {
     }
 
     async fn reconcile(&self, job: &DIJob) -> Result<Requeue, Error> {
-        tokio::time::timeout(BOUND, reconcile_inner(job, &self.ctx))
+        // As the job cache holds it.
+        let cached = CachedJob {
+            metadata: job.metadata.clone(),
+            spec: serde_json::value::to_raw_value(&job.spec).expect("spec JSON"),
+            status: job.status.clone(),
+        };
+        tokio::time::timeout(BOUND, reconcile_inner(&cached, &self.ctx))
             .await
             .expect("the reconcile did not finish within 10 s")
     }

@@ -229,9 +229,10 @@ fn a_pass_is_gated_by_deletion_then_syncing_caches_then_unseen_own_writes() {
         Gate::CachesSyncing.requeue(),
         Requeue::After(Duration::from_millis(500))
     );
+    // A safety net only: the watch event that shows the write triggers a pass itself.
     assert_eq!(
         Gate::OwnWritesUnseen.requeue(),
-        Requeue::After(Duration::from_secs(1))
+        Requeue::After(Duration::from_secs(5))
     );
 }
 
