@@ -176,6 +176,9 @@ struct Run {
     running: Duration,
     /// Operator CPU seconds (user + system) from the first create to all pods Running.
     operator_cpu: Option<f64>,
+    /// The operator's DIJob reconciles per job in that time, by result (`ok`, `requeue`,
+    /// `error`): what the CPU was spent on.
+    reconciles: BTreeMap<String, f64>,
 }
 
 async fn create_jobs(
@@ -282,7 +285,8 @@ async fn plugins_loaded(cluster: &Cluster) -> anyhow::Result<()> {
 /// Creates N DIJobs and times until all 4N pods exist and run.
 async fn via_operator(server: &Server, n: usize, concurrency: usize) -> anyhow::Result<Run> {
     let cluster = Cluster::start(server, &nodes()).await?;
-    let operator = warm_operator(&cluster, false, false).await?;
+    let operator = warm_operator(&cluster, true, false).await?;
+    let addr = operator.metrics.clone().unwrap_or_default();
     let jobs: Api<DIJob> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
     let done = tokio::spawn(pods_progress(
         cluster.client.clone(),
@@ -290,14 +294,25 @@ async fn via_operator(server: &Server, n: usize, concurrency: usize) -> anyhow::
         4 * n,
     ));
     tokio::time::sleep(Duration::from_millis(100)).await;
+    let before = common::api_requests(&addr).await?;
     let cpu = cpu_seconds(operator.pid());
     let start = Instant::now();
     create_jobs(&jobs, &cluster.namespace, 0..n, None, false, concurrency).await?;
     let progress = tokio::time::timeout(Duration::from_secs(900), done).await???;
+    let operator_cpu = Some(cpu_seconds(operator.pid()) - cpu);
+    let after = common::api_requests(&addr).await?;
+    let reconciles = delta(&after, &before)
+        .into_iter()
+        .filter_map(|((resource, verb), count)| {
+            let result = verb.strip_prefix("reconcile ")?;
+            (resource == "dijobs").then(|| (result.to_string(), count / n as f64))
+        })
+        .collect();
     let run = Run {
         exist: progress.exist - start,
         running: progress.running - start,
-        operator_cpu: Some(cpu_seconds(operator.pid()) - cpu),
+        operator_cpu,
+        reconciles,
     };
     drop(operator);
     cluster.finish().await?;
@@ -317,6 +332,7 @@ async fn unattended_run(
         exist: progress.exist - start,
         running: progress.running - start,
         operator_cpu: None,
+        reconciles: BTreeMap::new(),
     })
 }
 
@@ -561,7 +577,8 @@ async fn writes(server: &Server, n: usize, concurrency: usize) -> anyhow::Result
 /// mutator loaded and used for every job.
 async fn memory(server: &Server, jobs: usize, concurrency: usize) -> anyhow::Result<()> {
     let cluster = Cluster::start(server, &nodes()).await?;
-    let operator = warm_operator(&cluster, false, true).await?;
+    let operator = warm_operator(&cluster, true, true).await?;
+    let addr = operator.metrics.clone().unwrap_or_default();
     let api: Api<DIJob> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
     let half = jobs / 2;
     let mut rss = Vec::new();
@@ -576,7 +593,9 @@ async fn memory(server: &Server, jobs: usize, concurrency: usize) -> anyhow::Res
         create_jobs(&api, &cluster.namespace, range, None, true, concurrency).await?;
         tokio::time::timeout(Duration::from_secs(900), done).await???;
         all_jobs_in(&api, rss.len().max(1) * half, Phase::Running).await?;
-        // The status writes and Events that trail the pods, then a quiet moment.
+        // The status writes and Events that trail the pods (no request for 2 s: the held
+        // Events are out), then a quiet moment: the memory of jobs that run, not of a burst.
+        settled_requests(&addr, Duration::from_secs(2)).await?;
         tokio::time::sleep(Duration::from_secs(5)).await;
         rss.push(rss_mib(operator.pid()));
     }
@@ -603,6 +622,16 @@ async fn memory(server: &Server, jobs: usize, concurrency: usize) -> anyhow::Res
     Ok(())
 }
 
+/// Reconciles per job by result, as `2.10 (ok 1.60, requeue 0.50)`.
+fn passes(by_result: &BTreeMap<String, f64>) -> String {
+    let all: f64 = by_result.values().sum();
+    let each: Vec<String> = by_result
+        .iter()
+        .map(|(result, n)| format!("{result} {n:.2}"))
+        .collect();
+    format!("{all:.2} ({})", each.join(", "))
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let (sizes, real_sizes) = common::env_sizes();
@@ -623,11 +652,12 @@ async fn main() -> anyhow::Result<()> {
                 // Only the operator's path (a profile: scripts/profile-operator.sh).
                 let o = via_operator(&server, n, concurrency).await?;
                 println!(
-                    "  {}, N = {n:>5}: via operator: pods exist {:.1} ms, Running {:.1} ms; operator CPU {:.1} s per 1000 jobs",
+                    "  {}, N = {n:>5}: via operator: pods exist {:.1} ms, Running {:.1} ms; operator CPU {:.1} s per 1000 jobs; reconciles per job {}",
                     server.label(),
                     o.exist.as_secs_f64() * 1e3,
                     o.running.as_secs_f64() * 1e3,
                     o.operator_cpu.unwrap_or(0.0) * 1000.0 / n as f64,
+                    passes(&o.reconciles),
                 );
                 continue;
             }
@@ -651,6 +681,10 @@ async fn main() -> anyhow::Result<()> {
                 ratio(o.running, d.running),
                 ratio(o.running, f.running),
                 cpu * 1000.0 / n as f64,
+            );
+            println!(
+                "    reconciles per job to Running: {}",
+                passes(&o.reconciles)
             );
             common::csv_row(&format!(
                 "controller-floor,{},{n},{:.1},{:.1}",

@@ -555,13 +555,23 @@ pub async fn http_get(url: &str) -> anyhow::Result<String> {
 }
 
 /// The operator's API requests so far, by (resource, verb), from its
-/// `diorch_kube_api_requests_total` (all status codes together).
+/// `diorch_kube_api_requests_total` (all status codes together), and its DIJob reconciles as
+/// (`dijobs`, `reconcile <result>`) from `diorch_reconciles_total`: the passes the requests cost.
 pub async fn api_requests(
     metrics_addr: &str,
 ) -> anyhow::Result<std::collections::BTreeMap<(String, String), f64>> {
     let text = http_get(&format!("http://{metrics_addr}/metrics")).await?;
     let mut counts = std::collections::BTreeMap::new();
     for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("diorch_reconciles_total{result=\"") {
+            if let Some((result, value)) = rest.split_once("\"} ") {
+                let value: f64 = value.trim().parse().unwrap_or(0.0);
+                *counts
+                    .entry(("dijobs".to_string(), format!("reconcile {result}")))
+                    .or_insert(0.0) += value;
+            }
+            continue;
+        }
         let Some(rest) = line.strip_prefix("diorch_kube_api_requests_total{") else {
             continue;
         };
