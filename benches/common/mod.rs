@@ -229,7 +229,13 @@ impl Operator {
             ])
             .arg(kubeconfig)
             .args(extra)
-            // As deploy/base/deployment.yaml runs it.
+            // As deploy/base/deployment.yaml runs it: its CPU limit of 1 makes the runtime's
+            // default one worker thread (the standard library's available parallelism reads the
+            // cgroup's quota). OPERATOR_WORKER_THREADS=2 runs it as on an unlimited 2-core node.
+            .env(
+                "TOKIO_WORKER_THREADS",
+                std::env::var("OPERATOR_WORKER_THREADS").unwrap_or_else(|_| "1".into()),
+            )
             .env(
                 "MIMALLOC_ARENA_EAGER_COMMIT",
                 std::env::var("MIMALLOC_ARENA_EAGER_COMMIT").unwrap_or_else(|_| "0".into()),

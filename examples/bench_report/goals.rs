@@ -12,9 +12,6 @@ use crate::rows::{Row, command, ratio, servers};
 
 /// The N the goals are stated at.
 pub const GOAL_N: u64 = 1000;
-/// Issue 20's operator/direct time ratio goal, now only the chart's reference line: 1.3x over
-/// direct is below the physical floor on a real API server.
-pub const RATIO_GOAL: f64 = 1.3;
 /// Operator/floor time ratio goal (pods exist, pods Running), on either server (issue 39).
 pub const FLOOR_RATIO_GOAL: f64 = 1.15;
 /// The bench's label of the real API server (benches/common `Server::label`).

@@ -271,7 +271,9 @@ pub fn report(rows: &[Row]) -> String {
              against the floor: the bench itself writes the DIJobs, their pods and services and \
              the Pending and Starting status writes, the least a DI-orchestrator-compatible \
              controller writes before the pods exist (no watch, no cache, no Events, no Running \
-             write: a lower bound). Ratios: operator/direct, and operator/floor in brackets.\n"
+             write: a lower bound). Ratios: operator/direct, and operator/floor in brackets. \
+             The operator runs with one runtime worker thread, as deploy/ runs it (its CPU limit \
+             of 1 gives the runtime one worker).\n"
         );
         let _ = writeln!(
             w,
@@ -351,7 +353,7 @@ mod tests {
         ));
         assert!(md.contains("| events | create | 8.00 | client-go: 8 | 2.00 | client-go: 2 |"));
         assert!(
-            md.contains("| sandbox | 100 | 180.2 | - | 205.7 | 1.14 |"),
+            md.contains("| sandbox | 100 | 180.2 | 170.0 | 205.7 | 1.14 (1.21) |"),
             "{md}"
         );
         assert!(
