@@ -119,13 +119,7 @@ pub async fn run(
         Command::Simulate(args) => simulate::run(args).await,
         Command::Run { cluster, args } => {
             let conn = crate::cluster::connect(&cluster.target()).await?;
-            // On a worker thread: `block_on` (main.rs) polls its own future on the main thread,
-            // where the controller's watches would otherwise run beside the workers, every
-            // event a hand-off between threads (a third of the operator's CPU in a profile).
-            let operator = tokio::spawn(crate::operator::run(conn, args, shutdown));
-            operator
-                .await
-                .map_err(|joined| anyhow::anyhow!("the operator ended abnormally: {joined}"))??;
+            crate::operator::run(conn, args, shutdown).await?;
             Ok(())
         }
         Command::WebhookCert { cluster, args } => webhook_cert::run(cluster, args).await,
