@@ -277,27 +277,52 @@ pub(crate) use pod_resource;
 
 pod_resource!(CachedPod);
 
-impl From<Pod> for CachedPod {
-    /// The cached form of a full pod (what the watch would have given), trimmed.
-    fn from(pod: Pod) -> CachedPod {
+impl CachedPodSpec {
+    /// What readers use of a pod's spec: its node, and each container's name and ports.
+    pub(crate) fn of(
+        node_name: Option<String>,
+        containers: impl IntoIterator<Item = (String, Option<Vec<ContainerPort>>)>,
+    ) -> CachedPodSpec {
+        CachedPodSpec {
+            node_name,
+            containers: containers
+                .into_iter()
+                .map(|(name, ports)| CachedContainer { name, ports })
+                .collect(),
+        }
+    }
+}
+
+impl CachedPod {
+    /// The cached pod of these parts, trimmed ([`trim_pod`]). Shared by `From<Pod>` and the
+    /// pod watch's split (`watched`).
+    pub(crate) fn trimmed(
+        metadata: ObjectMeta,
+        spec: Option<CachedPodSpec>,
+        status: Option<CachedPodStatus>,
+    ) -> CachedPod {
         let mut cached = CachedPod {
-            metadata: pod.metadata,
-            spec: pod.spec.map(|spec| CachedPodSpec {
-                node_name: spec.node_name,
-                containers: spec
-                    .containers
-                    .into_iter()
-                    .map(|c| CachedContainer {
-                        name: c.name,
-                        ports: c.ports,
-                    })
-                    .collect(),
-            }),
-            status: pod.status.map(CachedPodStatus::from),
+            metadata,
+            spec,
+            status,
             tags: Tags::default(),
         };
         trim_pod(&mut cached);
         cached
+    }
+}
+
+impl From<Pod> for CachedPod {
+    /// The cached form of a full pod (what the watch would have given), trimmed.
+    fn from(pod: Pod) -> CachedPod {
+        CachedPod::trimmed(
+            pod.metadata,
+            pod.spec.map(|spec| {
+                let containers = spec.containers.into_iter().map(|c| (c.name, c.ports));
+                CachedPodSpec::of(spec.node_name, containers)
+            }),
+            pod.status.map(CachedPodStatus::from),
+        )
     }
 }
 

@@ -13,10 +13,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Deserialize;
 
 use crate::api::labels;
-use crate::cached::{
-    CachedContainer, CachedPod, CachedPodSpec, CachedPodStatus, Tags, pod_resource, slim_meta,
-    trim_pod,
-};
+use crate::cached::{CachedPod, CachedPodSpec, CachedPodStatus, pod_resource, slim_meta};
 use crate::model::UsagePod;
 use crate::resources::{ContainerShape, Resources};
 
@@ -112,23 +109,14 @@ impl WatchedPod {
         if !self.is_operators() {
             return (usage, None);
         }
-        let mut cached = CachedPod {
-            metadata: self.metadata,
-            spec: self.spec.map(|spec| CachedPodSpec {
-                node_name: spec.node_name,
-                containers: spec
-                    .containers
-                    .into_iter()
-                    .map(|c| CachedContainer {
-                        name: c.name,
-                        ports: c.ports,
-                    })
-                    .collect(),
+        let cached = CachedPod::trimmed(
+            self.metadata,
+            self.spec.map(|spec| {
+                let containers = spec.containers.into_iter().map(|c| (c.name, c.ports));
+                CachedPodSpec::of(spec.node_name, containers)
             }),
-            status: self.status,
-            tags: Tags::default(),
-        };
-        trim_pod(&mut cached);
+            self.status,
+        );
         (usage, Some(cached))
     }
 }
@@ -136,6 +124,7 @@ impl WatchedPod {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cached::trim_pod;
     use serde_json::json;
 
     #[test]
