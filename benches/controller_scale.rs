@@ -467,11 +467,20 @@ async fn settled_requests(
     addr: &str,
     quiet: Duration,
 ) -> anyhow::Result<BTreeMap<(String, String), f64>> {
+    // Requests only: reconciles that write nothing (a preemptible job's periodic pass) do not
+    // keep the operator from being quiet.
+    let requests = |counts: &Counts| -> Counts {
+        counts
+            .iter()
+            .filter(|((_, verb), _)| !verb.starts_with("reconcile "))
+            .map(|(k, v)| (k.clone(), *v))
+            .collect()
+    };
     let mut last = common::api_requests(addr).await?;
     loop {
         tokio::time::sleep(quiet).await;
         let now = common::api_requests(addr).await?;
-        if now == last {
+        if requests(&now) == requests(&last) {
             return Ok(now);
         }
         last = now;
