@@ -335,7 +335,8 @@ impl Allocator {
             .default_backoff()
             .modify(view::trim_node)
             .map(move |event| {
-                let event = event.ok()?;
+                // A watch error changes nothing cached (the watcher retries).
+                let Ok(event) = event else { return false };
                 let changed = match &event {
                     watcher::Event::Apply(node) => view::node_changed(
                         node_store.get(&ObjectRef::from_obj(node)).as_deref(),
@@ -345,7 +346,7 @@ impl Allocator {
                     watcher::Event::Init | watcher::Event::InitApply(_) => false,
                 };
                 node_writer.apply_watcher_event(&event);
-                Some(changed)
+                changed
             });
         let wake = allocator.clone();
         tokio::spawn(async move {
@@ -357,7 +358,6 @@ impl Allocator {
                     event = nodes.next() => match event {
                         None => break,
                         Some(changed) => {
-                            let changed = changed.unwrap_or(false);
                             if changed {
                                 wake.replan.notify_one();
                             }
