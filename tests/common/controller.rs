@@ -414,21 +414,18 @@ pub fn runs_to_success(k: &Kubectl, ns: &str) {
         !s.contains(&format!("di-{job}"))
     });
     assert_eq!(pods_len(&k, job), 4);
-    let events = k.ok(&[
-        "get",
-        "events",
-        "--field-selector",
-        &format!("involvedObject.name={job}"),
-    ]);
-    for reason in [
-        "JobPending",
-        "JobStarting",
-        "JobRunning",
-        "JobSucceeded",
-        "SuccessfulCreate",
-    ] {
-        assert!(events.contains(reason), "no {reason} event: {events}");
-    }
+    // Events go out behind the critical writes, once the controller is idle: wait for them.
+    wait_job_events(
+        &k,
+        job,
+        &[
+            "JobPending: ",
+            "JobStarting: ",
+            "JobRunning: ",
+            "JobSucceeded: ",
+            "SuccessfulCreate: ",
+        ],
+    );
 }
 
 fn pods_len(k: &Kubectl, job: &str) -> usize {
@@ -445,6 +442,24 @@ pub fn job_events(k: &Kubectl, job: &str) -> String {
         "-o",
         "jsonpath={range .items[*]}{.reason}: {.message}{\"\\n\"}{end}",
     ])
+}
+
+/// Waits (up to [`T`]) until the job's Events hold every one of `reasons` (as `Reason: `), and
+/// returns them. Events are recorded asynchronously, behind the pod, service and status writes
+/// (as client-go's recorder does too), so a test that reads them once races the recorder.
+pub fn wait_job_events(k: &Kubectl, job: &str, reasons: &[&str]) -> String {
+    let deadline = std::time::Instant::now() + T;
+    loop {
+        let events = job_events(k, job);
+        if reasons.iter().all(|r| events.contains(r)) {
+            return events;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not all of {reasons:?} within {T:?}: {events}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
 
 /// backoffLimit 1: the first failure restarts only the failed pod (same rank), the second fails

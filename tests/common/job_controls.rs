@@ -9,8 +9,8 @@ use serde_json::Value;
 
 use super::Kubectl;
 use super::controller::{
-    T, apply, end_pod, job_events, jsonpath, pods, rank, standard_job, uid, wait_no_pods,
-    wait_no_service, wait_phase,
+    T, apply, end_pod, job_events, jsonpath, pods, rank, standard_job, uid, wait_job_events,
+    wait_no_pods, wait_no_service, wait_phase,
 };
 
 fn job_json(k: &Kubectl, job: &str) -> Value {
@@ -119,10 +119,7 @@ pub fn suspend_and_resume(k: &Kubectl, ns: &str) {
         time(&resumed["status"]["startTime"]) > started,
         "resuming restarts the clock"
     );
-    let events = job_events(&k, job);
-    for reason in ["JobSuspended: ", "JobResumed: "] {
-        assert!(events.contains(reason), "{reason}\n{events}");
-    }
+    wait_job_events(&k, job, &["JobSuspended: ", "JobResumed: "]);
 }
 
 /// activeDeadlineSeconds: the job fails with DeadlineExceeded, never before its deadline, and
@@ -147,7 +144,7 @@ pub fn deadline_and_ttl(k: &Kubectl, ns: &str) {
         "failed after {active:?}, before its deadline"
     );
     wait_no_pods(&k, job);
-    assert!(job_events(&k, job).contains("DeadlineExceeded: "));
+    wait_job_events(&k, job, &["DeadlineExceeded: "]);
 
     let job = "expiring";
     apply(
