@@ -392,6 +392,72 @@ struct HostInner {
     /// Calls running at once. Deadlines are wall-clock, so running more calls than cores would
     /// make them time out under load; extra calls wait here, before their clock starts.
     slots: Arc<tokio::sync::Semaphore>,
+    ticker: Arc<EpochTicker>,
+}
+
+/// Advances the engine's epoch every tick while a Store is alive (a call runs, or a load
+/// checks a component), and sleeps otherwise: deadlines count ticks from a Store's start, so
+/// ticks nobody counts are wasted, and an idle operator woke 200 times a second for them.
+struct EpochTicker {
+    /// Stores alive ([`Ticking`] guards).
+    alive: AtomicUsize,
+    /// Ticks so far (what the tests watch).
+    ticks: AtomicU64,
+    thread: std::thread::Thread,
+}
+
+/// How long the idle ticker sleeps before it looks whether its engine is gone.
+const IDLE_TICKER_CHECK: Duration = Duration::from_secs(1);
+
+impl EpochTicker {
+    fn start(engine: &Engine, tick: Duration) -> std::io::Result<Arc<EpochTicker>> {
+        let weak = engine.weak();
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Arc<EpochTicker>>(1);
+        let handle = std::thread::Builder::new()
+            .name("wasm-epoch".into())
+            .spawn(move || {
+                // The ticker's own handle, sent once the thread exists; none: the host failed.
+                let Ok(ticker) = rx.recv() else { return };
+                // Ends with the last Engine clone, so hosts can come and go.
+                while let Some(engine) = weak.upgrade() {
+                    if ticker.alive.load(Ordering::Acquire) == 0 {
+                        drop(engine);
+                        // An unpark between the load and here makes this return at once.
+                        std::thread::park_timeout(IDLE_TICKER_CHECK);
+                        continue;
+                    }
+                    engine.increment_epoch();
+                    ticker.ticks.fetch_add(1, Ordering::Relaxed);
+                    drop(engine);
+                    std::thread::sleep(tick);
+                }
+            })?;
+        let ticker = Arc::new(EpochTicker {
+            alive: AtomicUsize::new(0),
+            ticks: AtomicU64::new(0),
+            thread: handle.thread().clone(),
+        });
+        // The thread waits for this before its first look; it cannot have ended before.
+        let _ = tx.send(ticker.clone());
+        Ok(ticker)
+    }
+
+    /// A Store starts: ticks count from now until the guard drops.
+    fn ticking(self: &Arc<Self>) -> Ticking {
+        if self.alive.fetch_add(1, Ordering::AcqRel) == 0 {
+            self.thread.unpark();
+        }
+        Ticking(self.clone())
+    }
+}
+
+/// Keeps the epoch ticking while a Store lives (it is part of the Store's data).
+struct Ticking(Arc<EpochTicker>);
+
+impl Drop for Ticking {
+    fn drop(&mut self) {
+        self.0.alive.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// Both call slots a call holds: its plugin's own (see [`LoadedCore::own_slots`]), then the
@@ -446,6 +512,8 @@ struct HostState {
     held_logs: Option<Vec<LogLine>>,
     /// What the guest wrote to stderr (a Rust panic message), quoted in trap errors.
     stderr: MemoryOutputPipe,
+    /// The epoch advances while this Store lives.
+    _ticking: Ticking,
 }
 
 impl WasiView for HostState {
@@ -768,18 +836,7 @@ impl PluginHost {
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(|e| host_err("-", e))?;
         deny_wasi(&mut linker).map_err(|e| host_err("-", e))?;
         add_log(&mut linker).map_err(|e| host_err("-", e))?;
-        let weak = engine.weak();
-        let tick = config.epoch_tick;
-        std::thread::Builder::new()
-            .name("wasm-epoch".into())
-            .spawn(move || {
-                // Ends with the last Engine clone, so hosts can come and go.
-                while let Some(engine) = weak.upgrade() {
-                    engine.increment_epoch();
-                    drop(engine);
-                    std::thread::sleep(tick);
-                }
-            })
+        let ticker = EpochTicker::start(&engine, config.epoch_tick)
             .map_err(|e| host_err("-", format!("cannot start the epoch ticker: {e}")))?;
         Ok(PluginHost {
             inner: Arc::new(HostInner {
@@ -791,6 +848,7 @@ impl PluginHost {
                 slots: Arc::new(tokio::sync::Semaphore::new(
                     config.max_concurrent_calls.max(1),
                 )),
+                ticker,
                 config,
             }),
         })
@@ -1023,6 +1081,7 @@ impl LoadedCore {
             logs_left: self.host.config.max_log_lines,
             held_logs: inline.then(Vec::new),
             stderr,
+            _ticking: self.host.ticker.ticking(),
         };
         let mut store = Store::new(&self.host.engine, state);
         store.limiter(|s| &mut s.limiter);

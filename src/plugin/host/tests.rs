@@ -104,3 +104,59 @@ fn log_lines_are_cut_before_they_reach_tracing() {
     let line = cap_log_line("hi".into(), vec![("k".into(), "v".into())]);
     assert_eq!(line, ("hi".to_string(), vec![("k".into(), "v".into())]));
 }
+
+#[test]
+fn the_epoch_ticks_only_while_a_store_is_alive() {
+    let engine = Engine::default();
+    let ticker = EpochTicker::start(&engine, Duration::from_millis(1)).expect("ticker");
+    let ticks = || ticker.ticks.load(Ordering::Relaxed);
+    let wait_for = |what: &str, done: &dyn Fn() -> bool| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while !done() {
+            assert!(std::time::Instant::now() < deadline, "{what}");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    };
+    // Idle from the start: not one tick in 50 ticks' time.
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(ticks(), 0, "no Store, no tick");
+
+    let store = ticker.ticking();
+    wait_for("a Store makes the epoch tick", &|| ticks() >= 3);
+    let second = ticker.ticking();
+    drop(store);
+    let before = ticks();
+    wait_for("one Store left still ticks", &|| ticks() >= before + 3);
+    drop(second);
+    // The tick under way may still land; after it the ticker sleeps.
+    let stopped = ticks();
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(
+        ticks() <= stopped + 1,
+        "{} ticks after the last Store",
+        ticks() - stopped
+    );
+
+    let again = ticker.ticking();
+    let before = ticks();
+    wait_for("a new Store wakes the ticker", &|| ticks() >= before + 3);
+    drop(again);
+}
+
+#[test]
+fn the_ticker_ends_with_its_engine() {
+    let engine = Engine::default();
+    let ticker = EpochTicker::start(&engine, Duration::from_millis(1)).expect("ticker");
+    let guard = ticker.ticking();
+    drop(engine);
+    // The thread holds the ticker; once it ends, only this test's handles are left.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while Arc::strong_count(&ticker) > 2 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the ticker outlived its engine"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    drop(guard);
+}
