@@ -16,9 +16,9 @@
 //! MEMORY_JOBS=5000 (0 skips; on the real server REAL_MEMORY_JOBS, default at most 2000),
 //! CONCURRENCY=32, PATHS=operator to time the operator's path alone, OPERATOR_ARGS for extra `diorch run` flags,
 //! BENCH_KUBECONFIG for the real server, BENCH_CSV=file to append the rows to). The operator
-//! runs with `--qps 0` (no client-side limit), as the direct path has none either, and with one
-//! runtime worker thread, as deploy/ runs it (its CPU limit of 1; OPERATOR_WORKER_THREADS=2 for
-//! two).
+//! runs with `--qps 0` (no client-side limit), as the direct path has none either, and on one
+//! runtime thread, as deploy/ runs it (its CPU limit of 1 gives it a current-thread runtime;
+//! OPERATOR_WORKER_THREADS=2 for a multi-thread runtime of two workers).
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a measurement program: a panic is its report
 
 mod common;

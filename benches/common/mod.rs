@@ -229,9 +229,10 @@ impl Operator {
             ])
             .arg(kubeconfig)
             .args(extra)
-            // As deploy/base/deployment.yaml runs it: its CPU limit of 1 makes the runtime's
-            // default one worker thread (the standard library's available parallelism reads the
-            // cgroup's quota). OPERATOR_WORKER_THREADS=2 runs it as on an unlimited 2-core node.
+            // As deploy/base/deployment.yaml runs it: its CPU limit of 1 (the standard library's
+            // available parallelism reads the cgroup's quota) gives it a current-thread runtime
+            // (src/main.rs `runtime_for`). OPERATOR_WORKER_THREADS=2 runs it as on an unlimited
+            // 2-core node: a multi-thread runtime of two workers.
             .env(
                 "TOKIO_WORKER_THREADS",
                 std::env::var("OPERATOR_WORKER_THREADS").unwrap_or_else(|_| "1".into()),

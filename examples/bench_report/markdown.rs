@@ -272,8 +272,8 @@ pub fn report(rows: &[Row]) -> String {
              the Pending and Starting status writes, the least a DI-orchestrator-compatible \
              controller writes before the pods exist (no watch, no cache, no Events, no Running \
              write: a lower bound). Ratios: operator/direct, and operator/floor in brackets. \
-             The operator runs with one runtime worker thread, as deploy/ runs it (its CPU limit \
-             of 1 gives the runtime one worker).\n"
+             The operator runs on one runtime thread, as deploy/ runs it (its CPU limit of 1 \
+             gives it a current-thread runtime).\n"
         );
         let _ = writeln!(
             w,

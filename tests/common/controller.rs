@@ -46,6 +46,9 @@ impl OperatorProcess {
             .args(extra)
             .env("RUST_LOG", "info,kube_client::client::builder=off")
             .env("NO_COLOR", "1")
+            // As deploy/ runs it: its CPU limit of 1 gives the operator a current-thread
+            // runtime (src/main.rs `runtime_for`).
+            .env("TOKIO_WORKER_THREADS", "1")
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
