@@ -517,18 +517,10 @@ pub fn failing_worker_restarts_then_fails(k: &Kubectl, ns: &str) {
         |t| !t.is_empty(),
     );
     k.ok(&["label", "pod", &victim, "diengine/operator-"]);
-    let deadline = std::time::Instant::now() + T;
     let refused = format!(
         "FailedCreate: failed to create pod {victim} error: a pod of that name is still being deleted"
     );
-    while !job_events(&k, job).contains(&refused) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no {refused:?} Event within {T:?}: {}",
-            job_events(&k, job)
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    wait_job_events(&k, job, &[&refused]);
     assert_eq!(
         jsonpath(&k, &format!("dijob/{job}"), "{.status.phase}"),
         "Restarting"
