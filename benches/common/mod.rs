@@ -395,12 +395,12 @@ impl Cluster {
         // one kubelet round trip each, minutes for thousands.
         let pods: Api<k8s_openapi::api::core::v1::Pod> =
             Api::namespaced(self.client.clone(), &self.namespace);
-        pods.delete_collection(
+        delete_all(
+            &pods,
             &DeleteParams {
                 grace_period_seconds: Some(0),
                 ..DeleteParams::default()
             },
-            &ListParams::default(),
         )
         .await?;
         // The rest of what a run leaves, by this client too: the namespace controller and the
@@ -408,8 +408,7 @@ impl Cluster {
         // a thousand DIJobs, services and their Events. Services have no deletecollection.
         let ns = &self.namespace;
         let jobs: Api<diorch_core::api::DIJob> = Api::namespaced(self.client.clone(), ns);
-        jobs.delete_collection(&DeleteParams::background(), &ListParams::default())
-            .await?;
+        delete_all(&jobs, &DeleteParams::background()).await?;
         let services: Api<k8s_openapi::api::core::v1::Service> =
             Api::namespaced(self.client.clone(), ns);
         let names: Vec<String> = services
@@ -435,9 +434,7 @@ impl Cluster {
             .await?;
         let events: Api<k8s_openapi::api::events::v1::Event> =
             Api::namespaced(self.client.clone(), ns);
-        events
-            .delete_collection(&DeleteParams::default(), &ListParams::default())
-            .await?;
+        delete_all(&events, &DeleteParams::default()).await?;
         let namespaces: Api<Namespace> = Api::all(self.client.clone());
         namespaces
             .delete(&self.namespace, &DeleteParams::default())
@@ -457,6 +454,30 @@ impl Cluster {
     pub fn is_real(&self) -> bool {
         self.sandbox.is_none()
     }
+}
+
+/// Deletes every object of `api`. A deletecollection of thousands can outlast the API server's
+/// request timeout on 2 cores (a 500 "context deadline exceeded" after deleting part of them):
+/// that is retried, so a run does not leave its pods and DIJobs behind for the next run's
+/// operator to cache and reconcile.
+async fn delete_all<K>(api: &Api<K>, params: &DeleteParams) -> anyhow::Result<()>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug + kube::Resource,
+{
+    const ATTEMPTS: u32 = 10;
+    for attempt in 1..=ATTEMPTS {
+        match api.delete_collection(params, &ListParams::default()).await {
+            Ok(_) => return Ok(()),
+            Err(kube::Error::Api(status)) if status.code >= 500 && attempt < ATTEMPTS => {
+                eprintln!(
+                    "  (cleanup: deletecollection attempt {attempt} timed out on the server: {}; again)",
+                    status.message
+                );
+            }
+            Err(err) => return Err(err.into()),
+        }
+    }
+    Ok(())
 }
 
 /// A client for the current context of `kubeconfig`.
