@@ -392,46 +392,24 @@ impl Cluster {
             return Ok(());
         }
         // Pods first, without grace: the namespace controller would delete them gracefully,
-        // one kubelet round trip each, minutes for thousands.
-        let pods: Api<k8s_openapi::api::core::v1::Pod> =
-            Api::namespaced(self.client.clone(), &self.namespace);
-        delete_all(
-            &pods,
-            &DeleteParams {
-                grace_period_seconds: Some(0),
-                ..DeleteParams::default()
-            },
-        )
-        .await?;
+        // one kubelet round trip each, minutes for thousands. One by one, 32 at a time: a
+        // deletecollection of 8 000 pods outlasts the API server's request timeout on 2 cores,
+        // and a run must not leave its pods for the next run's operator to cache.
+        let ns = &self.namespace;
+        let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(self.client.clone(), ns);
+        let now = DeleteParams {
+            grace_period_seconds: Some(0),
+            ..DeleteParams::default()
+        };
+        delete_each(&pods, &now).await?;
         // The rest of what a run leaves, by this client too: the namespace controller and the
         // garbage collector of kube-controller-manager write at its 20 requests/s, minutes for
         // a thousand DIJobs, services and their Events. Services have no deletecollection.
-        let ns = &self.namespace;
         let jobs: Api<diorch_core::api::DIJob> = Api::namespaced(self.client.clone(), ns);
-        delete_all(&jobs, &DeleteParams::background()).await?;
+        delete_each(&jobs, &DeleteParams::background()).await?;
         let services: Api<k8s_openapi::api::core::v1::Service> =
             Api::namespaced(self.client.clone(), ns);
-        let names: Vec<String> = services
-            .list_metadata(&ListParams::default())
-            .await?
-            .items
-            .into_iter()
-            .filter_map(|s| s.metadata.name)
-            .collect();
-        futures::stream::iter(names)
-            .map(|name| {
-                let services = services.clone();
-                async move {
-                    match services.delete(&name, &DeleteParams::background()).await {
-                        Ok(_) => Ok(()),
-                        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
-                        Err(err) => Err(err),
-                    }
-                }
-            })
-            .buffer_unordered(32)
-            .try_collect::<Vec<_>>()
-            .await?;
+        delete_each(&services, &DeleteParams::background()).await?;
         let events: Api<k8s_openapi::api::events::v1::Event> =
             Api::namespaced(self.client.clone(), ns);
         delete_all(&events, &DeleteParams::default()).await?;
@@ -454,6 +432,33 @@ impl Cluster {
     pub fn is_real(&self) -> bool {
         self.sandbox.is_none()
     }
+}
+
+/// Deletes every object of `api` one by one, 32 requests at a time (an object already gone
+/// counts as deleted).
+async fn delete_each<K>(api: &Api<K>, params: &DeleteParams) -> anyhow::Result<()>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug + kube::Resource,
+{
+    let names: Vec<String> = api
+        .list_metadata(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|o| o.metadata.name)
+        .collect();
+    futures::stream::iter(names)
+        .map(|name| async move {
+            match api.delete(&name, params).await {
+                Ok(_) => Ok(()),
+                Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+                Err(err) => Err(err),
+            }
+        })
+        .buffer_unordered(32)
+        .try_collect::<Vec<_>>()
+        .await?;
+    Ok(())
 }
 
 /// Deletes every object of `api`. A deletecollection of thousands can outlast the API server's
