@@ -86,30 +86,84 @@ pub struct CachedPod {
     pub tags: Tags,
 }
 
-/// Labels and annotations as compact lists: a `BTreeMap` (what `ObjectMeta` holds) takes
-/// 0.5 KB before its first entry, twice per pod, 20 000 pods in a large cluster.
+/// The kept labels and annotations in two allocations: their keys and values back to back in
+/// `text`, and where each of those strings ends in `ends` (key, value, key, value, …, the
+/// labels' pairs first). A `BTreeMap` (what `ObjectMeta` holds) takes 0.5 KB before its first
+/// entry, and boxed strings take two allocations per entry: a pod has about ten, and a large
+/// cluster 20 000 pods.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Tags {
-    labels: Box<[(Box<str>, Box<str>)]>,
-    annotations: Box<[(Box<str>, Box<str>)]>,
+    text: Box<str>,
+    ends: Box<[u32]>,
+    /// How many pairs are labels; the rest are annotations.
+    labels: u32,
 }
 
-fn compact(map: Option<BTreeMap<String, String>>) -> Box<[(Box<str>, Box<str>)]> {
-    map.into_iter()
-        .flatten()
-        .filter(|(k, _)| kept_key(k))
-        .map(|(k, v)| (k.into_boxed_str(), v.into_boxed_str()))
-        .collect()
-}
+impl Tags {
+    fn new(
+        labels: Option<BTreeMap<String, String>>,
+        annotations: Option<BTreeMap<String, String>>,
+    ) -> Tags {
+        let kept = |map: Option<BTreeMap<String, String>>| {
+            map.into_iter().flatten().filter(|(k, _)| kept_key(k))
+        };
+        let (mut text, mut ends, mut count) = (String::new(), Vec::new(), 0);
+        let mut push = |k: String, v: String| {
+            // An object's labels and annotations are bounded by the API server (256 KiB); a
+            // text past 4 GiB cannot come from one, so its further entries are not kept.
+            let key_end = text.len() + k.len();
+            let (Ok(key_end), Ok(end)) = (u32::try_from(key_end), u32::try_from(key_end + v.len()))
+            else {
+                return false;
+            };
+            text.push_str(&k);
+            text.push_str(&v);
+            ends.extend([key_end, end]);
+            true
+        };
+        for (k, v) in kept(labels) {
+            if push(k, v) {
+                count += 1;
+            }
+        }
+        for (k, v) in kept(annotations) {
+            push(k, v);
+        }
+        Tags {
+            text: text.into_boxed_str(),
+            ends: ends.into_boxed_slice(),
+            labels: count,
+        }
+    }
 
-fn find<'a>(list: &'a [(Box<str>, Box<str>)], key: &str) -> Option<&'a str> {
-    list.iter().find(|(k, _)| &**k == key).map(|(_, v)| &**v)
+    /// The pairs, in order: the labels' first.
+    fn pairs(&self) -> impl Iterator<Item = (&str, &str)> {
+        let mut start = 0;
+        self.ends.chunks_exact(2).map(move |end| {
+            let (k, v) = (end[0] as usize, end[1] as usize);
+            // The ends were taken from `text` at char boundaries, in order.
+            let pair = (
+                self.text.get(start..k).unwrap_or_default(),
+                self.text.get(k..v).unwrap_or_default(),
+            );
+            start = v;
+            pair
+        })
+    }
+
+    fn find(&self, annotations: bool, key: &str) -> Option<&str> {
+        let labels = self.labels as usize;
+        self.pairs()
+            .enumerate()
+            .find(|(i, (k, _))| (*i >= labels) == annotations && *k == key)
+            .map(|(_, (_, v))| v)
+    }
 }
 
 impl CachedPod {
     /// Label `key`, trimmed or not.
     pub fn label(&self, key: &str) -> Option<&str> {
-        find(&self.tags.labels, key).or_else(|| {
+        self.tags.find(false, key).or_else(|| {
             let labels = self.metadata.labels.as_ref()?;
             labels.get(key).map(String::as_str)
         })
@@ -117,7 +171,7 @@ impl CachedPod {
 
     /// Annotation `key`, trimmed or not.
     pub fn annotation(&self, key: &str) -> Option<&str> {
-        find(&self.tags.annotations, key).or_else(|| {
+        self.tags.find(true, key).or_else(|| {
             let annotations = self.metadata.annotations.as_ref()?;
             annotations.get(key).map(String::as_str)
         })
@@ -450,10 +504,7 @@ pub fn trim_pod(pod: &mut CachedPod) {
     pod.metadata.managed_fields = None;
     // Read through `label` and `annotation` from here on.
     if pod.metadata.labels.is_some() || pod.metadata.annotations.is_some() {
-        pod.tags = Tags {
-            labels: compact(pod.metadata.labels.take()),
-            annotations: compact(pod.metadata.annotations.take()),
-        };
+        pod.tags = Tags::new(pod.metadata.labels.take(), pod.metadata.annotations.take());
     }
     if let Some(spec) = pod.spec.as_mut() {
         spec.containers.retain(|c| c.name == DEFAULT_CONTAINER_NAME);
@@ -516,6 +567,52 @@ mod tests {
             !job(r#"{"preemptible": "yes"}"#).preemptible(),
             "does not parse"
         );
+    }
+
+    #[test]
+    fn tags_keep_labels_and_annotations_apart_in_one_text() {
+        let map = |pairs: &[(&str, &str)]| {
+            Some(
+                pairs
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect::<std::collections::BTreeMap<_, _>>(),
+            )
+        };
+        let mut p = CachedPod::default();
+        p.metadata.labels = map(&[
+            ("diengine/job", "j"),
+            ("diengine/pod", ""),
+            ("diorch.io/both", "label"),
+            ("other", "dropped"),
+        ]);
+        p.metadata.annotations = map(&[
+            ("diorch.io/both", "annotation"),
+            ("diengine/rank", "7"),
+            ("diorch.io/note", "héllo, 世界"),
+        ]);
+        trim_pod(&mut p);
+        assert_eq!(p.label("diengine/job"), Some("j"));
+        assert_eq!(p.label("diengine/pod"), Some(""));
+        assert_eq!(p.label("diorch.io/both"), Some("label"));
+        assert_eq!(p.annotation("diorch.io/both"), Some("annotation"));
+        // A key is looked up among its own kind only.
+        assert_eq!(p.label("diengine/rank"), None);
+        assert_eq!(p.annotation("diengine/job"), None);
+        assert_eq!(p.annotation("diorch.io/note"), Some("héllo, 世界"));
+        assert_eq!(p.label("other"), None);
+        // No labels, annotations only, and nothing at all.
+        let mut q = CachedPod::default();
+        q.metadata.annotations = map(&[("diengine/rank", "1")]);
+        trim_pod(&mut q);
+        assert_eq!(
+            (q.label("diengine/rank"), q.annotation("diengine/rank")),
+            (None, Some("1"))
+        );
+        let mut empty = CachedPod::default();
+        trim_pod(&mut empty);
+        assert_eq!(empty.label("diengine/job"), None);
+        assert_eq!(empty.tags, Tags::default());
     }
 
     #[test]
