@@ -14,7 +14,7 @@ use serde_json::Value;
 
 use crate::api::{
     AllocationDecision, CleanPodPolicy, DIJob, DIJobStatus, DecisionAction, JobCondition, Phase,
-    PreemptionAction, PreemptionStatus, RestartPolicy, TaskReplicaStatus, labels,
+    PreemptionAction, PreemptionStatus, RestartPolicy, SmallMap, TaskReplicaStatus, labels,
 };
 use crate::build::{self, BuildContext, ReplicaSlot};
 use crate::cached::{CachedPod, CachedService};
@@ -319,7 +319,7 @@ fn task_replica_status(
     job: &DIJob,
     slots: &[Slot<'_>],
     preemptible: bool,
-) -> Option<BTreeMap<String, TaskReplicaStatus>> {
+) -> Option<SmallMap<TaskReplicaStatus>> {
     let mut counts = vec![TaskReplicaStatus::default(); job.spec.tasks.len()];
     for slot in slots {
         if let Some(c) = counts.get_mut(slot.task_index) {
@@ -332,7 +332,7 @@ fn task_replica_status(
             }
         }
     }
-    let by_name: BTreeMap<String, TaskReplicaStatus> = job
+    let by_name: SmallMap<TaskReplicaStatus> = job
         .spec
         .tasks
         .iter()
@@ -347,7 +347,7 @@ fn no_ready_replicas(status: &mut DIJobStatus) {
     for task in status
         .task_replica_status
         .iter_mut()
-        .flat_map(|m| m.values_mut())
+        .flat_map(|m| m.iter_mut().map(|(_, task)| task))
     {
         task.ready_replicas = 0;
     }
@@ -862,7 +862,7 @@ impl Planner<'_> {
             .values()
             .filter(|p| pod_state(p, preemptible) == PodState::Ready)
             .count() as i32;
-        let mut task_status: BTreeMap<String, BTreeMap<String, i32>> = BTreeMap::new();
+        let mut task_status: SmallMap<SmallMap<i32>> = SmallMap::new();
         for pod in owned {
             let task = pod.label(labels::TASK_NAME).unwrap_or_default().to_string();
             let pod_phase = pod

@@ -770,11 +770,24 @@ fn task_status_counts_pods_per_task_and_phase_including_terminating() {
     sim.pod_mut("j-learner-0").metadata.deletion_timestamp = Some(t(0));
     sim.step();
     let ts = sim.status().task_status.expect("task status");
+    let counts = |task: &str| {
+        ts.get(task).map(|m| {
+            m.iter()
+                .map(|(p, n)| (p.clone(), *n))
+                .collect::<BTreeMap<_, _>>()
+        })
+    };
     assert_eq!(
-        ts["collector"],
-        BTreeMap::from([("Running".to_string(), 1), ("Pending".to_string(), 1)])
+        counts("collector"),
+        Some(BTreeMap::from([
+            ("Running".to_string(), 1),
+            ("Pending".to_string(), 1)
+        ]))
     );
-    assert_eq!(ts["learner"], BTreeMap::from([("Running".to_string(), 1)]));
+    assert_eq!(
+        counts("learner"),
+        Some(BTreeMap::from([("Running".to_string(), 1)]))
+    );
     assert_eq!(ts.values().map(|m| m.values().sum::<i32>()).sum::<i32>(), 4);
 }
 
@@ -1127,17 +1140,17 @@ fn counts_only_is_true_for_replica_counts_and_nothing_else() {
         phase: Some(Phase::Starting),
         replicas: 4,
         ready_replicas: 1,
-        task_status: Some(BTreeMap::from([(
+        task_status: Some(SmallMap::from_iter([(
             "collector".to_string(),
-            BTreeMap::from([("Pending".to_string(), 2)]),
+            SmallMap::from_iter([("Pending".to_string(), 2)]),
         )])),
         ..DIJobStatus::default()
     };
     let counts = DIJobStatus {
         ready_replicas: 3,
-        task_status: Some(BTreeMap::from([(
+        task_status: Some(SmallMap::from_iter([(
             "collector".to_string(),
-            BTreeMap::from([("Running".to_string(), 2)]),
+            SmallMap::from_iter([("Running".to_string(), 2)]),
         )])),
         ..base.clone()
     };

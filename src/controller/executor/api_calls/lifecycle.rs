@@ -286,7 +286,7 @@ async fn a_succeeded_job_deletes_its_service_and_the_pods_its_clean_pod_policy_n
         for task in status
             .task_replica_status
             .iter_mut()
-            .flat_map(|m| m.values_mut())
+            .flat_map(|m| m.iter_mut().map(|(_, task)| task))
         {
             task.ready_replicas = 0;
         }
