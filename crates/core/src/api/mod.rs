@@ -696,6 +696,40 @@ mod tests {
     }
 
     #[test]
+    fn status_small_maps_read_and_write_the_json_a_btreemap_does() {
+        // Keys out of order and a duplicate (the last wins, as serde_json's map keeps it).
+        let text = r#"{"taskStatus": {"learner": {"Running": 1}, "collector": {"Pending": 2, "Running": 1, "Pending": 3}},
+            "taskReplicaStatus": {"learner": {"replicas": 1, "readyReplicas": 1}, "collector": {"replicas": 3, "readyReplicas": 0}}}"#;
+        let status: DIJobStatus = serde_json::from_str(text).expect("status");
+        let as_btree: serde_json::Value = serde_json::from_str(text).expect("value");
+        let written = serde_json::to_value(&status).expect("encode");
+        assert_eq!(written["taskStatus"], as_btree["taskStatus"]);
+        assert_eq!(
+            serde_json::to_string(&written["taskStatus"]).expect("text"),
+            r#"{"collector":{"Pending":3,"Running":1},"learner":{"Running":1}}"#
+        );
+        assert_eq!(
+            written["taskReplicaStatus"],
+            serde_json::json!({"collector": {"replicas": 3, "readyReplicas": 0},
+                "learner": {"replicas": 1, "readyReplicas": 1}})
+        );
+        let ts = status.task_status.as_ref().expect("taskStatus");
+        assert_eq!(ts.get("collector").and_then(|m| m.get("Pending")), Some(&3));
+        // A hostile status with many keys in reverse order is sorted once, not inserted one
+        // by one (which would be quadratic).
+        let many: serde_json::Map<String, serde_json::Value> = (0..50_000)
+            .rev()
+            .map(|i| (format!("t{i:05}"), serde_json::json!({"Running": i})))
+            .collect();
+        let status: DIJobStatus =
+            serde_json::from_value(serde_json::json!({"taskStatus": many})).expect("many");
+        let ts = status.task_status.expect("taskStatus");
+        assert_eq!(ts.len(), 50_000);
+        assert_eq!(ts.first().map(|(k, _)| k.as_str()), Some("t00000"));
+        assert_eq!(ts.get("t04242").and_then(|m| m.get("Running")), Some(&4242));
+    }
+
+    #[test]
     fn every_di_orchestrator_sample_parses_into_the_typed_api() {
         for (file, yaml) in SAMPLES {
             let jobs = dijobs_in(yaml);
