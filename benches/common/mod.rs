@@ -404,7 +404,7 @@ impl Cluster {
         delete_each(&pods, &now).await?;
         // The rest of what a run leaves, by this client too: the namespace controller and the
         // garbage collector of kube-controller-manager write at its 20 requests/s, minutes for
-        // a thousand DIJobs, services and their Events. Services have no deletecollection.
+        // a thousand DIJobs, services and their Events.
         let jobs: Api<diorch_core::api::DIJob> = Api::namespaced(self.client.clone(), ns);
         delete_each(&jobs, &DeleteParams::background()).await?;
         let services: Api<k8s_openapi::api::core::v1::Service> =
@@ -461,10 +461,9 @@ where
     Ok(())
 }
 
-/// Deletes every object of `api`. A deletecollection of thousands can outlast the API server's
-/// request timeout on 2 cores (a 500 "context deadline exceeded" after deleting part of them):
-/// that is retried, so a run does not leave its pods and DIJobs behind for the next run's
-/// operator to cache and reconcile.
+/// Deletes every object of `api` with deletecollection (a run's Events: thousands, read by no
+/// operator). One can outlast the API server's request timeout on 2 cores (a 500 "context
+/// deadline exceeded" after deleting part of them): that is retried.
 async fn delete_all<K>(api: &Api<K>, params: &DeleteParams) -> anyhow::Result<()>
 where
     K: Clone + serde::de::DeserializeOwned + std::fmt::Debug + kube::Resource,
