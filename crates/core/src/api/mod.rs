@@ -715,8 +715,8 @@ mod tests {
         );
         let ts = status.task_status.as_ref().expect("taskStatus");
         assert_eq!(ts.get("collector").and_then(|m| m.get("Pending")), Some(&3));
-        // A hostile status with many keys in reverse order is sorted once, not inserted one
-        // by one (which would be quadratic).
+        // A hostile status with many keys in reverse order decodes, sorted: litemap sorts
+        // out-of-order input once instead of inserting it key by key (quadratic).
         let many: serde_json::Map<String, serde_json::Value> = (0..50_000)
             .rev()
             .map(|i| (format!("t{i:05}"), serde_json::json!({"Running": i})))
