@@ -70,6 +70,11 @@ pub struct Memory {
     /// changed it: a pass that sees the job still at this version plans from a status older
     /// than its own write, and its write would only be refused (409).
     pub status_unseen: Option<String>,
+    /// The resourceVersion this process's last status write gave the job, until the job's next
+    /// watch event: when that event is this very write (its echo) and the pass that wrote it
+    /// left nothing for a pass on its echo to do ([`echo_redundant`]), the echo brings no pass
+    /// (`echo_needs_pass`). Cleared by a pass that waited for the write to show.
+    pub status_echo: Option<String>,
     /// Reconcile errors in a row (the backoff's exponent).
     pub failures: u32,
     /// Notes of the `once` notices already recorded.
@@ -121,6 +126,60 @@ pub fn status_written(before: Option<&str>, after: Option<&str>) -> Option<Strin
     match (before, after) {
         (Some(before), Some(after)) if before != after => Some(before.to_string()),
         _ => None,
+    }
+}
+
+/// Whether a pass that writes `plan`'s status leaves anything for a pass on the write's own
+/// watch event to do, when that event comes before any other change of the job.
+///
+/// Nothing, for a pass whose writes are the status and its job's own pods and service: the
+/// echo shows the job as the pass left it, so a pass on it plans from what the pass planned
+/// from, plus the status it wrote (a fixpoint, `tests::a_status_written_alone_is_a_fixpoint`),
+/// and each pod or service write comes back as a watch event of its own that brings a pass
+/// (after the echo, since a pass that sees the job without its write waits for it:
+/// [`own_status_seen`]). Not so for the writes whose outcome no watch event of a pod or
+/// service shows (a PodGroup, the job's deletion or spec), nor for a pass that ends the job
+/// (its pods are cleaned, and its TTL timed, by the pass that sees it ended), nor for a new
+/// allocation or a counted restart (the allocator's answer depends on the written status), nor
+/// for a preemptible job (its placement can change between two passes with no event of the
+/// job).
+pub fn echo_redundant(job: &DIJob, plan: &Plan) -> bool {
+    !job.spec.preemptible
+        && plan.transition.as_ref().is_none_or(|t| !t.to.is_terminal())
+        && plan.spec_patch.is_none()
+        && !plan.delete_job
+        && !plan.allocated
+        && !plan.counted
+        && plan
+            .actions
+            .iter()
+            .all(|a| !matches!(a, Action::EnsurePodGroup(_)))
+}
+
+/// What the memory's `status_echo` becomes after a status write for `plan` answered with
+/// the job at `after` (`before` it was read at).
+pub fn status_echo(
+    job: &DIJob,
+    plan: &Plan,
+    before: Option<&str>,
+    after: Option<&str>,
+) -> Option<String> {
+    match (before, after) {
+        (Some(before), Some(after)) if before != after && echo_redundant(job, plan) => {
+            Some(after.to_string())
+        }
+        _ => None,
+    }
+}
+
+/// Whether the job's watch event at `resource_version` brings a pass: every event does, except
+/// the echo of a status write that left nothing to do ([`echo_redundant`]). Only the job's next
+/// event is compared: the echo comes first, since the write was guarded by the version it was
+/// planned from.
+pub fn echo_needs_pass(memory: &mut Memory, resource_version: Option<&str>) -> bool {
+    match memory.status_echo.take() {
+        Some(echo) => resource_version != Some(echo.as_str()),
+        None => true,
     }
 }
 

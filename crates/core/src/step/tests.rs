@@ -505,3 +505,292 @@ fn a_pass_waits_for_the_cache_to_show_its_own_status_write() {
     assert_eq!(status_written(None, Some("2")), None);
     assert_eq!(status_written(Some("2"), None), None);
 }
+
+#[test]
+fn only_the_echo_of_a_write_that_left_nothing_to_do_brings_no_pass() {
+    let job = two_task_job();
+    let now = Instant::now();
+    let first = decide_at(&job, &[], None, &Memory::default(), now);
+    let mut running = job.clone();
+    running.status = first.plan.status.clone();
+    let status_only = Plan {
+        status: running.status.clone(),
+        ..Plan::default()
+    };
+    // Armed only when the write moved the version.
+    let echo = status_echo(&running, &status_only, Some("5"), Some("6"));
+    assert_eq!(echo.as_deref(), Some("6"));
+    assert_eq!(
+        status_echo(&running, &status_only, Some("6"), Some("6")),
+        None
+    );
+    assert_eq!(status_echo(&running, &status_only, None, Some("6")), None);
+    // The job's next event is compared once: the echo brings no pass, anything else does.
+    let mut memory = Memory {
+        status_echo: echo.clone(),
+        ..Memory::default()
+    };
+    assert!(!echo_needs_pass(&mut memory, Some("6")));
+    assert!(echo_needs_pass(&mut memory, Some("6")), "compared once");
+    memory.status_echo = echo;
+    assert!(echo_needs_pass(&mut memory, Some("7")));
+    assert_eq!(memory.status_echo, None);
+    // Writes whose next step no pod or service event brings keep their echo's pass.
+    let mut preemptible = running.clone();
+    preemptible.spec.preemptible = true;
+    assert!(!echo_redundant(&preemptible, &status_only));
+    for plan in [
+        Plan {
+            allocated: true,
+            ..status_only.clone()
+        },
+        Plan {
+            counted: true,
+            ..status_only.clone()
+        },
+        Plan {
+            delete_job: true,
+            ..status_only.clone()
+        },
+        Plan {
+            transition: Some(planner::Transition {
+                from: Some(crate::api::Phase::Running),
+                to: crate::api::Phase::Succeeded,
+                reason: "JobSucceeded",
+                message: "job succeeded".into(),
+            }),
+            ..status_only.clone()
+        },
+    ] {
+        assert!(!echo_redundant(&running, &plan), "{}", plan.summary());
+        assert_eq!(status_echo(&running, &plan, Some("5"), Some("6")), None);
+    }
+    // Creates come back as pod and service events: those bring the pass.
+    assert!(
+        echo_redundant(&running, &first.plan),
+        "{}",
+        first.plan.summary()
+    );
+}
+
+/// The claim [`echo_redundant`] rests on: a pass whose only write is its status leaves nothing
+/// for a pass on that write's echo to do. Jobs of random shape and policy, whose pods change
+/// phase, go away and wait at random, reconciled by one pass after each change as the executor
+/// carries it out; after every pass that wrote only its status, a pass on the job as written
+/// (same pods, same instant, the memory the executor leaves) plans no write, no Event, no held
+/// counts and no earlier wake.
+mod status_echo {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::cached::CachedPod;
+
+    #[derive(Clone, Debug)]
+    enum Change {
+        /// Pod `index` (modulo the pods there are) goes to `PHASES[phase]`.
+        Phase(u8, u8),
+        /// Pod `index` is gone.
+        Gone(u8),
+        /// Time passes.
+        Later(u16),
+    }
+
+    const PHASES: [&str; 4] = ["Pending", "Running", "Succeeded", "Failed"];
+
+    fn change() -> impl Strategy<Value = Change> {
+        prop_oneof![
+            4 => (any::<u8>(), 0..4u8).prop_map(|(i, p)| Change::Phase(i, p)),
+            1 => any::<u8>().prop_map(Change::Gone),
+            2 => (0..8000u16).prop_map(Change::Later),
+        ]
+    }
+
+    fn job(collectors: u8, policy: u8, backoff: u8, deadline: bool, ttl: bool) -> DIJob {
+        let template = json!({"spec": {"containers": [{"name": "di-container", "image": "i"}]}});
+        let policy = ["Running", "All", "None"][usize::from(policy % 3)];
+        let mut spec = json!({
+            "cleanPodPolicy": policy,
+            "backoffLimit": backoff,
+            "tasks": [
+                {"name": "learner", "type": "learner", "replicas": 1, "template": template},
+                {"name": "collector", "type": "collector", "replicas": collectors,
+                 "template": template}
+            ]
+        });
+        if deadline {
+            spec["activeDeadlineSeconds"] = json!(20);
+        }
+        if ttl {
+            spec["ttlSecondsAfterFinished"] = json!(5);
+        }
+        serde_json::from_value(json!({
+            "apiVersion": "diengine.opendilab.org/v2alpha1",
+            "kind": "DIJob",
+            "metadata": {"name": "j", "namespace": "default", "uid": "uid-1",
+                         "resourceVersion": "1"},
+            "spec": spec
+        }))
+        .expect("job")
+    }
+
+    struct World {
+        job: DIJob,
+        pods: Vec<CachedPod>,
+        service: Option<CachedService>,
+        memory: Memory,
+        start: Instant,
+        ms: u64,
+        uids: u32,
+    }
+
+    impl World {
+        fn decide(&self) -> Decision {
+            let now = self.start + Duration::from_millis(self.ms);
+            let seconds = i64::try_from(self.ms / 1000).expect("small");
+            let at = wall(seconds);
+            let input = Input {
+                job: &self.job,
+                observed: Observed {
+                    pods: self.pods.iter().collect(),
+                    service: self.service.as_ref(),
+                    admission: None,
+                },
+                memory: &self.memory,
+                now,
+                wall: &at,
+            };
+            decide(&input, &BuildContext::default())
+        }
+
+        /// One pass, carried out as the executor does; whether it wrote the status.
+        fn pass(&mut self) -> (Decision, bool) {
+            let d = self.decide();
+            let now = self.start + Duration::from_millis(self.ms);
+            if d.forget_service {
+                self.memory.service_created = None;
+            }
+            self.memory.counts_held_since = d.counts_held_since;
+            let mut wrote = false;
+            if let Some(status) = &d.plan.status
+                && self.job.status.as_ref() != Some(status)
+            {
+                self.job.status = Some(status.clone());
+                self.memory.status_written = Some(now);
+                wrote = true;
+            }
+            for action in &d.plan.actions {
+                match action {
+                    Action::CreatePod(pod) => {
+                        let mut pod = (**pod).clone();
+                        self.uids += 1;
+                        pod.metadata.uid = Some(format!("pod-{}", self.uids));
+                        pod.status = Some(k8s_openapi::api::core::v1::PodStatus {
+                            phase: Some("Pending".into()),
+                            ..Default::default()
+                        });
+                        self.pods.push(CachedPod::from(pod));
+                    }
+                    Action::DeletePod { uid, .. } => {
+                        self.pods.retain(|p| p.metadata.uid.as_deref() != Some(uid));
+                    }
+                    Action::CreateService(svc) => {
+                        let mut meta = svc.metadata.clone();
+                        meta.uid = Some("svc".into());
+                        self.service = Some(CachedService { metadata: meta });
+                        self.memory.service_created = Some(now);
+                    }
+                    Action::DeleteService { .. } => self.service = None,
+                    Action::EnsurePodGroup(_) => {}
+                }
+            }
+            (d, wrote)
+        }
+
+        fn apply(&mut self, change: &Change) {
+            let n = self.pods.len();
+            match *change {
+                Change::Phase(i, phase) if n > 0 => {
+                    let pod = &mut self.pods[usize::from(i) % n];
+                    if let Some(s) = pod.status.as_mut() {
+                        s.phase = Some(PHASES[usize::from(phase)].into());
+                    }
+                }
+                Change::Gone(i) if n > 0 => {
+                    self.pods.remove(usize::from(i) % n);
+                }
+                Change::Later(ms) => self.ms += u64::from(ms),
+                _ => {}
+            }
+        }
+    }
+
+    /// Runs the changes, one pass after each; the number of status-only passes checked.
+    fn run(job: DIJob, changes: &[Change]) -> Result<usize, TestCaseError> {
+        let mut world = World {
+            job,
+            pods: Vec::new(),
+            service: None,
+            memory: Memory::default(),
+            start: Instant::now(),
+            ms: 0,
+            uids: 0,
+        };
+        let mut checked = 0;
+        for change in std::iter::once(None).chain(changes.iter().map(Some)) {
+            if let Some(change) = change {
+                world.apply(change);
+            }
+            let (d, wrote) = world.pass();
+            if !(wrote && d.plan.actions.is_empty() && echo_redundant(&world.job, &d.plan)) {
+                continue;
+            }
+            checked += 1;
+            let echo = world.decide();
+            prop_assert!(
+                echo.plan.status.is_none() || echo.plan.status == world.job.status,
+                "the echo pass writes again after {}: {}",
+                d.plan.summary(),
+                echo.plan.summary()
+            );
+            prop_assert!(echo.plan.actions.is_empty(), "{}", echo.plan.summary());
+            prop_assert_eq!(&echo.plan.transition, &None);
+            prop_assert!(echo.plan.events.is_empty(), "{:?}", echo.plan.events);
+            prop_assert_eq!(echo.held_counts, None);
+            prop_assert!(
+                echo.wake().unwrap_or(Duration::MAX) >= d.wake().unwrap_or(Duration::MAX),
+                "the echo pass would wake sooner: {:?} against {:?}",
+                echo.wake(),
+                d.wake()
+            );
+        }
+        Ok(checked)
+    }
+
+    /// The walk a bench job takes (created, started, running, succeeded) checks its Starting
+    /// and Running writes: the property below is not vacuous. (Succeeded ends the job: its
+    /// echo brings a pass.)
+    #[test]
+    fn a_job_s_usual_life_checks_its_status_only_writes() {
+        let mut changes = Vec::new();
+        for phase in [1, 2] {
+            changes.extend((0..3).map(|i| Change::Phase(i, phase)));
+            changes.push(Change::Later(4000));
+        }
+        let checked = run(job(2, 0, 0, false, false), &changes).expect("a fixpoint");
+        assert!(checked >= 2, "{checked} passes checked");
+    }
+
+    proptest! {
+        #[test]
+        fn a_status_written_alone_is_a_fixpoint(
+            collectors in 0..4u8,
+            policy in 0..3u8,
+            backoff in 0..3u8,
+            deadline in any::<bool>(),
+            ttl in any::<bool>(),
+            changes in proptest::collection::vec(change(), 0..40),
+        ) {
+            run(job(collectors, policy, backoff, deadline, ttl), &changes)?;
+        }
+    }
+}
