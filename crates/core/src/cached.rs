@@ -178,56 +178,6 @@ impl CachedPod {
     }
 }
 
-impl CachedPod {
-    /// Whether `self` and `other` (two cached versions of one pod, trimmed) differ in nothing
-    /// but their resourceVersion: a watch event that brings such a version changes nothing any
-    /// decision reads (a kubelet writing a condition the cache drops, say), and brings no
-    /// reconcile. Every field is named, so a field added to the cached shape is compared too.
-    pub fn same_but_version(&self, other: &CachedPod) -> bool {
-        let CachedPod {
-            metadata,
-            spec,
-            status,
-            tags,
-        } = self;
-        let ObjectMeta {
-            annotations,
-            creation_timestamp,
-            deletion_grace_period_seconds,
-            deletion_timestamp,
-            finalizers,
-            generate_name,
-            generation,
-            labels,
-            managed_fields,
-            name,
-            namespace,
-            owner_references,
-            resource_version: _,
-            self_link,
-            uid,
-        } = metadata;
-        let o = &other.metadata;
-        *spec == other.spec
-            && *status == other.status
-            && *tags == other.tags
-            && *uid == o.uid
-            && *name == o.name
-            && *namespace == o.namespace
-            && *deletion_timestamp == o.deletion_timestamp
-            && *deletion_grace_period_seconds == o.deletion_grace_period_seconds
-            && *owner_references == o.owner_references
-            && *finalizers == o.finalizers
-            && *labels == o.labels
-            && *annotations == o.annotations
-            && *generation == o.generation
-            && *creation_timestamp == o.creation_timestamp
-            && *generate_name == o.generate_name
-            && *managed_fields == o.managed_fields
-            && *self_link == o.self_link
-    }
-}
-
 /// What readers use of a pod's spec.
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
@@ -762,50 +712,6 @@ mod tests {
             <CachedService as kube_core::Resource>::plural(&()),
             "services"
         );
-    }
-
-    #[test]
-    fn a_version_that_changed_only_what_the_cache_drops_is_the_same_but_for_its_version() {
-        let trimmed = |value: serde_json::Value| {
-            let mut pod: CachedPod = serde_json::from_value(value).expect("pod");
-            trim_pod(&mut pod);
-            pod
-        };
-        let base = json!({
-            "metadata": {"name": "p", "namespace": "ns", "uid": "u", "resourceVersion": "1",
-                "labels": {"diengine/job": "j", "team": "rl"}},
-            "spec": {"nodeName": "n1", "containers": [{"name": "di-container"}]},
-            "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "True"}]}
-        });
-        let old = trimmed(base.clone());
-        let changed = |edit: &dyn Fn(&mut serde_json::Value)| {
-            let mut v = base.clone();
-            v["metadata"]["resourceVersion"] = json!("2");
-            edit(&mut v);
-            trimmed(v)
-        };
-        // A condition and a label the cache drops, and a new version: nothing read changed.
-        let quiet = changed(&|v| {
-            v["status"]["conditions"] = json!([{"type": "PodScheduled", "status": "True"},
-                {"type": "Initialized", "status": "True"}]);
-            v["metadata"]["labels"]["team"] = json!("cv");
-        });
-        assert!(quiet.same_but_version(&old) && old.same_but_version(&quiet));
-        // Anything a reader reads is a change.
-        let edits: [&dyn Fn(&mut serde_json::Value); 6] = [
-            &|v| v["status"]["phase"] = json!("Running"),
-            &|v| v["spec"]["nodeName"] = json!("n2"),
-            &|v| v["metadata"]["labels"]["diengine/job"] = json!("k"),
-            &|v| v["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z"),
-            &|v| v["metadata"]["uid"] = json!("u2"),
-            &|v| {
-                v["status"]["conditions"] = json!([{"type": "Ready", "status": "True"},
-                {"type": "PodScheduled", "status": "True"}])
-            },
-        ];
-        for (i, edit) in edits.iter().enumerate() {
-            assert!(!changed(*edit).same_but_version(&old), "edit {i}");
-        }
     }
 
     #[test]
