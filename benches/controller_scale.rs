@@ -181,6 +181,8 @@ struct Run {
     /// The operator's DIJob reconciles per job in that time, by result (`ok`, `requeue`,
     /// `error`): what the CPU was spent on.
     reconciles: BTreeMap<String, f64>,
+    /// Watch events per job that brought no reconcile, by why (`status_echo`).
+    skipped: BTreeMap<String, f64>,
 }
 
 async fn create_jobs(
@@ -303,18 +305,23 @@ async fn via_operator(server: &Server, n: usize, concurrency: usize) -> anyhow::
     let progress = tokio::time::timeout(Duration::from_secs(900), done).await???;
     let operator_cpu = Some(cpu_seconds(operator.pid()) - cpu);
     let after = common::api_requests(&addr).await?;
-    let reconciles = delta(&after, &before)
+    let (skipped, reconciles): (BTreeMap<_, _>, _) = delta(&after, &before)
         .into_iter()
         .filter_map(|((resource, verb), count)| {
             let result = verb.strip_prefix("reconcile ")?;
             (resource == "dijobs").then(|| (result.to_string(), count / n as f64))
         })
+        .partition(|(result, _)| result.starts_with("skipped "));
+    let skipped = skipped
+        .into_iter()
+        .map(|(k, v)| (k.trim_start_matches("skipped ").to_string(), v))
         .collect();
     let run = Run {
         exist: progress.exist - start,
         running: progress.running - start,
         operator_cpu,
         reconciles,
+        skipped,
     };
     drop(operator);
     cluster.finish().await?;
@@ -335,6 +342,7 @@ async fn unattended_run(
         running: progress.running - start,
         operator_cpu: None,
         reconciles: BTreeMap::new(),
+        skipped: BTreeMap::new(),
     })
 }
 
@@ -663,12 +671,13 @@ async fn main() -> anyhow::Result<()> {
                 // Only the operator's path (a profile: scripts/profile-operator.sh).
                 let o = via_operator(&server, n, concurrency).await?;
                 println!(
-                    "  {}, N = {n:>5}: via operator: pods exist {:.1} ms, Running {:.1} ms; operator CPU {:.1} s per 1000 jobs; reconciles per job {}",
+                    "  {}, N = {n:>5}: via operator: pods exist {:.1} ms, Running {:.1} ms; operator CPU {:.1} s per 1000 jobs; reconciles per job {}; watch events per job that brought none {}",
                     server.label(),
                     o.exist.as_secs_f64() * 1e3,
                     o.running.as_secs_f64() * 1e3,
                     o.operator_cpu.unwrap_or(0.0) * 1000.0 / n as f64,
                     passes(&o.reconciles),
+                    passes(&o.skipped),
                 );
                 continue;
             }
@@ -694,8 +703,9 @@ async fn main() -> anyhow::Result<()> {
                 cpu * 1000.0 / n as f64,
             );
             println!(
-                "    reconciles per job to Running: {}",
-                passes(&o.reconciles)
+                "    reconciles per job to Running: {}; watch events per job that brought none: {}",
+                passes(&o.reconciles),
+                passes(&o.skipped)
             );
             common::csv_row(&format!(
                 "controller-floor,{},{n},{:.1},{:.1}",

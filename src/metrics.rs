@@ -25,6 +25,13 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SkipLabels {
+    /// `status_echo`: the job's watch event showing the operator's own status write, which
+    /// left nothing to do.
+    pub reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabels {
     /// `ok`, `requeue` (conflict or caches not ready) or `error`.
     pub result: &'static str,
@@ -55,6 +62,8 @@ pub struct ControllerMetrics {
     pub transitions: Family<PhaseLabels, Counter>,
     pub duration: Histogram,
     pub events_dropped: Counter,
+    /// Watch events that brought no reconcile, by why.
+    pub skipped_triggers: Family<SkipLabels, Counter>,
     /// Reconciles running now.
     pub in_flight: Gauge,
     /// DIJobs triggered and waiting for a worker (`controller::queue`).
@@ -77,6 +86,13 @@ struct RuntimeResultLabels {
 }
 
 impl ControllerMetrics {
+    /// Counts a watch event that brought no reconcile (`SkipLabels`).
+    pub fn skip_trigger(&self, reason: &'static str) {
+        self.skipped_triggers
+            .get_or_create(&SkipLabels { reason })
+            .inc();
+    }
+
     /// Counts one finished reconcile, `result` being `ok`, `requeue` or `error`, under
     /// `diorch_reconciles_total` and controller-runtime's names.
     pub fn count_reconcile(&self, result: &'static str) {
@@ -428,6 +444,7 @@ impl Metrics {
             transitions: Family::default(),
             duration: Histogram::new(exponential_buckets(0.0005, 2.0, 14)),
             events_dropped: Counter::default(),
+            skipped_triggers: Family::default(),
             in_flight: Gauge::default(),
             queue_depth: Gauge::default(),
             jobs: Family::default(),
@@ -485,6 +502,11 @@ impl Metrics {
             "events_dropped",
             "Events not recorded because the event queue was full",
             controller.events_dropped.clone(),
+        );
+        registry.register(
+            "reconcile_triggers_skipped",
+            "DIJob watch events that brought no reconcile: the echo of the operator's own status write that left nothing to do",
+            controller.skipped_triggers.clone(),
         );
         let server = ServerMetrics {
             requests: Family::default(),
@@ -757,6 +779,7 @@ mod tests {
         m.controller.queue_depth.set(3);
         m.controller.in_flight.set(2);
         m.controller.max_workers.set(32);
+        m.controller.skip_trigger("status_echo");
         let text = m.encode();
         for line in [
             "diorch_reconciles_total{result=\"ok\"} 2",
@@ -768,6 +791,7 @@ mod tests {
             "controller_runtime_max_concurrent_reconciles{controller=\"dijob\"} 32",
             "workqueue_depth{controller=\"dijob\",name=\"dijob\"} 3",
             "diorch_reconcile_queue_depth 3",
+            "diorch_reconcile_triggers_skipped_total{reason=\"status_echo\"} 1",
             "controller_runtime_reconcile_time_seconds_count{controller=\"dijob\"} 0",
         ] {
             assert!(text.contains(line), "missing {line} in\n{text}");

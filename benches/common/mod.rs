@@ -604,6 +604,17 @@ pub async fn api_requests(
             }
             continue;
         }
+        // Watch events that brought no reconcile, as `reconcile skipped <reason>` (not a
+        // request, and not a reconcile: readers split them off).
+        if let Some(rest) = line.strip_prefix("diorch_reconcile_triggers_skipped_total{reason=\"") {
+            if let Some((reason, value)) = rest.split_once("\"} ") {
+                let value: f64 = value.trim().parse().unwrap_or(0.0);
+                *counts
+                    .entry(("dijobs".to_string(), format!("reconcile skipped {reason}")))
+                    .or_insert(0.0) += value;
+            }
+            continue;
+        }
         let Some(rest) = line.strip_prefix("diorch_kube_api_requests_total{") else {
             continue;
         };

@@ -322,6 +322,22 @@ pub fn start(
         }
     })
     .applied_objects()
+    // The echo of a status write that left nothing to do brings no pass (`step::echo_redundant`).
+    .filter({
+        let ctx = ctx.clone();
+        move |job| {
+            let pass = match job {
+                Ok(job) => ctx.memory().get_mut(&job_key(job)).is_none_or(|m| {
+                    step::echo_needs_pass(m, job.metadata.resource_version.as_deref())
+                }),
+                Err(_) => true,
+            };
+            if !pass {
+                ctx.metrics.controller.skip_trigger("status_echo");
+            }
+            future::ready(pass)
+        }
+    })
     .inspect({
         let queue = ctx.queue.clone();
         move |job| {
@@ -559,6 +575,8 @@ async fn reconcile_inner(cached: &CachedJob, ctx: &Context) -> Result<Requeue, E
             step::Gate::Deleting => ctx.expectations.remove(&key),
             step::Gate::OwnWritesUnseen => {
                 tracing::debug!(job = %key, "waiting for the cache to show this operator's own writes");
+                // This pass waited for the status write: its echo must bring the pass.
+                ctx.remember(&key, |m| m.status_echo = None);
                 ctx.count("requeue");
             }
             step::Gate::CachesSyncing => ctx.count("requeue"),
@@ -597,9 +615,9 @@ async fn reconcile_inner(cached: &CachedJob, ctx: &Context) -> Result<Requeue, E
         m.counts_held_since = decision.counts_held_since;
     });
     let plan = &decision.plan;
-    let jobs: Api<DIJob> = Api::namespaced(ctx.client.clone(), &namespace);
 
     if let Some(patch) = &plan.spec_patch {
+        let jobs: Api<DIJob> = Api::namespaced(ctx.client.clone(), &namespace);
         let patch: json_patch::Patch =
             serde_json::from_value(patch.clone()).map_err(|source| Error::Plan {
                 job: key.to_string(),
@@ -783,13 +801,16 @@ async fn write_status<'a>(
     match bounded(jobs.patch_status(name, &params, &patch)).await {
         Ok(written) => {
             let at = ctx.settings.clock.now();
-            let unseen = step::status_written(
+            let (before, after) = (
                 job.metadata.resource_version.as_deref(),
                 written.metadata.resource_version.as_deref(),
             );
+            let unseen = step::status_written(before, after);
+            let echo = step::status_echo(job, plan, before, after);
             ctx.remember(&job_key(job), |m| {
                 m.status_written = Some(at);
                 m.status_unseen = unseen;
+                m.status_echo = echo;
             });
             Ok(Some(Cow::Owned(DIJob {
                 metadata: written.metadata,
@@ -820,6 +841,10 @@ struct Outcome {
 /// records the Events `step::settle` makes of their outcomes (DI-orchestrator's
 /// SuccessfulCreate / FailedCreate / SuccessfulDelete / FailedDelete).
 async fn execute(ctx: &Context, job: &DIJob, key: &ObjectKey, plan: &Plan) -> Outcome {
+    if plan.actions.is_empty() {
+        // Most passes: no request handle to build (a namespaced `Api` formats its path).
+        return Outcome::default();
+    }
     let namespace = job.metadata.namespace.clone().unwrap_or_default();
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
     let services: Api<Service> = Api::namespaced(ctx.client.clone(), &namespace);
