@@ -594,16 +594,18 @@ async fn reconcile_inner(cached: &CachedJob, ctx: &Context) -> Result<Requeue, E
         .get(&ObjectRef::new(&naming::service_name(&name)).within(&namespace));
     let admission = ctx.placement.consult(job).await;
     let now = Time(ctx.settings.clock.wall());
+    let instant = ctx.settings.clock.now();
+    let observed = Observed {
+        pods: pod_refs,
+        service: service.as_deref(),
+        admission: admission.as_ref(),
+    };
     let decision = step::decide(
         &step::Input {
             job,
-            observed: Observed {
-                pods: pod_refs,
-                service: service.as_deref(),
-                admission: admission.as_ref(),
-            },
+            observed: observed.clone(),
             memory: &ctx.recall(&key),
-            now: ctx.settings.clock.now(),
+            now: instant,
             wall: &now,
         },
         &ctx.settings.build,
@@ -661,6 +663,28 @@ async fn reconcile_inner(cached: &CachedJob, ctx: &Context) -> Result<Requeue, E
     publish_once(ctx, job, &key, &plan.once);
     count_transition(ctx, plan);
     log_pass(&key, job, &decision);
+    if let Cow::Owned(written) = &latest
+        && written.metadata.resource_version != job.metadata.resource_version
+        && settled.invalid.is_none()
+        && settled.error.is_none()
+    {
+        // What a pass on the write's echo would decide, from the same pods: when nothing, the
+        // echo brings no pass (`step::echo_quiet`).
+        let echo = step::decide(
+            &step::Input {
+                job: written,
+                observed,
+                memory: &ctx.recall(&key),
+                now: instant,
+                wall: &now,
+            },
+            &ctx.settings.build,
+        );
+        if step::echo_quiet(job, plan, &decision, &echo) {
+            let version = written.metadata.resource_version.clone();
+            ctx.remember(&key, |m| m.status_echo = version);
+        }
+    }
 
     if let Some(message) = settled.invalid {
         // The API server refused a pod as invalid: retrying cannot help, the job fails once,
@@ -801,16 +825,13 @@ async fn write_status<'a>(
     match bounded(jobs.patch_status(name, &params, &patch)).await {
         Ok(written) => {
             let at = ctx.settings.clock.now();
-            let (before, after) = (
+            let unseen = step::status_written(
                 job.metadata.resource_version.as_deref(),
                 written.metadata.resource_version.as_deref(),
             );
-            let unseen = step::status_written(before, after);
-            let echo = step::status_echo(job, plan, before, after);
             ctx.remember(&job_key(job), |m| {
                 m.status_written = Some(at);
                 m.status_unseen = unseen;
-                m.status_echo = echo;
             });
             Ok(Some(Cow::Owned(DIJob {
                 metadata: written.metadata,

@@ -44,7 +44,11 @@ impl OperatorProcess {
             ])
             .arg(kubeconfig)
             .args(extra)
-            .env("RUST_LOG", "info,kube_client::client::builder=off")
+            .env(
+                "RUST_LOG",
+                std::env::var("TEST_OPERATOR_LOG")
+                    .unwrap_or_else(|_| "info,kube_client::client::builder=off".into()),
+            )
             .env("NO_COLOR", "1")
             // As deploy/ runs it: its CPU limit of 1 gives the operator a current-thread
             // runtime (src/main.rs `runtime_for`).

@@ -72,8 +72,8 @@ pub struct Memory {
     pub status_unseen: Option<String>,
     /// The resourceVersion this process's last status write gave the job, until the job's next
     /// watch event: when that event is this very write (its echo) and the pass that wrote it
-    /// left nothing for a pass on its echo to do ([`echo_redundant`]), the echo brings no pass
-    /// (`echo_needs_pass`). Cleared by a pass that waited for the write to show.
+    /// left nothing for a pass on its echo to do ([`echo_quiet`]), the echo brings no pass
+    /// ([`echo_needs_pass`]). Cleared by a pass that waited for the write to show.
     pub status_echo: Option<String>,
     /// Reconcile errors in a row (the backoff's exponent).
     pub failures: u32,
@@ -129,51 +129,51 @@ pub fn status_written(before: Option<&str>, after: Option<&str>) -> Option<Strin
     }
 }
 
-/// Whether a pass that writes `plan`'s status leaves anything for a pass on the write's own
-/// watch event to do, when that event comes before any other change of the job.
+/// Whether a pass that wrote `plan`'s status may leave its echo (the job's watch event that
+/// shows the write) without a pass of its own, given `echo`: the decision a pass on the echo
+/// would make from the same pods, as the job, the memory and the time are once the write is done
+/// (the executor decides it right after the write, from the server's answer).
 ///
-/// Nothing, for a pass whose writes are the status and its job's own pods and service: the
-/// echo shows the job as the pass left it, so a pass on it plans from what the pass planned
-/// from, plus the status it wrote (a fixpoint, `tests::a_status_written_alone_is_a_fixpoint`),
-/// and each pod or service write comes back as a watch event of its own that brings a pass
-/// (after the echo, since a pass that sees the job without its write waits for it:
-/// [`own_status_seen`]). Not so for the writes whose outcome no watch event of a pod or
-/// service shows (a PodGroup, the job's deletion or spec), nor for a pass that ends the job
-/// (its pods are cleaned, and its TTL timed, by the pass that sees it ended), nor for a new
-/// allocation or a counted restart (the allocator's answer depends on the written status), nor
-/// for a preemptible job (its placement can change between two passes with no event of the
-/// job).
-pub fn echo_redundant(job: &DIJob, plan: &Plan) -> bool {
-    !job.spec.preemptible
-        && plan.transition.as_ref().is_none_or(|t| !t.to.is_terminal())
-        && plan.spec_patch.is_none()
-        && !plan.delete_job
-        && !plan.allocated
-        && !plan.counted
-        && plan
+/// - Never for a write whose next step no watch event of a pod or service brings: a PodGroup,
+///   the job's deletion or spec, a pass that ends the job, a new allocation or a counted restart
+///   (the allocator's answer depends on the written status), nor for a preemptible job (its
+///   placement can change between two passes with no event of the job).
+/// - A pass that also wrote pods or the service: each of those writes comes back as a watch
+///   event that brings the next pass (after the echo: a pass that sees the job without its write
+///   waits for it, [`own_status_seen`]), so the echo's pass would be one more of the same.
+/// - Otherwise only if `echo` plans nothing: no write, transition, Event or held counts, and no
+///   earlier wake than the pass's own. One transition per pass: a job whose pods all run when
+///   it is written Starting is written Running by the pass on that echo.
+pub fn echo_quiet(job: &DIJob, plan: &Plan, pass: &Decision, echo: &Decision) -> bool {
+    let excluded = job.spec.preemptible
+        || plan.transition.as_ref().is_some_and(|t| t.to.is_terminal())
+        || plan.spec_patch.is_some()
+        || plan.delete_job
+        || plan.allocated
+        || plan.counted
+        || plan
             .actions
             .iter()
-            .all(|a| !matches!(a, Action::EnsurePodGroup(_)))
-}
-
-/// What the memory's `status_echo` becomes after a status write for `plan` answered with
-/// the job at `after` (`before` it was read at).
-pub fn status_echo(
-    job: &DIJob,
-    plan: &Plan,
-    before: Option<&str>,
-    after: Option<&str>,
-) -> Option<String> {
-    match (before, after) {
-        (Some(before), Some(after)) if before != after && echo_redundant(job, plan) => {
-            Some(after.to_string())
-        }
-        _ => None,
+            .any(|a| matches!(a, Action::EnsurePodGroup(_)));
+    if excluded {
+        return false;
     }
+    if !plan.actions.is_empty() {
+        return true;
+    }
+    let e = &echo.plan;
+    e.status.is_none()
+        && e.transition.is_none()
+        && e.actions.is_empty()
+        && e.events.is_empty()
+        && e.spec_patch.is_none()
+        && !e.delete_job
+        && echo.held_counts.is_none()
+        && echo.wake().unwrap_or(Duration::MAX) >= pass.wake().unwrap_or(Duration::MAX)
 }
 
 /// Whether the job's watch event at `resource_version` brings a pass: every event does, except
-/// the echo of a status write that left nothing to do ([`echo_redundant`]). Only the job's next
+/// the echo of a status write that left nothing to do ([`echo_quiet`]). Only the job's next
 /// event is compared: the echo comes first, since the write was guarded by the version it was
 /// planned from.
 pub fn echo_needs_pass(memory: &mut Memory, resource_version: Option<&str>) -> bool {
