@@ -322,7 +322,7 @@ pub fn start(
         }
     })
     .applied_objects()
-    // The echo of a status write that left nothing to do brings no pass (`step::echo_redundant`).
+    // The echo of a status write that left nothing to do brings no pass (`step::echo_quiet`).
     .filter({
         let ctx = ctx.clone();
         move |job| {
@@ -670,17 +670,19 @@ async fn reconcile_inner(cached: &CachedJob, ctx: &Context) -> Result<Requeue, E
     {
         // What a pass on the write's echo would decide, from the same pods: when nothing, the
         // echo brings no pass (`step::echo_quiet`).
-        let echo = step::decide(
-            &step::Input {
-                job: written,
-                observed,
-                memory: &ctx.recall(&key),
-                now: instant,
-                wall: &now,
-            },
-            &ctx.settings.build,
-        );
-        if step::echo_quiet(job, plan, &decision, &echo) {
+        let echo = || {
+            step::decide(
+                &step::Input {
+                    job: written,
+                    observed,
+                    memory: &ctx.recall(&key),
+                    now: instant,
+                    wall: &now,
+                },
+                &ctx.settings.build,
+            )
+        };
+        if step::echo_quiet(job, plan, &decision, echo) {
             let version = written.metadata.resource_version.clone();
             ctx.remember(&key, |m| m.status_echo = version);
         }

@@ -132,7 +132,8 @@ pub fn status_written(before: Option<&str>, after: Option<&str>) -> Option<Strin
 /// Whether a pass that wrote `plan`'s status may leave its echo (the job's watch event that
 /// shows the write) without a pass of its own, given `echo`: the decision a pass on the echo
 /// would make from the same pods, as the job, the memory and the time are once the write is done
-/// (the executor decides it right after the write, from the server's answer).
+/// (the executor decides it right after the write, from the server's answer; called only when
+/// the rules below need it).
 ///
 /// - Never for a write whose next step no watch event of a pod or service brings: a PodGroup,
 ///   the job's deletion or spec, a pass that ends the job, a new allocation or a counted restart
@@ -144,7 +145,12 @@ pub fn status_written(before: Option<&str>, after: Option<&str>) -> Option<Strin
 /// - Otherwise only if `echo` plans nothing: no write, transition, Event or held counts, and no
 ///   earlier wake than the pass's own. One transition per pass: a job whose pods all run when
 ///   it is written Starting is written Running by the pass on that echo.
-pub fn echo_quiet(job: &DIJob, plan: &Plan, pass: &Decision, echo: &Decision) -> bool {
+pub fn echo_quiet(
+    job: &DIJob,
+    plan: &Plan,
+    pass: &Decision,
+    echo: impl FnOnce() -> Decision,
+) -> bool {
     let excluded = job.spec.preemptible
         || plan.transition.as_ref().is_some_and(|t| t.to.is_terminal())
         || plan.spec_patch.is_some()
@@ -161,6 +167,7 @@ pub fn echo_quiet(job: &DIJob, plan: &Plan, pass: &Decision, echo: &Decision) ->
     if !plan.actions.is_empty() {
         return true;
     }
+    let echo = echo();
     let e = &echo.plan;
     e.status.is_none()
         && e.transition.is_none()

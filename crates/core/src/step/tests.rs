@@ -549,7 +549,7 @@ fn an_echo_is_quiet_when_its_pass_would_plan_nothing() {
     }
     let echo = decide_at(&job, &[], None, &memory, now);
     assert!(
-        echo_quiet(&job, &first.plan, &first, &echo),
+        echo_quiet(&job, &first.plan, &first, || echo.clone()),
         "creates bring passes"
     );
 
@@ -563,13 +563,13 @@ fn an_echo_is_quiet_when_its_pass_would_plan_nothing() {
     written.status = starting.plan.status.clone();
     let echo = decide_at(&written, &pods, service.as_ref(), &memory, now);
     assert!(echo.plan.transition.is_some(), "{}", echo.plan.summary());
-    assert!(!echo_quiet(&job, &starting.plan, &starting, &echo));
+    assert!(!echo_quiet(&job, &starting.plan, &starting, || echo.clone()));
 
     let mut running = written.clone();
     running.status = echo.plan.status.clone();
     let after = decide_at(&running, &pods, service.as_ref(), &memory, now);
     assert!(
-        echo_quiet(&written, &echo.plan, &echo, &after),
+        echo_quiet(&written, &echo.plan, &echo, || after.clone()),
         "{}",
         after.plan.summary()
     );
@@ -577,7 +577,7 @@ fn an_echo_is_quiet_when_its_pass_would_plan_nothing() {
     // Writes whose next step no pod or service event brings keep their echo's pass.
     let mut preemptible = written.clone();
     preemptible.spec.preemptible = true;
-    assert!(!echo_quiet(&preemptible, &echo.plan, &echo, &after));
+    assert!(!echo_quiet(&preemptible, &echo.plan, &echo, || after.clone()));
     for plan in [
         Plan {
             allocated: true,
@@ -602,7 +602,7 @@ fn an_echo_is_quiet_when_its_pass_would_plan_nothing() {
         },
     ] {
         assert!(
-            !echo_quiet(&written, &plan, &echo, &after),
+            !echo_quiet(&written, &plan, &echo, || after.clone()),
             "{}",
             plan.summary()
         );
@@ -615,7 +615,7 @@ fn an_echo_is_quiet_when_its_pass_would_plan_nothing() {
         },
         ..after.clone()
     };
-    assert!(!echo_quiet(&written, &echo.plan, &echo, &sooner));
+    assert!(!echo_quiet(&written, &echo.plan, &echo, || sooner.clone()));
 }
 
 /// Skipping quiet echoes changes nothing a job goes through: random jobs, whose pods change
@@ -761,7 +761,7 @@ mod status_echo {
                 return false;
             }
             // The echo of a status write alone brings a pass at once, unless skipped.
-            wrote && !(self.skip && echo_quiet(&self.job, &d.plan, &d, &self.decide()))
+            wrote && !(self.skip && echo_quiet(&self.job, &d.plan, &d, || self.decide()))
         }
 
         /// Passes until one leaves nothing to follow it (at most 20: a fixpoint is near).
