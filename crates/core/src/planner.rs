@@ -1229,4 +1229,4 @@ mod allocation;
 mod lifecycle;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -11,7 +11,9 @@ fn t(s: i64) -> Time {
     Time(jiff::Timestamp::from_second(1_700_000_000 + s).expect("time"))
 }
 
-fn job_with(spec: Value) -> DIJob {
+/// A job named `j` (uid `uid-1`) with `spec`; a learner, an evaluator and two collectors when
+/// it names no tasks. The step tests build theirs with it too.
+pub(crate) fn job_with(spec: Value) -> DIJob {
     let mut spec = spec;
     if spec.get("tasks").is_none() {
         spec["tasks"] = json!([

@@ -674,13 +674,7 @@ mod status_echo {
         if ttl {
             spec["ttlSecondsAfterFinished"] = json!(5);
         }
-        serde_json::from_value(json!({
-            "apiVersion": "diengine.opendilab.org/v2alpha1",
-            "kind": "DIJob",
-            "metadata": {"name": "j", "namespace": "default", "uid": "uid-1"},
-            "spec": spec
-        }))
-        .expect("job")
+        crate::planner::tests::job_with(spec)
     }
 
     #[derive(Clone)]
