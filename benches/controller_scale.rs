@@ -5,7 +5,8 @@
 //!   directly with the kube client (the same simulated kubelet runs both), and against the
 //!   floor: the DIJobs, their pods and services and the status writes a compatible controller
 //!   cannot avoid, written by the bench itself (`via_floor`); and the operator's CPU seconds per
-//!   1 000 jobs;
+//!   1 000 jobs, against the CPU floor: a client that only watches and writes what a compatible
+//!   controller must, for the same burst (`via_cpu_floor`, controller_scale/cpu_floor.rs);
 //! - **writes**: the API requests the operator made per job, by resource and verb, from create
 //!   to Running and from Running to Succeeded (its `diorch_kube_api_requests_total`), next to
 //!   the floor;
@@ -14,7 +15,8 @@
 //! `cargo bench --bench controller_scale` (env: SIZES=100,1000 (on the real server REAL_SIZES,
 //! default SIZES), WRITE_JOBS=100,
 //! MEMORY_JOBS=5000 (0 skips; on the real server REAL_MEMORY_JOBS, default at most 2000),
-//! CONCURRENCY=32, PATHS=operator to time the operator's path alone, OPERATOR_ARGS for extra `diorch run` flags,
+//! CONCURRENCY=32, PATHS=operator to time the operator's path alone (PATHS=operator,cpu-floor:
+//! and the CPU floor's), OPERATOR_ARGS for extra `diorch run` flags,
 //! BENCH_KUBECONFIG for the real server, BENCH_CSV=file to append the rows to). The operator
 //! runs with `--qps 0` (no client-side limit), as the direct path has none either, and on one
 //! runtime thread, as deploy/ runs it (its CPU limit of 1 gives it a current-thread runtime;
@@ -22,6 +24,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a measurement program: a panic is its report
 
 mod common;
+#[path = "controller_scale/cpu_floor.rs"]
+mod cpu_floor;
 
 use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, Instant};
@@ -36,6 +40,11 @@ use diorch::plugin::spec::{self as plugin_spec, PluginKind, PluginSpec};
 use diorch_core::api::{DIJob, Phase};
 use diorch_core::build::{self, BuildContext, ReplicaSlot};
 use diorch_core::ranks::RankTable;
+
+/// As the operator (src/main.rs), for the CPU floor's client, which is this binary.
+#[cfg(not(feature = "system-allocator"))]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// Room for 5 000 jobs × 4 pods of 100m CPU; no kubelet Events (they would be the same on both
 /// paths, and only add load).
@@ -326,6 +335,32 @@ async fn via_operator(server: &Server, n: usize, concurrency: usize) -> anyhow::
     drop(operator);
     cluster.finish().await?;
     Ok(run)
+}
+
+/// The CPU floor (controller_scale/cpu_floor.rs): its client's CPU seconds from the first create
+/// to all pods Running, measured as the operator's are.
+async fn via_cpu_floor(server: &Server, n: usize, concurrency: usize) -> anyhow::Result<f64> {
+    let cluster = Cluster::start(server, &nodes()).await?;
+    let (path, ns) = (cluster.kubeconfig.clone(), cluster.namespace.clone());
+    let client =
+        tokio::task::spawn_blocking(move || cpu_floor::FloorClient::start(&path, &ns)).await??;
+    let jobs: Api<DIJob> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
+    let done = tokio::spawn(pods_progress(
+        cluster.client.clone(),
+        cluster.namespace.clone(),
+        4 * n,
+    ));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let cpu = cpu_seconds(client.pid());
+    create_jobs(&jobs, &cluster.namespace, 0..n, None, false, concurrency).await?;
+    tokio::time::timeout(Duration::from_secs(900), done).await???;
+    let used = cpu_seconds(client.pid()) - cpu;
+    // The floor did its writes: every job reaches Running (after the window measured, as the
+    // operator's last status writes may).
+    all_jobs_in(&jobs, n, Phase::Running).await?;
+    drop(client);
+    cluster.finish().await?;
+    Ok(used)
 }
 
 /// A run with no operator: waits until the burst's pods run, removes the cluster, and times
@@ -651,8 +686,18 @@ fn passes(by_result: &BTreeMap<String, f64>) -> String {
     format!("{all:.2} ({})", each.join(", "))
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
+    // The CPU floor's client is this binary again (cpu_floor.rs).
+    if let Ok(namespace) = std::env::var(cpu_floor::ENV) {
+        return cpu_floor::main(namespace);
+    }
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?
+        .block_on(bench())
+}
+
+async fn bench() -> anyhow::Result<()> {
     let (sizes, real_sizes) = common::env_sizes();
     let write_jobs = env_usize("WRITE_JOBS", 100);
     let memory_jobs = env_usize("MEMORY_JOBS", 5_000);
@@ -668,7 +713,16 @@ async fn main() -> anyhow::Result<()> {
         };
         for &n in sizes {
             if !paths.contains("direct") {
-                // Only the operator's path (a profile: scripts/profile-operator.sh).
+                // Only the operator's path (a profile: scripts/profile-operator.sh), and with
+                // PATHS=operator,cpu-floor the CPU floor's.
+                if paths.contains("cpu-floor") {
+                    let c = via_cpu_floor(&server, n, concurrency).await?;
+                    println!(
+                        "  {}, N = {n:>5}: CPU floor {:.2} s per 1000 jobs",
+                        server.label(),
+                        c * 1000.0 / n as f64
+                    );
+                }
                 let o = via_operator(&server, n, concurrency).await?;
                 println!(
                     "  {}, N = {n:>5}: via operator: pods exist {:.1} ms, Running {:.1} ms; operator CPU {:.1} s per 1000 jobs; reconciles per job {}; watch events per job that brought none {}",
@@ -683,6 +737,7 @@ async fn main() -> anyhow::Result<()> {
             }
             let d = direct(&server, n, concurrency).await?;
             let f = via_floor(&server, n, concurrency).await?;
+            let c = via_cpu_floor(&server, n, concurrency).await? * 1000.0 / n as f64;
             let o = via_operator(&server, n, concurrency).await?;
             let cpu = o.operator_cpu.unwrap_or(0.0);
             let ms = |t: Duration| t.as_secs_f64() * 1e3;
@@ -703,12 +758,13 @@ async fn main() -> anyhow::Result<()> {
                 cpu * 1000.0 / n as f64,
             );
             println!(
-                "    reconciles per job to Running: {}; watch events per job that brought none: {}",
+                "    reconciles per job to Running: {}; watch events per job that brought none: {}; CPU floor {c:.2} s per 1000 jobs ({:.2}x)",
                 passes(&o.reconciles),
-                passes(&o.skipped)
+                passes(&o.skipped),
+                cpu * 1000.0 / n as f64 / c,
             );
             common::csv_row(&format!(
-                "controller-floor,{},{n},{:.1},{:.1}",
+                "controller-floor,{},{n},{:.1},{:.1},{c:.2}",
                 server.label(),
                 ms(f.exist),
                 ms(f.running),

@@ -7,7 +7,7 @@
 //!
 //! ```text
 //! controller-time,<server>,<n>,<direct_exist_ms>,<operator_exist_ms>,<direct_running_ms>,<operator_running_ms>,<operator_cpu_s_per_1000_jobs>
-//! controller-floor,<server>,<n>,<floor_exist_ms>,<floor_running_ms>
+//! controller-floor,<server>,<n>,<floor_exist_ms>,<floor_running_ms>[,<floor_cpu_s_per_1000_jobs>]
 //! controller-writes,<server>,<resource>,<verb>,<per_job_create_to_running>,<per_job_running_to_succeeded>
 //! memory,<server>,<jobs>,<rss_mib>,<kib_per_extra_job>
 //! placement,<server>,<n>,<round>,<wasm_over_native_ratio>

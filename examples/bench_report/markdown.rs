@@ -273,13 +273,20 @@ pub fn report(rows: &[Row]) -> String {
              controller writes before the pods exist (no watch, no cache, no Events, no Running \
              write: a lower bound). Ratios: operator/direct, and operator/floor in brackets. \
              The operator runs on one runtime thread, as deploy/ runs it (its CPU limit of 1 \
-             gives it a current-thread runtime).\n"
+             gives it a current-thread runtime). CPU floor: the CPU seconds of a client that \
+             only watches the DIJobs, pods and services (decoded into the operator's slim \
+             shapes) and writes each job's pods, service, 3 status writes and 4 Events, on one \
+             runtime thread, over the same window (benches/controller_scale/cpu_floor.rs): \
+             the least a kube-rs controller spends, with no cache and no decision.\n"
         );
         let _ = writeln!(
             w,
-            "| server | N | pods exist: direct ms | floor ms | via operator ms | ratio | pods Running: direct ms | floor ms | via operator ms | ratio | operator CPU s per 1 000 jobs |"
+            "| server | N | pods exist: direct ms | floor ms | via operator ms | ratio | pods Running: direct ms | floor ms | via operator ms | ratio | operator CPU s per 1 000 jobs | CPU floor s |"
         );
-        let _ = writeln!(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+        let _ = writeln!(
+            w,
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+        );
         for server in &servers {
             let mut mine: Vec<&Row> = rows
                 .iter()
@@ -310,7 +317,7 @@ pub fn report(rows: &[Row]) -> String {
                     };
                     let _ = writeln!(
                         w,
-                        "| {} | {n} | {direct_exist_ms:.1} | {} | {operator_exist_ms:.1} | {}{} | {direct_running_ms:.1} | {} | {operator_running_ms:.1} | {}{} | {cpu_s_per_1000_jobs:.2} |",
+                        "| {} | {n} | {direct_exist_ms:.1} | {} | {operator_exist_ms:.1} | {}{} | {direct_running_ms:.1} | {} | {operator_running_ms:.1} | {}{} | {cpu_s_per_1000_jobs:.2} | {} |",
                         cell(server),
                         ms(floor.map(|f| f.0)),
                         show(ratio(*operator_exist_ms, *direct_exist_ms)),
@@ -318,6 +325,8 @@ pub fn report(rows: &[Row]) -> String {
                         ms(floor.map(|f| f.1)),
                         show(ratio(*operator_running_ms, *direct_running_ms)),
                         over(*operator_running_ms, floor.map(|f| f.1)),
+                        cpu_floor_of(rows, server, *n)
+                            .map_or("-".to_string(), |f| format!("{f:.2}")),
                     );
                 }
             }

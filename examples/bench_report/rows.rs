@@ -17,12 +17,15 @@ pub enum Row {
         operator_running_ms: f64,
         cpu_s_per_1000_jobs: f64,
     },
-    /// The same burst written by the bench itself, the least a compatible controller writes.
+    /// The same burst written by the bench itself, the least a compatible controller writes;
+    /// and the CPU floor's client's seconds per 1 000 jobs (benches/controller_scale/cpu_floor.rs;
+    /// absent from rows written before it).
     ControllerFloor {
         server: String,
         n: u64,
         exist_ms: f64,
         running_ms: f64,
+        cpu_s_per_1000_jobs: Option<f64>,
     },
     ControllerWrites {
         server: String,
@@ -189,12 +192,19 @@ pub fn parse_line(line: &str) -> Result<Line, String> {
             }
         }
         "controller-floor" => {
-            want(4, "server,n,floor_exist_ms,floor_running_ms")?;
+            let shape = "server,n,floor_exist_ms,floor_running_ms[,floor_cpu_s_per_1000_jobs]";
+            if rest.len() != 5 {
+                want(4, shape)?;
+            }
             Row::ControllerFloor {
                 server: text(rest[0], "server")?,
                 n: count(rest[1], "n")?,
                 exist_ms: number(rest[2], "floor_exist_ms")?,
                 running_ms: number(rest[3], "floor_running_ms")?,
+                cpu_s_per_1000_jobs: match rest.get(4) {
+                    Some(cpu) => Some(number(cpu, "floor_cpu_s_per_1000_jobs")?),
+                    None => None,
+                },
             }
         }
         "controller-writes" => {
@@ -386,6 +396,17 @@ mod tests {
                 n: 1000,
                 exist_ms: 1200.5,
                 running_ms: 2400.0,
+                cpu_s_per_1000_jobs: None,
+            }
+        );
+        assert_eq!(
+            one("controller-floor,real API server,1000,1200.5,2400,2.90"),
+            Row::ControllerFloor {
+                server: "real API server".into(),
+                n: 1000,
+                exist_ms: 1200.5,
+                running_ms: 2400.0,
+                cpu_s_per_1000_jobs: Some(2.9),
             }
         );
         assert_eq!(
