@@ -124,6 +124,21 @@ fn objects_of(job: &DIJob) -> (Vec<Pod>, Service) {
     (pods, build::build_service(job))
 }
 
+/// Starts [`pods_progress`] on `cluster`'s namespace for `want` pods, and gives its watch a
+/// moment to open before the caller creates anything.
+async fn follow_pods(
+    cluster: &Cluster,
+    want: usize,
+) -> tokio::task::JoinHandle<anyhow::Result<Progress>> {
+    let done = tokio::spawn(pods_progress(
+        cluster.client.clone(),
+        cluster.namespace.clone(),
+        want,
+    ));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    done
+}
+
 /// When the pods of a burst exist and when they all run.
 struct Progress {
     exist: Instant,
@@ -301,12 +316,7 @@ async fn via_operator(server: &Server, n: usize, concurrency: usize) -> anyhow::
     let operator = warm_operator(&cluster, true, false).await?;
     let addr = operator.metrics.clone().unwrap_or_default();
     let jobs: Api<DIJob> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
-    let done = tokio::spawn(pods_progress(
-        cluster.client.clone(),
-        cluster.namespace.clone(),
-        4 * n,
-    ));
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    let done = follow_pods(&cluster, 4 * n).await;
     let before = common::api_requests(&addr).await?;
     let cpu = cpu_seconds(operator.pid());
     let start = Instant::now();
@@ -345,12 +355,7 @@ async fn via_cpu_floor(server: &Server, n: usize, concurrency: usize) -> anyhow:
     let client =
         tokio::task::spawn_blocking(move || cpu_floor::FloorClient::start(&path, &ns)).await??;
     let jobs: Api<DIJob> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
-    let done = tokio::spawn(pods_progress(
-        cluster.client.clone(),
-        cluster.namespace.clone(),
-        4 * n,
-    ));
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    let done = follow_pods(&cluster, 4 * n).await;
     let cpu = cpu_seconds(client.pid());
     create_jobs(&jobs, &cluster.namespace, 0..n, None, false, concurrency).await?;
     tokio::time::timeout(Duration::from_secs(900), done).await???;
@@ -389,12 +394,7 @@ async fn direct(server: &Server, n: usize, concurrency: usize) -> anyhow::Result
     let objects: Vec<(Vec<Pod>, Service)> = (0..n)
         .map(|i| direct_objects(i, &cluster.namespace))
         .collect();
-    let done = tokio::spawn(pods_progress(
-        cluster.client.clone(),
-        cluster.namespace.clone(),
-        4 * n,
-    ));
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    let done = follow_pods(&cluster, 4 * n).await;
     let start = Instant::now();
     stream::iter(objects.into_iter().flat_map(|(p, s)| {
         let services = services.clone();
@@ -428,8 +428,7 @@ async fn via_floor(server: &Server, n: usize, concurrency: usize) -> anyhow::Res
     let jobs: Api<DIJob> = Api::namespaced(cluster.client.clone(), &ns);
     let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), &ns);
     let services: Api<Service> = Api::namespaced(cluster.client.clone(), &ns);
-    let done = tokio::spawn(pods_progress(cluster.client.clone(), ns.clone(), 4 * n));
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    let done = follow_pods(&cluster, 4 * n).await;
     let start = Instant::now();
     stream::iter(0..n)
         .map(|i| {
@@ -638,12 +637,7 @@ async fn memory(server: &Server, jobs: usize, concurrency: usize) -> anyhow::Res
     let mut rss = Vec::new();
     for range in [0..half, half..jobs] {
         let want = 4 * range.len();
-        let done = tokio::spawn(pods_progress(
-            cluster.client.clone(),
-            cluster.namespace.clone(),
-            want,
-        ));
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        let done = follow_pods(&cluster, want).await;
         create_jobs(&api, &cluster.namespace, range, None, true, concurrency).await?;
         tokio::time::timeout(Duration::from_secs(900), done).await???;
         all_jobs_in(&api, rss.len().max(1) * half, Phase::Running).await?;
