@@ -34,12 +34,31 @@ pub struct Held {
     pub since: Instant,
 }
 
-/// A counted pod: bound to `node`, not terminal.
+/// A counted pod: bound to `node`, not terminal. Boxed strings and the job's name alone (its
+/// namespace is the pod's): the book holds one per pod, and a cluster 20 000 of them.
 #[derive(Clone, Debug)]
 struct PodEntry {
-    node: String,
-    job: Option<ObjectKey>,
+    node: Box<str>,
+    /// Its `diengine/job` label: the DIJob, in the pod's namespace.
+    job: Option<Box<str>>,
     requests: Resources,
+}
+
+/// A pod's key in the book: `namespace/name`, one allocation (neither part holds a `/`).
+fn pod_key(pod: &UsagePod) -> String {
+    let m = &pod.metadata;
+    let (namespace, name) = (m.namespace.as_deref(), m.name.as_deref());
+    format!(
+        "{}/{}",
+        namespace.unwrap_or_default(),
+        name.unwrap_or_default()
+    )
+}
+
+/// The key of the job `job` of the pod keyed `pod_key`.
+fn job_of(pod_key: &str, job: &str) -> ObjectKey {
+    let namespace = pod_key.split_once('/').map_or("", |(ns, _)| ns);
+    ObjectKey::new(namespace, job)
 }
 
 /// Per-node sums, without zero entries (a node whose usage went back to nothing has none).
@@ -74,8 +93,8 @@ fn prune(sums: &mut NodeSums, node: &str) {
 #[derive(Default)]
 pub struct Book {
     held: HashMap<ObjectKey, Held>,
-    /// Counted pods, by the pod's key.
-    pods: HashMap<ObjectKey, PodEntry>,
+    /// Counted pods, by [`pod_key`].
+    pods: HashMap<Box<str>, PodEntry>,
     /// Per-node sums of each DIJob's counted pods, by job key.
     pods_by_job: HashMap<ObjectKey, NodeSums>,
     /// What each node counts as used (see the module doc).
@@ -157,14 +176,13 @@ impl Book {
 
     /// A pod was added or changed (watch `Apply`).
     pub fn apply_pod(&mut self, pod: &UsagePod) {
-        let key = ObjectKey::of(&pod.metadata);
-        let job = pod.job_key();
+        let key = pod_key(pod);
         let node = pod.node.as_deref().filter(|_| !pod.terminal);
         // Most pod events (status, conditions) change nothing the book counts.
-        if let (Some(old), Some(node)) = (self.pods.get(&key), node)
-            && old.node == node
+        if let (Some(old), Some(node)) = (self.pods.get(key.as_str()), node)
+            && *old.node == *node
             && old.requests == pod.requests
-            && old.job == job
+            && old.job.as_deref() == pod.job.as_deref()
         {
             return;
         }
@@ -174,38 +192,36 @@ impl Book {
         };
         self.version += 1;
         let entry = PodEntry {
-            node: node.to_string(),
-            job,
+            node: node.into(),
+            job: pod.job.as_deref().map(Box::from),
             requests: pod.requests.clone(),
         };
-        if let Some(job) = &entry.job {
+        let job = entry.job.as_deref().map(|job| job_of(&key, job));
+        if let Some(job) = &job {
             add(
                 self.pods_by_job.entry(job.clone()).or_default(),
                 node,
                 &entry.requests,
             );
         }
-        if !entry
-            .job
-            .as_ref()
-            .is_some_and(|j| self.held.contains_key(j))
-        {
+        if !job.as_ref().is_some_and(|j| self.held.contains_key(j)) {
             add(&mut self.counted, node, &entry.requests);
         }
-        self.pods.insert(key, entry);
+        self.pods.insert(key.into_boxed_str(), entry);
     }
 
     /// A pod is gone (watch `Delete`).
     pub fn delete_pod(&mut self, pod: &UsagePod) {
-        self.remove_pod(&ObjectKey::of(&pod.metadata));
+        self.remove_pod(&pod_key(pod));
     }
 
-    fn remove_pod(&mut self, key: &ObjectKey) {
+    fn remove_pod(&mut self, key: &str) {
         let Some(old) = self.pods.remove(key) else {
             return;
         };
         self.version += 1;
-        if let Some(job) = &old.job
+        let job = old.job.as_deref().map(|job| job_of(key, job));
+        if let Some(job) = &job
             && let Some(sums) = self.pods_by_job.get_mut(job)
         {
             sub(sums, &old.node, &old.requests);
@@ -213,7 +229,7 @@ impl Book {
                 self.pods_by_job.remove(job);
             }
         }
-        if !old.job.as_ref().is_some_and(|j| self.held.contains_key(j)) {
+        if !job.as_ref().is_some_and(|j| self.held.contains_key(j)) {
             sub(&mut self.counted, &old.node, &old.requests);
         }
     }
