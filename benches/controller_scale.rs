@@ -15,7 +15,9 @@
 //! `cargo bench --bench controller_scale` (env: SIZES=100,1000 (on the real server REAL_SIZES,
 //! default SIZES), WRITE_JOBS=100,
 //! MEMORY_JOBS=5000 (0 skips; on the real server REAL_MEMORY_JOBS, default at most 2000),
-//! CONCURRENCY=32, PATHS=operator to time the operator's path alone (PATHS=operator,cpu-floor:
+//! CONCURRENCY=32, ROUNDS=3 (the timed paths run one after the other this many times, and each
+//! time, ratio and CPU figure is the median of its rounds),
+//! PATHS=operator to time the operator's path alone, once (PATHS=operator,cpu-floor:
 //! and the CPU floor's), OPERATOR_ARGS for extra `diorch run` flags,
 //! BENCH_KUBECONFIG for the real server, BENCH_CSV=file to append the rows to). The operator
 //! runs with `--qps 0` (no client-side limit), as the direct path has none either, and on one
@@ -197,6 +199,7 @@ async fn pods_progress(client: Client, namespace: String, want: usize) -> anyhow
 }
 
 /// What one burst of N jobs cost.
+#[derive(Default)]
 struct Run {
     exist: Duration,
     running: Duration,
@@ -670,6 +673,52 @@ async fn memory(server: &Server, jobs: usize, concurrency: usize) -> anyhow::Res
     Ok(())
 }
 
+/// The median of `values` (the upper one of the middle two for an even count).
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied().unwrap_or(0.0)
+}
+
+/// One round of the timed paths at one N.
+struct Round {
+    direct: Run,
+    floor: Run,
+    /// CPU floor seconds per 1 000 jobs.
+    cpu_floor: f64,
+    operator: Run,
+}
+
+/// The rounds reduced to their medians, number by number (times and CPU seconds). The
+/// operator's reconcile counts are those of its round with the median time to Running.
+fn medians(rounds: Vec<Round>) -> Round {
+    let pick = |f: &dyn Fn(&Round) -> f64| median(rounds.iter().map(f).collect());
+    let run = |path: fn(&Round) -> &Run| Run {
+        exist: Duration::from_secs_f64(pick(&|r| path(r).exist.as_secs_f64())),
+        running: Duration::from_secs_f64(pick(&|r| path(r).running.as_secs_f64())),
+        operator_cpu: rounds
+            .first()
+            .and_then(|r| path(r).operator_cpu)
+            .map(|_| pick(&|r| path(r).operator_cpu.unwrap_or(0.0))),
+        ..Run::default()
+    };
+    let running = pick(&|r| r.operator.running.as_secs_f64());
+    let counts = rounds
+        .iter()
+        .find(|r| r.operator.running.as_secs_f64() == running)
+        .map(|r| (r.operator.reconciles.clone(), r.operator.skipped.clone()))
+        .unwrap_or_default();
+    Round {
+        direct: run(|r| &r.direct),
+        floor: run(|r| &r.floor),
+        cpu_floor: pick(&|r| r.cpu_floor),
+        operator: Run {
+            reconciles: counts.0,
+            skipped: counts.1,
+            ..run(|r| &r.operator)
+        },
+    }
+}
+
 /// Reconciles per job by result, as `2.10 (ok 1.60, requeue 0.50)`.
 fn passes(by_result: &BTreeMap<String, f64>) -> String {
     let all: f64 = by_result.values().sum();
@@ -699,7 +748,12 @@ async fn bench() -> anyhow::Result<()> {
     // PATHS=operator times the operator's path alone (no direct and floor runs).
     let paths = std::env::var("PATHS").unwrap_or_else(|_| "direct,floor,operator".into());
 
-    println!("controller bench: 4 replicas per DIJob, {concurrency} concurrent creates");
+    let rounds_wanted = env_usize("ROUNDS", 3).max(1);
+    let ms = |t: Duration| t.as_secs_f64() * 1e3;
+
+    println!(
+        "controller bench: 4 replicas per DIJob, {concurrency} concurrent creates; times and CPU: the median of {rounds_wanted} rounds"
+    );
     for server in Server::all() {
         let sizes = match server {
             Server::Sandbox => &sizes,
@@ -729,12 +783,41 @@ async fn bench() -> anyhow::Result<()> {
                 );
                 continue;
             }
-            let d = direct(&server, n, concurrency).await?;
-            let f = via_floor(&server, n, concurrency).await?;
-            let c = via_cpu_floor(&server, n, concurrency).await? * 1000.0 / n as f64;
-            let o = via_operator(&server, n, concurrency).await?;
+            // The paths one after the other, ROUNDS times: each number reported is the median
+            // of its rounds (one run on a shared 2-core machine moved a ratio by 0.1).
+            let mut rounds = Vec::new();
+            for round in 1..=rounds_wanted {
+                let d = direct(&server, n, concurrency).await?;
+                let f = via_floor(&server, n, concurrency).await?;
+                let c = via_cpu_floor(&server, n, concurrency).await? * 1000.0 / n as f64;
+                let o = via_operator(&server, n, concurrency).await?;
+                if rounds_wanted > 1 {
+                    println!(
+                        "    {}, N = {n}, round {round}: pods exist: direct {:.1} ms, floor {:.1} ms, via operator {:.1} ms; Running: {:.1}, {:.1}, {:.1} ms; operator CPU {:.2} s per 1000 jobs, CPU floor {c:.2} s",
+                        server.label(),
+                        ms(d.exist),
+                        ms(f.exist),
+                        ms(o.exist),
+                        ms(d.running),
+                        ms(f.running),
+                        ms(o.running),
+                        o.operator_cpu.unwrap_or(0.0) * 1000.0 / n as f64,
+                    );
+                }
+                rounds.push(Round {
+                    direct: d,
+                    floor: f,
+                    cpu_floor: c,
+                    operator: o,
+                });
+            }
+            let Round {
+                direct: d,
+                floor: f,
+                cpu_floor: c,
+                operator: o,
+            } = medians(rounds);
             let cpu = o.operator_cpu.unwrap_or(0.0);
-            let ms = |t: Duration| t.as_secs_f64() * 1e3;
             let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64();
             println!(
                 "  {}, N = {n:>5}: pods exist: direct {:>8.1} ms, floor {:>8.1} ms, via operator {:>8.1} ms, ratio {:.2} ({:.2} over the floor); pods Running: direct {:>8.1} ms, floor {:>8.1} ms, via operator {:>8.1} ms, ratio {:.2} ({:.2} over the floor); operator CPU {:.1} s per 1000 jobs",
