@@ -503,7 +503,11 @@ impl Allocator {
         let wall = self.settings.clock.wall();
         let mut grown = 0;
         for cached in self.jobs.state() {
-            let Some(shrunk) = cached.status.as_ref().and_then(|s| s.preemption.as_ref()) else {
+            // A status that does not decode: the job fails its reconcile, and is not grown.
+            let Ok(Some(status)) = cached.status() else {
+                continue;
+            };
+            let Some(shrunk) = status.preemption.as_ref() else {
                 continue;
             };
             let Some(before) = shrunk.replicas_before.as_ref() else {

@@ -151,15 +151,13 @@ mod tests {
     use kube::runtime::watcher;
 
     fn job(name: &str) -> CachedJob {
-        CachedJob {
-            metadata: ObjectMeta {
-                name: Some(name.into()),
-                namespace: Some("ns".into()),
-                ..Default::default()
-            },
-            spec: serde_json::value::RawValue::from_string("{}".into()).expect("JSON"),
-            status: None,
-        }
+        let metadata = ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some("ns".into()),
+            ..Default::default()
+        };
+        let spec = serde_json::value::RawValue::from_string("{}".into()).expect("JSON");
+        CachedJob::new(metadata, spec, None).expect("job")
     }
 
     fn owned_by(job: &str, controller: bool) -> ObjectMeta {

@@ -435,8 +435,9 @@ fn live_replicas(state: &ServerState, job: &CachedJob) -> Vec<Replica> {
     // The controller's rank table wins over a pod's annotation: an adopted DI-orchestrator pod
     // may carry a rank past the job's size (its `max + 1` restart rule) that the controller
     // replaced with a free one in `status.ranks`, as `DI_NODES` will have it.
-    let table: &[String] = job
-        .status
+    // A status that does not decode has no table: the pods' annotations decide.
+    let status = job.status().ok().flatten();
+    let table: &[String] = status
         .as_ref()
         .and_then(|s| s.ranks.as_deref())
         .unwrap_or_default();
@@ -570,10 +571,11 @@ fn replica_addresses(job: &CachedJob, replicas: Vec<Replica>) -> Value {
     }
     // `status.ranks` is trusted no further than the job's size either.
     let ranks = job
-        .status
-        .as_ref()
-        .and_then(|s| s.ranks.as_ref())
-        .map_or(0, Vec::len)
+        .status()
+        .ok()
+        .flatten()
+        .and_then(|s| s.ranks)
+        .map_or(0, |r| r.len())
         .min(rank_bound(job));
     // Every rank in `replicas` is below the bound (checked above), so is `len`.
     let len = replicas.last().map_or(0, |r| r.rank + 1).max(ranks);
@@ -978,7 +980,15 @@ async fn post_profilings(
     // The merge is checked against the job as read and written only if the job is still at
     // that resourceVersion, so concurrent reports cannot together pass the caps. On a conflict
     // the job is read again from the API server (the cache may lag).
-    let mut current = cached.status.as_ref().and_then(|s| s.profilings.clone());
+    let mut current = cached
+        .status()
+        .map_err(|e| {
+            fail(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("the job's status does not decode: {e}"),
+            )
+        })?
+        .and_then(|s| s.profilings);
     let mut version = cached.metadata.resource_version.clone();
     const ATTEMPTS: usize = 5;
     for attempt in 1..=ATTEMPTS {

@@ -820,10 +820,8 @@ impl Sim<'_> {
         let Ok(spec) = serde_json::value::RawValue::from_string(sj.spec_json.clone()) else {
             return;
         };
-        let cached = CachedJob {
-            metadata: job.metadata.clone(),
-            spec,
-            status: job.status.clone(),
+        let Ok(cached) = CachedJob::new(job.metadata.clone(), spec, job.status.as_ref()) else {
+            return;
         };
         self.jobs_writer.apply_watcher_event(&Event::Apply(cached));
     }
@@ -1130,13 +1128,9 @@ impl Sim<'_> {
                 let key = ObjectKey::of(&job.metadata);
                 if let Ok(spec) =
                     serde_json::value::RawValue::from_string(self.jobs[i].spec_json.clone())
+                    && let Ok(cached) = CachedJob::new(job.metadata, spec, job.status.as_ref())
                 {
-                    self.jobs_writer
-                        .apply_watcher_event(&Event::Delete(CachedJob {
-                            metadata: job.metadata,
-                            spec,
-                            status: job.status,
-                        }));
+                    self.jobs_writer.apply_watcher_event(&Event::Delete(cached));
                 }
                 self.allocator.forget(&key).await;
             }

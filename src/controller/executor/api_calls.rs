@@ -632,11 +632,12 @@ impl Harness {
 
     async fn reconcile(&self, job: &DIJob) -> Result<Requeue, Error> {
         // As the job cache holds it.
-        let cached = CachedJob {
-            metadata: job.metadata.clone(),
-            spec: serde_json::value::to_raw_value(&job.spec).expect("spec JSON"),
-            status: job.status.clone(),
-        };
+        let cached = CachedJob::new(
+            job.metadata.clone(),
+            serde_json::value::to_raw_value(&job.spec).expect("spec JSON"),
+            job.status.as_ref(),
+        )
+        .expect("status JSON");
         tokio::time::timeout(BOUND, reconcile_inner(&cached, &self.ctx))
             .await
             .expect("the reconcile did not finish within 10 s")
