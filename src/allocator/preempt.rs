@@ -503,7 +503,11 @@ impl Allocator {
         let wall = self.settings.clock.wall();
         let mut grown = 0;
         for cached in self.jobs.state() {
-            // A status that does not decode: the job fails its reconcile, and is not grown.
+            // Most jobs were never shrunk: their status is not decoded. One that does not
+            // decode fails its reconcile, and is not grown.
+            if !cached.status_mentions("preemption") {
+                continue;
+            }
             let Ok(Some(status)) = cached.status() else {
                 continue;
             };

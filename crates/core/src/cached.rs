@@ -466,6 +466,17 @@ impl CachedJob {
         })
     }
 
+    /// Whether the status holds a string `"name"` anywhere (a field of that name, or such a
+    /// value): a test of a few hundred nanoseconds before decoding the status, for a pass over
+    /// every job that looks for one rare field. Never false when the field is there (the API
+    /// server writes names unescaped; a `"` inside a string value is escaped).
+    pub fn status_mentions(&self, name: &str) -> bool {
+        let Some(raw) = self.status.as_ref() else {
+            return false;
+        };
+        raw.get().contains(&format!("\"{name}\""))
+    }
+
     /// The typed status; an error if it does not decode (the job then fails to decode too).
     pub fn status(&self) -> Result<Option<DIJobStatus>, serde_json::Error> {
         self.status
@@ -607,6 +618,15 @@ mod tests {
                 .expect("kept as JSON");
         assert!(bad.status().is_err());
         assert!(bad.decode().is_err());
+
+        // A field named in the status is found; a name only inside a string value is not.
+        assert!(cached.status_mentions("ranks"));
+        assert!(!cached.status_mentions("preemption"));
+        let quoted: CachedJob = serde_json::from_value(json!({"spec": {},
+            "status": {"conditions": [{"type": "Running", "message": "no \"preemption\" here"}]}}))
+        .expect("cached");
+        assert!(!quoted.status_mentions("preemption"));
+        assert!(!none.status_mentions("phase"));
     }
 
     #[test]
