@@ -15,8 +15,8 @@
 //! `cargo bench --bench controller_scale` (env: SIZES=100,1000 (on the real server REAL_SIZES,
 //! default SIZES), WRITE_JOBS=100,
 //! MEMORY_JOBS=5000 (0 skips; on the real server REAL_MEMORY_JOBS, default at most 2000),
-//! CONCURRENCY=32, ROUNDS=3 (the timed paths run one after the other this many times, and each
-//! time, ratio and CPU figure is the median of its rounds),
+//! CONCURRENCY=32, MEDIAN_OF=3 (the timed paths run one after the other this many times, and
+//! each time, ratio and CPU figure is the median of its rounds),
 //! PATHS=operator to time the operator's path alone, once (PATHS=operator,cpu-floor:
 //! and the CPU floor's), OPERATOR_ARGS for extra `diorch run` flags,
 //! BENCH_KUBECONFIG for the real server, BENCH_CSV=file to append the rows to). The operator
@@ -748,7 +748,7 @@ async fn bench() -> anyhow::Result<()> {
     // PATHS=operator times the operator's path alone (no direct and floor runs).
     let paths = std::env::var("PATHS").unwrap_or_else(|_| "direct,floor,operator".into());
 
-    let rounds_wanted = env_usize("ROUNDS", 3).max(1);
+    let rounds_wanted = env_usize("MEDIAN_OF", 3).max(1);
     let ms = |t: Duration| t.as_secs_f64() * 1e3;
 
     println!(
@@ -783,8 +783,9 @@ async fn bench() -> anyhow::Result<()> {
                 );
                 continue;
             }
-            // The paths one after the other, ROUNDS times: each number reported is the median
-            // of its rounds (one run on a shared 2-core machine moved a ratio by 0.1).
+            // The paths one after the other, MEDIAN_OF times: each number reported is the median
+            // of its rounds (one run on a shared 2-core machine moved a ratio by 0.1). Not ROUNDS:
+            // scripts/bench.sh sets that for the placement bench, the worst of its rounds.
             let mut rounds = Vec::new();
             for round in 1..=rounds_wanted {
                 let d = direct(&server, n, concurrency).await?;

@@ -18,7 +18,7 @@
 #
 # Env (defaults): CONTROLLER_SIZES (100,300,1000; on the real server REAL_CONTROLLER_SIZES,
 # 1000), MEMORY_JOBS (5000; on the real server REAL_MEMORY_JOBS, 1000), WRITE_JOBS (100),
-# PLACEMENT_SIZES (1000; on the real server REAL_PLACEMENT_SIZES, 300), ROUNDS (2), BENCH_REAL (1); the benches' own variables (CONCURRENCY,
+# PLACEMENT_SIZES (1000; on the real server REAL_PLACEMENT_SIZES, 300), ROUNDS (2, the placement bench's), BENCH_REAL (1); the benches' own variables (CONCURRENCY, MEDIAN_OF,
 # NODES, SWAPS, CONNECTIONS, DURATION, THREADS, ...) pass through.
 set -euo pipefail
 cd "$(dirname "$0")/.."
