@@ -429,18 +429,22 @@ pub fn rank_bound(job: &CachedJob) -> usize {
     usize::try_from(total).map_or(cap, |t| t.min(cap))
 }
 
-fn live_replicas(state: &ServerState, job: &CachedJob) -> Vec<Replica> {
+/// The job's `status.ranks`, decoded once per computed answer. A status that does not decode
+/// has no table: the pods' annotations decide.
+fn rank_table(job: &CachedJob) -> Vec<String> {
+    job.status()
+        .ok()
+        .flatten()
+        .and_then(|s| s.ranks)
+        .unwrap_or_default()
+}
+
+fn live_replicas(state: &ServerState, job: &CachedJob, table: &[String]) -> Vec<Replica> {
     let key = ObjectKey::of(&job.metadata);
     let bound = rank_bound(job);
     // The controller's rank table wins over a pod's annotation: an adopted DI-orchestrator pod
     // may carry a rank past the job's size (its `max + 1` restart rule) that the controller
     // replaced with a free one in `status.ranks`, as `DI_NODES` will have it.
-    // A status that does not decode has no table: the pods' annotations decide.
-    let status = job.status().ok().flatten();
-    let table: &[String] = status
-        .as_ref()
-        .and_then(|s| s.ranks.as_deref())
-        .unwrap_or_default();
     let mut replicas: Vec<Replica> = state
         .caches
         .pods_of(&key)
@@ -537,7 +541,8 @@ async fn get_replicas(
     {
         return Ok(encoded(StatusCode::OK, body));
     }
-    let replicas = live_replicas(&state, &job);
+    let table = rank_table(&job);
+    let replicas = live_replicas(&state, &job, &table);
     const MESSAGE: &str = "successfully get replicas";
     if query.detail {
         let data: Vec<Value> = replicas
@@ -557,26 +562,25 @@ async fn get_replicas(
             .collect();
         return Ok(envelope(StatusCode::OK, MESSAGE, Value::Array(data)));
     }
-    let body = envelope_body(StatusCode::OK, MESSAGE, replica_addresses(&job, replicas));
+    let body = envelope_body(
+        StatusCode::OK,
+        MESSAGE,
+        replica_addresses(&job, table.len(), replicas),
+    );
     if let Some(inputs) = inputs {
         state.answers.insert(id.job.clone(), inputs, body.clone());
     }
     Ok(encoded(StatusCode::OK, body))
 }
 
-/// GET replicas' `data`: the address per rank, `null` when there is no replica.
-fn replica_addresses(job: &CachedJob, replicas: Vec<Replica>) -> Value {
+/// GET replicas' `data`: the address per rank (`table`: the length of `status.ranks`), `null`
+/// when there is no replica.
+fn replica_addresses(job: &CachedJob, table: usize, replicas: Vec<Replica>) -> Value {
     if replicas.is_empty() {
         return Value::Null;
     }
     // `status.ranks` is trusted no further than the job's size either.
-    let ranks = job
-        .status()
-        .ok()
-        .flatten()
-        .and_then(|s| s.ranks)
-        .map_or(0, |r| r.len())
-        .min(rank_bound(job));
+    let ranks = table.min(rank_bound(job));
     // Every rank in `replicas` is below the bound (checked above), so is `len`.
     let len = replicas.last().map_or(0, |r| r.rank + 1).max(ranks);
     let mut data = vec![String::new(); len];
