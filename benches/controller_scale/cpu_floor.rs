@@ -3,8 +3,8 @@
 //! burst of DIJobs the operator gets. It runs in a process of its own (this bench's binary again,
 //! with [`ENV`] set), on one runtime thread and mimalloc, as the operator runs.
 //!
-//! It watches DIJobs, pods and services, decoded into the operator's own slim shapes (which skip
-//! `managedFields` while parsing), and for each job: on its first event creates its 4 pods and
+//! It watches DIJobs, pods and services, decoded into the operator's own watch shapes (which
+//! skip `managedFields` while parsing), and for each job: on its first event creates its 4 pods and
 //! its service, then writes Pending; writes Starting once it has seen its 4 pods, and Running once
 //! they all run; and an Event with each of those 4 steps, as the operator writes 4 (the issue
 //! keeps them). The 8 writes of the time floor (`via_floor`), the 4 Events, and the watches a
@@ -19,7 +19,8 @@ use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 
-use diorch_core::cached::{CachedJob, CachedPod, CachedService};
+use diorch_core::cached::{CachedJob, WatchedService};
+use diorch_core::watched::WatchedPod;
 use futures::{StreamExt, stream};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -97,7 +98,7 @@ struct Job {
 #[allow(clippy::large_enum_variant)]
 enum Seen {
     Job(Result<watcher::Event<CachedJob>, watcher::Error>),
-    Pod(Result<watcher::Event<CachedPod>, watcher::Error>),
+    Pod(Result<watcher::Event<WatchedPod>, watcher::Error>),
     /// A service's event: decoded, nothing to do.
     Service,
     /// The services' watch has listed them.
@@ -117,15 +118,18 @@ async fn run(kubeconfig: String, ns: String) -> anyhow::Result<()> {
     let jobs = watcher(Api::<CachedJob>::namespaced(client.clone(), &ns), cfg())
         .default_backoff()
         .map(Seen::Job);
-    let pods = watcher(Api::<CachedPod>::namespaced(client.clone(), &ns), cfg())
+    let pods = watcher(Api::<WatchedPod>::namespaced(client.clone(), &ns), cfg())
         .default_backoff()
         .map(Seen::Pod);
-    let services = watcher(Api::<CachedService>::namespaced(client.clone(), &ns), cfg())
-        .default_backoff()
-        .map(|event| match event {
-            Ok(watcher::Event::InitDone) => Seen::Listed,
-            _ => Seen::Service,
-        });
+    let services = watcher(
+        Api::<WatchedService>::namespaced(client.clone(), &ns),
+        cfg(),
+    )
+    .default_backoff()
+    .map(|event| match event {
+        Ok(watcher::Event::InitDone) => Seen::Listed,
+        _ => Seen::Service,
+    });
     let (written_tx, mut written_rx) = mpsc::unbounded_channel();
     let written = stream::poll_fn(move |cx| written_rx.poll_recv(cx));
     let seen = stream::select(
@@ -180,8 +184,7 @@ async fn run(kubeconfig: String, ns: String) -> anyhow::Result<()> {
                 ) else {
                     continue;
                 };
-                let running =
-                    pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+                let running = pod.phase() == Some("Running");
                 state
                     .entry(job.clone())
                     .or_default()

@@ -1,15 +1,22 @@
-//! The controller's index from a job to its pods' names, kept in step with the pod watch, and
-//! the split of the one pod watch between the allocator (every pod) and the controller (the
-//! operator's pods).
+//! The controller's caches of the operator's pods (by name, and by job with a version per
+//! job) and services, kept from their watches; and the split of the one pod watch between the
+//! allocator (every pod) and the controller (the operator's pods).
 //!
-//! Owns [`PodIndex`] and [`split_pod_event`]. The cached shapes and their trimming are
-//! `diorch_core::cached`. Reads only; never writes to the API.
+//! Owns [`PodCache`], [`ServiceCache`] and [`split_pod_event`]. The cached shapes and their
+//! trimming are `diorch_core::cached`. Reads only; never writes to the API.
+//!
+//! Hand-written instead of kube's reflector `Store`: that store keys each object by an
+//! `ObjectRef` of four strings (~100 B inline and four allocations) and needs kube's
+//! `Resource` trait, which ties the cached shape to the full `ObjectMeta` (~370 B before any
+//! data). These key each object by one `namespace/name` string, and the pod cache is its own
+//! index by job, so a reconcile reads its job's pods with one lookup.
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
 use diorch_core::api::labels;
-use diorch_core::cached::CachedPod;
+use diorch_core::cached::{CachedMeta, CachedPod, CachedService};
+use diorch_core::key::ObjectKey;
 use diorch_core::model::UsagePod;
 use diorch_core::watched::WatchedPod;
 use kube::runtime::watcher;
@@ -17,135 +24,261 @@ use kube::runtime::watcher;
 /// (namespace, `diengine/job` label value).
 pub type JobKey = (String, String);
 
-/// Index of pod names per job, maintained from the pod watch events so that a reconcile looks
-/// up its job's pods instead of scanning the whole cache.
+/// Set once a cache has taken its watch's first full list.
+#[derive(Clone)]
+struct Ready(Arc<tokio::sync::watch::Sender<bool>>);
+
+impl Default for Ready {
+    fn default() -> Ready {
+        Ready(Arc::new(tokio::sync::watch::Sender::new(false)))
+    }
+}
+
+impl Ready {
+    fn set(&self) {
+        self.0.send_replace(true);
+    }
+
+    async fn wait(&self) {
+        // Never an error: the sender lives as long as `self`.
+        let _ = self.0.subscribe().wait_for(|ready| *ready).await;
+    }
+}
+
+/// The job that controls an object, by its owner reference: whom a change to it concerns.
+pub fn owner_key(meta: &CachedMeta) -> Option<ObjectKey> {
+    let owner = meta.owner.as_ref()?;
+    Some(ObjectKey::new(meta.namespace.clone()?, owner.name.clone()))
+}
+
+/// The operator's pods, kept from the pod watch: by `namespace/name`, and by job (its
+/// `diengine/job` label) with a version per job, so that a reconcile looks up its job's pods
+/// instead of scanning the whole cache.
 #[derive(Clone, Default)]
-pub struct PodIndex {
-    inner: Arc<RwLock<IndexState>>,
+pub struct PodCache {
+    inner: Arc<RwLock<PodState>>,
+    ready: Ready,
 }
 
 #[derive(Default)]
-struct IndexState {
-    by_job: HashMap<JobKey, JobPods>,
-    /// Built during a watch re-list, swapped in at its end (as the reflector does).
-    rebuilding: Option<HashMap<JobKey, JobPods>>,
+struct PodState {
+    pods: Pods,
+    /// Built during a watch re-list, swapped in at its end (as kube's reflector does).
+    rebuilding: Option<Pods>,
     /// Last sequence number given out; only grows, so a number is never reused for a job.
     seq: u64,
 }
 
-/// One job's entry: its pods' names and their version, in one map entry (two maps keyed by
-/// the job, and a `BTreeSet` of `String`s, took ~0.7 KB per job).
+#[derive(Default)]
+struct Pods {
+    by_name: HashMap<Box<str>, Arc<CachedPod>>,
+    by_job: HashMap<JobKey, JobPods>,
+}
+
+/// One job's pods, sorted by name, and their version.
 #[derive(Default)]
 struct JobPods {
-    /// Sorted, without repeats.
-    names: Vec<Box<str>>,
-    /// The sequence number of the last pod event the pod cache has applied for this job:
-    /// equal numbers mean the job's cached pods have not changed in between. `None` until
-    /// the cache has applied one since the entry was made.
+    pods: Vec<Arc<CachedPod>>,
+    /// The sequence number of the last pod event the cache has applied for this job: equal
+    /// numbers mean the job's cached pods have not changed in between. `None` until the cache
+    /// has applied one since the entry was made.
     version: Option<u64>,
 }
 
-impl JobPods {
-    fn insert(&mut self, name: &str) {
-        if let Err(at) = self.names.binary_search_by(|n| (**n).cmp(name)) {
-            self.names.insert(at, name.into());
-        }
-    }
-
-    fn remove(&mut self, name: &str) {
-        if let Ok(at) = self.names.binary_search_by(|n| (**n).cmp(name)) {
-            self.names.remove(at);
-        }
-    }
+fn name_of(pod: &CachedPod) -> &str {
+    pod.metadata.name.as_deref().unwrap_or_default()
 }
 
-fn job_key(pod: &CachedPod) -> Option<(JobKey, &str)> {
+fn job_key(pod: &CachedPod) -> Option<JobKey> {
     let job = pod.label(labels::JOB)?;
-    Some((
-        (pod.metadata.namespace.clone()?, job.to_string()),
-        pod.metadata.name.as_deref()?,
-    ))
+    Some((pod.metadata.namespace.clone()?, job.to_string()))
 }
 
-impl PodIndex {
-    /// Applies one pod watch event; call it on every event before the reflector sees it.
-    pub fn apply(&self, event: &watcher::Event<CachedPod>) {
-        // A poisoned lock only means another thread panicked mid-update; the map is still a
-        // valid map, and the next re-list rebuilds it.
+impl Pods {
+    /// Caches `pod`; answers the jobs whose pods changed.
+    fn insert(&mut self, pod: CachedPod) -> Vec<JobKey> {
+        let Some(key) = pod.metadata.key() else {
+            return Vec::new();
+        };
+        let pod = Arc::new(pod);
+        let old = self.by_name.insert(key.into_boxed_str(), pod.clone());
+        let mut touched = Vec::new();
+        let job = job_key(&pod);
+        // A pod whose job label changed leaves its old job.
+        if let Some(old) = old
+            && let Some(was) = job_key(&old)
+            && Some(&was) != job.as_ref()
+        {
+            self.remove_from_job(&was, name_of(&old));
+            touched.push(was);
+        }
+        if let Some(job) = job {
+            let pods = &mut self.by_job.entry(job.clone()).or_default().pods;
+            match pods.binary_search_by(|p| name_of(p).cmp(name_of(&pod))) {
+                Ok(at) => pods[at] = pod,
+                Err(at) => pods.insert(at, pod),
+            }
+            touched.push(job);
+        }
+        touched
+    }
+
+    /// Drops the pod keyed as `pod` is; answers the job whose pods changed.
+    fn remove(&mut self, pod: &CachedPod) -> Option<JobKey> {
+        let old = self.by_name.remove(pod.metadata.key()?.as_str())?;
+        let job = job_key(&old)?;
+        self.remove_from_job(&job, name_of(&old));
+        Some(job)
+    }
+
+    fn remove_from_job(&mut self, job: &JobKey, name: &str) {
+        if let Some(entry) = self.by_job.get_mut(job) {
+            if let Ok(at) = entry.pods.binary_search_by(|p| name_of(p).cmp(name)) {
+                entry.pods.remove(at);
+            }
+            // Its version goes too: no version only means no cached answer.
+            if entry.pods.is_empty() {
+                self.by_job.remove(job);
+            }
+        }
+    }
+}
+
+impl PodCache {
+    /// Applies one pod watch event.
+    pub fn apply(&self, event: watcher::Event<CachedPod>) {
+        // A poisoned lock only means another thread panicked mid-update; the maps are still
+        // valid maps, and the next re-list rebuilds them.
         let mut state = self.inner.write().unwrap_or_else(|e| e.into_inner());
-        match event {
-            watcher::Event::Apply(pod) => {
-                if let Some((key, name)) = job_key(pod) {
-                    state.by_job.entry(key).or_default().insert(name);
-                }
+        let state = &mut *state;
+        let touched = match event {
+            watcher::Event::Apply(pod) => state.pods.insert(pod),
+            watcher::Event::Delete(pod) => state.pods.remove(&pod).into_iter().collect(),
+            watcher::Event::Init => {
+                state.rebuilding = Some(Pods::default());
+                Vec::new()
             }
-            watcher::Event::Delete(pod) => {
-                if let Some((key, name)) = job_key(pod)
-                    && let Some(pods) = state.by_job.get_mut(&key)
-                {
-                    pods.remove(name);
-                    // Its version goes too: no version only means no cached answer.
-                    if pods.names.is_empty() {
-                        state.by_job.remove(&key);
-                    }
-                }
-            }
-            watcher::Event::Init => state.rebuilding = Some(HashMap::new()),
             watcher::Event::InitApply(pod) => {
-                if let (Some((key, name)), Some(map)) = (job_key(pod), state.rebuilding.as_mut()) {
-                    map.entry(key).or_default().insert(name);
+                if let Some(pods) = state.rebuilding.as_mut() {
+                    pods.insert(pod);
                 }
+                Vec::new()
             }
             watcher::Event::InitDone => {
-                if let Some(map) = state.rebuilding.take() {
-                    state.by_job = map;
+                if let Some(pods) = state.rebuilding.take() {
+                    state.pods = pods;
                 }
+                // Every job's pods may differ from what was cached before the re-list.
+                state.seq += 1;
+                for pods in state.pods.by_job.values_mut() {
+                    pods.version = Some(state.seq);
+                }
+                self.ready.set();
+                return;
+            }
+        };
+        state.seq += 1;
+        for job in touched {
+            if let Some(pods) = state.pods.by_job.get_mut(&job) {
+                pods.version = Some(state.seq);
             }
         }
     }
 
-    /// Records that the pod cache has applied `event`: call it on every event after the
-    /// reflector has, so a version read before the cache is never newer than what it saw.
-    pub fn settled(&self, event: &watcher::Event<CachedPod>) {
-        let mut state = self.inner.write().unwrap_or_else(|e| e.into_inner());
-        state.seq += 1;
-        let seq = state.seq;
-        match event {
-            watcher::Event::Apply(pod) | watcher::Event::Delete(pod) => {
-                if let Some((key, _)) = job_key(pod)
-                    && let Some(pods) = state.by_job.get_mut(&key)
-                {
-                    pods.version = Some(seq);
-                }
-            }
-            // The cache swaps in the re-listed pods at its end: every job's pods may differ.
-            watcher::Event::InitDone => {
-                for pods in state.by_job.values_mut() {
-                    pods.version = Some(seq);
-                }
-            }
-            watcher::Event::Init | watcher::Event::InitApply(_) => {}
-        }
+    /// Resolves once the cache has taken the watch's first full list.
+    pub async fn wait_until_ready(&self) {
+        self.ready.wait().await;
+    }
+
+    /// The cached pod `name` in `namespace`.
+    pub fn get(&self, namespace: &str, name: &str) -> Option<Arc<CachedPod>> {
+        let state = self.inner.read().unwrap_or_else(|e| e.into_inner());
+        state
+            .pods
+            .by_name
+            .get(format!("{namespace}/{name}").as_str())
+            .cloned()
     }
 
     /// The version of `job`'s cached pods in `namespace`, if it has any and the cache has
-    /// applied an event for them since the start (see [`PodIndex::settled`]).
+    /// applied an event for them since the start.
     pub fn version(&self, namespace: &str, job: &str) -> Option<u64> {
         let state = self.inner.read().unwrap_or_else(|e| e.into_inner());
         state
+            .pods
             .by_job
             .get(&(namespace.to_string(), job.to_string()))
             .and_then(|pods| pods.version)
     }
 
-    /// Names of the pods labelled with `job` in `namespace`, sorted.
-    pub fn pods_of(&self, namespace: &str, job: &str) -> Vec<String> {
+    /// The pods labelled with `job` in `namespace`, sorted by name.
+    pub fn pods_of(&self, namespace: &str, job: &str) -> Vec<Arc<CachedPod>> {
         let state = self.inner.read().unwrap_or_else(|e| e.into_inner());
         state
+            .pods
             .by_job
             .get(&(namespace.to_string(), job.to_string()))
-            .map(|pods| pods.names.iter().map(|n| n.to_string()).collect())
+            .map(|pods| pods.pods.clone())
             .unwrap_or_default()
+    }
+}
+
+/// The operator's services, kept from the service watch by `namespace/name`.
+#[derive(Clone, Default)]
+pub struct ServiceCache {
+    inner: Arc<RwLock<ServiceState>>,
+    ready: Ready,
+}
+
+#[derive(Default)]
+struct ServiceState {
+    by_name: HashMap<Box<str>, Arc<CachedService>>,
+    rebuilding: Option<HashMap<Box<str>, Arc<CachedService>>>,
+}
+
+impl ServiceCache {
+    /// Applies one service watch event.
+    pub fn apply(&self, event: watcher::Event<CachedService>) {
+        let mut state = self.inner.write().unwrap_or_else(|e| e.into_inner());
+        let insert = |map: &mut HashMap<Box<str>, Arc<CachedService>>, svc: CachedService| {
+            if let Some(key) = svc.metadata.key() {
+                map.insert(key.into_boxed_str(), Arc::new(svc));
+            }
+        };
+        match event {
+            watcher::Event::Apply(svc) => insert(&mut state.by_name, svc),
+            watcher::Event::Delete(svc) => {
+                if let Some(key) = svc.metadata.key() {
+                    state.by_name.remove(key.as_str());
+                }
+            }
+            watcher::Event::Init => state.rebuilding = Some(HashMap::new()),
+            watcher::Event::InitApply(svc) => {
+                if let Some(map) = state.rebuilding.as_mut() {
+                    insert(map, svc);
+                }
+            }
+            watcher::Event::InitDone => {
+                if let Some(map) = state.rebuilding.take() {
+                    state.by_name = map;
+                }
+                self.ready.set();
+            }
+        }
+    }
+
+    /// Resolves once the cache has taken the watch's first full list.
+    pub async fn wait_until_ready(&self) {
+        self.ready.wait().await;
+    }
+
+    /// The cached service `name` in `namespace`.
+    pub fn get(&self, namespace: &str, name: &str) -> Option<Arc<CachedService>> {
+        let state = self.inner.read().unwrap_or_else(|e| e.into_inner());
+        state
+            .by_name
+            .get(format!("{namespace}/{name}").as_str())
+            .cloned()
     }
 }
 
@@ -156,7 +289,7 @@ impl PodIndex {
 /// label-selected watch would have said.
 pub fn split_pod_event(
     event: watcher::Event<WatchedPod>,
-    cached: impl Fn(&WatchedPod) -> Option<CachedPod>,
+    cached: impl Fn(&WatchedPod) -> Option<Arc<CachedPod>>,
 ) -> (watcher::Event<UsagePod>, Option<watcher::Event<CachedPod>>) {
     match event {
         watcher::Event::Apply(pod) => {
@@ -164,7 +297,7 @@ pub fn split_pod_event(
             let (usage, mine) = pod.split();
             let controller = match (mine, before) {
                 (Some(pod), _) => Some(watcher::Event::Apply(pod)),
-                (None, Some(gone)) => Some(watcher::Event::Delete(gone)),
+                (None, Some(gone)) => Some(watcher::Event::Delete(CachedPod::clone(&gone))),
                 (None, None) => None,
             };
             (watcher::Event::Apply(usage), controller)
@@ -172,7 +305,9 @@ pub fn split_pod_event(
         watcher::Event::Delete(pod) => {
             let before = (!pod.is_operators()).then(|| cached(&pod)).flatten();
             let (usage, mine) = pod.split();
-            let controller = mine.or(before).map(watcher::Event::Delete);
+            let controller = mine
+                .or_else(|| before.map(|gone| CachedPod::clone(&gone)))
+                .map(watcher::Event::Delete);
             (watcher::Event::Delete(usage), controller)
         }
         watcher::Event::InitApply(pod) => {
@@ -200,59 +335,131 @@ mod tests {
         .expect("pod")
     }
 
-    #[test]
-    fn a_job_version_moves_on_with_each_settled_event_of_its_pods_only() {
-        let index = PodIndex::default();
-        let settle = |event: watcher::Event<CachedPod>| {
-            index.apply(&event);
-            index.settled(&event);
-        };
-        assert_eq!(index.version("ns", "j"), None);
-        settle(watcher::Event::Apply(pod("a", "j")));
-        let first = index.version("ns", "j").expect("a version");
-        // Applied but not yet settled: the version has not moved.
-        index.apply(&watcher::Event::Apply(pod("b", "j")));
-        assert_eq!(index.version("ns", "j"), Some(first));
-        index.settled(&watcher::Event::Apply(pod("b", "j")));
-        let second = index.version("ns", "j").expect("a version");
-        assert_ne!(second, first);
-        settle(watcher::Event::Apply(pod("c", "k")));
-        assert_eq!(index.version("ns", "j"), Some(second));
-        settle(watcher::Event::Delete(pod("a", "j")));
-        let third = index.version("ns", "j").expect("a version");
-        assert!(third != second && third != first);
-        // The last pod gone: no version, and the next pod never gets an earlier number.
-        settle(watcher::Event::Delete(pod("b", "j")));
-        assert_eq!(index.version("ns", "j"), None);
-        settle(watcher::Event::Apply(pod("d", "j")));
-        assert!(index.version("ns", "j").is_some_and(|v| v > third));
-        // A re-list ends with a new version for every job it found.
-        let before = index.version("ns", "k");
-        settle(watcher::Event::Init);
-        settle(watcher::Event::InitApply(pod("c", "k")));
-        assert_eq!(index.version("ns", "k"), before);
-        settle(watcher::Event::InitDone);
-        assert!(index.version("ns", "k").is_some_and(|v| Some(v) != before));
-        assert_eq!(index.version("ns", "j"), None);
+    fn names(pods: Vec<Arc<CachedPod>>) -> Vec<String> {
+        pods.iter().map(|p| name_of(p).to_string()).collect()
     }
 
     #[test]
-    fn index_follows_watch_events_and_relists() {
-        let index = PodIndex::default();
-        index.apply(&watcher::Event::Apply(pod("a", "j")));
-        index.apply(&watcher::Event::Apply(pod("b", "j")));
-        index.apply(&watcher::Event::Apply(pod("c", "k")));
-        assert_eq!(index.pods_of("ns", "j"), ["a", "b"]);
-        index.apply(&watcher::Event::Delete(pod("a", "j")));
-        assert_eq!(index.pods_of("ns", "j"), ["b"]);
-        assert!(index.pods_of("other", "j").is_empty());
-        // A re-list replaces the index atomically at its end.
-        index.apply(&watcher::Event::Init);
-        index.apply(&watcher::Event::InitApply(pod("d", "j")));
-        assert_eq!(index.pods_of("ns", "j"), ["b"], "old view until InitDone");
-        index.apply(&watcher::Event::InitDone);
-        assert_eq!(index.pods_of("ns", "j"), ["d"]);
-        assert!(index.pods_of("ns", "k").is_empty());
+    fn a_job_version_moves_on_with_each_event_of_its_pods_only() {
+        let cache = PodCache::default();
+        assert_eq!(cache.version("ns", "j"), None);
+        cache.apply(watcher::Event::Apply(pod("a", "j")));
+        let first = cache.version("ns", "j").expect("a version");
+        cache.apply(watcher::Event::Apply(pod("b", "j")));
+        let second = cache.version("ns", "j").expect("a version");
+        assert_ne!(second, first);
+        cache.apply(watcher::Event::Apply(pod("c", "k")));
+        assert_eq!(cache.version("ns", "j"), Some(second));
+        cache.apply(watcher::Event::Delete(pod("a", "j")));
+        let third = cache.version("ns", "j").expect("a version");
+        assert!(third != second && third != first);
+        // The last pod gone: no version, and the next pod never gets an earlier number.
+        cache.apply(watcher::Event::Delete(pod("b", "j")));
+        assert_eq!(cache.version("ns", "j"), None);
+        cache.apply(watcher::Event::Apply(pod("d", "j")));
+        assert!(cache.version("ns", "j").is_some_and(|v| v > third));
+        // A re-list ends with a new version for every job it found.
+        let before = cache.version("ns", "k");
+        cache.apply(watcher::Event::Init);
+        cache.apply(watcher::Event::InitApply(pod("c", "k")));
+        assert_eq!(cache.version("ns", "k"), before);
+        cache.apply(watcher::Event::InitDone);
+        assert!(cache.version("ns", "k").is_some_and(|v| Some(v) != before));
+        assert_eq!(cache.version("ns", "j"), None);
+    }
+
+    #[test]
+    fn the_pod_cache_follows_watch_events_and_relists() {
+        let cache = PodCache::default();
+        cache.apply(watcher::Event::Apply(pod("b", "j")));
+        cache.apply(watcher::Event::Apply(pod("a", "j")));
+        cache.apply(watcher::Event::Apply(pod("c", "k")));
+        assert_eq!(names(cache.pods_of("ns", "j")), ["a", "b"]);
+        assert!(cache.get("ns", "c").is_some() && cache.get("other", "c").is_none());
+        // An update replaces the cached pod, in its job too.
+        let mut ready = pod("a", "j");
+        ready.status = Some(Default::default());
+        cache.apply(watcher::Event::Apply(ready.clone()));
+        assert_eq!(cache.pods_of("ns", "j")[0].as_ref(), &ready);
+        assert_eq!(cache.get("ns", "a").as_deref(), Some(&ready));
+        cache.apply(watcher::Event::Delete(pod("a", "j")));
+        assert_eq!(names(cache.pods_of("ns", "j")), ["b"]);
+        assert!(cache.get("ns", "a").is_none());
+        assert!(cache.pods_of("other", "j").is_empty());
+        // A re-list replaces the cache atomically at its end.
+        cache.apply(watcher::Event::Init);
+        cache.apply(watcher::Event::InitApply(pod("d", "j")));
+        assert_eq!(
+            names(cache.pods_of("ns", "j")),
+            ["b"],
+            "old view until InitDone"
+        );
+        cache.apply(watcher::Event::InitDone);
+        assert_eq!(names(cache.pods_of("ns", "j")), ["d"]);
+        assert!(cache.pods_of("ns", "k").is_empty());
+        assert!(cache.get("ns", "b").is_none());
+    }
+
+    #[test]
+    fn a_pod_whose_job_label_changes_leaves_its_old_job() {
+        let cache = PodCache::default();
+        cache.apply(watcher::Event::Apply(pod("a", "j")));
+        cache.apply(watcher::Event::Apply(pod("b", "j")));
+        let before = cache.version("ns", "j");
+        cache.apply(watcher::Event::Apply(pod("a", "k")));
+        assert_eq!(names(cache.pods_of("ns", "j")), ["b"]);
+        assert_eq!(names(cache.pods_of("ns", "k")), ["a"]);
+        assert_ne!(
+            cache.version("ns", "j"),
+            before,
+            "the old job's pods changed"
+        );
+        // Deleted as the watch last showed it, wherever the cache holds it.
+        cache.apply(watcher::Event::Delete(pod("a", "other")));
+        assert!(cache.pods_of("ns", "k").is_empty());
+        assert_eq!(cache.version("ns", "k"), None);
+        // A pod without a job label is cached by name only.
+        let mut bare = pod("c", "j");
+        bare.tags = Default::default();
+        cache.apply(watcher::Event::Apply(bare));
+        assert!(cache.get("ns", "c").is_some());
+        assert_eq!(names(cache.pods_of("ns", "j")), ["b"]);
+    }
+
+    #[tokio::test]
+    async fn caches_are_ready_after_their_first_list_only() {
+        use futures::FutureExt;
+        let pods = PodCache::default();
+        let services = ServiceCache::default();
+        assert!(pods.wait_until_ready().now_or_never().is_none());
+        assert!(services.wait_until_ready().now_or_never().is_none());
+        pods.apply(watcher::Event::Init);
+        pods.apply(watcher::Event::InitApply(pod("a", "j")));
+        assert!(pods.wait_until_ready().now_or_never().is_none());
+        pods.apply(watcher::Event::InitDone);
+        services.apply(watcher::Event::Init);
+        services.apply(watcher::Event::InitDone);
+        assert!(pods.wait_until_ready().now_or_never().is_some());
+        assert!(services.wait_until_ready().now_or_never().is_some());
+    }
+
+    #[test]
+    fn the_service_cache_follows_watch_events_and_relists() {
+        let svc = |name: &str| -> CachedService {
+            serde_json::from_value(json!({"metadata": {"name": name, "namespace": "ns"}}))
+                .expect("service")
+        };
+        let cache = ServiceCache::default();
+        cache.apply(watcher::Event::Apply(svc("a")));
+        cache.apply(watcher::Event::Apply(svc("b")));
+        assert!(cache.get("ns", "a").is_some() && cache.get("other", "a").is_none());
+        cache.apply(watcher::Event::Delete(svc("a")));
+        assert!(cache.get("ns", "a").is_none());
+        cache.apply(watcher::Event::Init);
+        cache.apply(watcher::Event::InitApply(svc("c")));
+        assert!(cache.get("ns", "b").is_some(), "old view until InitDone");
+        cache.apply(watcher::Event::InitDone);
+        assert!(cache.get("ns", "b").is_none() && cache.get("ns", "c").is_some());
     }
 
     fn watched(name: &str, operator: bool) -> WatchedPod {
@@ -300,7 +507,7 @@ mod tests {
         );
         // A pod the controller caches loses the operator's label: it leaves the controller's
         // cache, labels and all (so the index drops it from its job).
-        let had = |_: &WatchedPod| Some(pod("c", "j"));
+        let had = |_: &WatchedPod| Some(Arc::new(pod("c", "j")));
         let (_, mine) = split_pod_event(watcher::Event::Apply(watched("c", false)), had);
         assert_eq!(name(&mine), "delete c");
         assert!(

@@ -26,13 +26,15 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
 use thiserror::Error;
 
-use super::cache::PodIndex;
+use super::cache::{self, PodCache, ServiceCache};
 use super::expectations::Expectations;
 use super::throttle::Throttle;
 use crate::metrics::{ActionLabels, ErrorLabels, Metrics, PhaseLabels};
 use diorch_core::api::{DIJob, labels};
 use diorch_core::build::{BuildContext, PodGroup};
-use diorch_core::cached::{self as cache, CachedJob, CachedPod, CachedService};
+use diorch_core::cached::{
+    self as cached, CachedJob, CachedMeta, CachedPod, CachedService, WatchedService,
+};
 use diorch_core::key::ObjectKey;
 use diorch_core::merge_patch;
 use diorch_core::model::UsagePod;
@@ -145,7 +147,7 @@ impl Error {
 pub struct Context {
     client: Client,
     caches: Caches,
-    services: Store<CachedService>,
+    services: ServiceCache,
     expectations: Expectations,
     /// Events waiting to be recorded by the background worker.
     events: tokio::sync::mpsc::Sender<QueuedEvent>,
@@ -192,8 +194,7 @@ fn is_status(err: &kube::Error, code: u16) -> bool {
 #[derive(Clone)]
 pub struct Caches {
     pub jobs: Store<CachedJob>,
-    pub pods: Store<CachedPod>,
-    pub index: PodIndex,
+    pub pods: PodCache,
     /// Set once every cache has synced.
     pub ready: Arc<AtomicBool>,
 }
@@ -201,11 +202,8 @@ pub struct Caches {
 impl Caches {
     /// The cached pods labelled with `job`'s name in its namespace.
     pub fn pods_of(&self, job: &ObjectKey) -> Vec<Arc<CachedPod>> {
-        self.index
+        self.pods
             .pods_of(&job.namespace, &naming::job_label_value(&job.name))
-            .iter()
-            .filter_map(|pod| self.pods.get(&ObjectRef::new(pod).within(&job.namespace)))
-            .collect()
     }
 
     /// The cached job `job`.
@@ -229,14 +227,32 @@ pub struct Placer {
     pub retries: futures::stream::BoxStream<'static, ObjectKey>,
 }
 
-/// Queues the DIJob that controls each pod or service the watch touched: the same step for
-/// both owned kinds.
-fn trigger_owner<K: Resource, E>(queue: Arc<super::queue::Queue>) -> impl Fn(&Result<K, E>) {
-    move |object| {
-        if let Ok(object) = object {
-            queue.triggered_by_owned(object.meta());
+/// Applies one watch event of an owned kind (pods, services) to its cache, and answers the
+/// DIJob that controls the object it touched, queued to be reconciled: the same step for both.
+fn owned_event<K>(
+    queue: &super::queue::Queue,
+    event: Result<watcher::Event<K>, watcher::Error>,
+    meta: impl Fn(&K) -> &CachedMeta,
+    apply: impl FnOnce(watcher::Event<K>),
+) -> Option<ObjectRef<CachedJob>> {
+    let event = match event {
+        Ok(event) => event,
+        Err(err) => {
+            tracing::debug!(error = %err, "owned object watch");
+            return None;
         }
-    }
+    };
+    let owner = match &event {
+        watcher::Event::Apply(o) | watcher::Event::Delete(o) | watcher::Event::InitApply(o) => {
+            cache::owner_key(meta(o))
+        }
+        watcher::Event::Init | watcher::Event::InitDone => None,
+    };
+    apply(event);
+    let owner = owner?;
+    let job = ObjectRef::new(&owner.name).within(&owner.namespace);
+    queue.triggered(owner);
+    Some(job)
 }
 
 /// Sets up the DIJob controller: returns its caches and the future that runs it until
@@ -257,9 +273,8 @@ pub fn start(
         labels::OPERATOR_NAME
     ));
     let (job_store, job_writer) = reflector::store::<CachedJob>();
-    let (pod_store, pod_writer) = reflector::store::<CachedPod>();
-    let (svc_store, svc_writer) = reflector::store::<CachedService>();
-    let index = PodIndex::default();
+    let pod_cache = PodCache::default();
+    let svc_cache = ServiceCache::default();
     let (usage_tx, usage_rx) = tokio::sync::mpsc::channel(USAGE_EVENTS);
     let Placer { placement, retries } = place(
         job_store.clone(),
@@ -278,11 +293,10 @@ pub fn start(
         client: client.clone(),
         caches: Caches {
             jobs: job_store.clone(),
-            pods: pod_store.clone(),
-            index: index.clone(),
+            pods: pod_cache.clone(),
             ready: Arc::new(AtomicBool::new(false)),
         },
-        services: svc_store.clone(),
+        services: svc_cache.clone(),
         expectations: Expectations::default(),
         events: spawn_event_worker(
             Recorder::new(
@@ -309,7 +323,7 @@ pub fn start(
         watcher::Config::default(),
     )
     .default_backoff()
-    .modify(cache::trim_job)
+    .modify(cached::trim_job)
     .reflect(job_writer)
     .inspect(move |event| {
         if let Ok(watcher::Event::Delete(job)) = event {
@@ -352,19 +366,18 @@ pub fn start(
     )
     .default_backoff()
     .filter_map({
-        let store = pod_store.clone();
+        let cache = pod_cache.clone();
         move |event| {
-            let (usage, store) = (usage_tx.clone(), store.clone());
+            let (usage, cache) = (usage_tx.clone(), cache.clone());
             async move {
                 let event = match event {
                     Ok(event) => event,
                     Err(err) => return Some(Err(err)),
                 };
-                let (for_allocator, for_controller) = super::cache::split_pod_event(event, |pod| {
+                let (for_allocator, for_controller) = cache::split_pod_event(event, |pod| {
                     let name = pod.metadata.name.as_deref()?;
                     let namespace = pod.metadata.namespace.as_deref()?;
-                    let cached = store.get(&ObjectRef::new(name).within(namespace))?;
-                    Some(CachedPod::clone(&cached))
+                    cache.get(namespace, name)
                 });
                 // Closed only once the allocator stopped: then nobody counts pods any more.
                 let _ = usage.send(for_allocator).await;
@@ -372,29 +385,45 @@ pub fn start(
             }
         }
     })
-    .inspect({
-        let index = index.clone();
+    .filter_map({
+        let (cache, queue) = (pod_cache.clone(), ctx.queue.clone());
         move |event| {
-            if let Ok(event) = event {
-                index.apply(event);
-            }
+            let job = owned_event(
+                &queue,
+                event,
+                |p: &CachedPod| &p.metadata,
+                |e| {
+                    cache.apply(e);
+                },
+            );
+            future::ready(job)
         }
-    })
-    .reflect(pod_writer)
-    // After the reflector: the replica API's cached answers key on this version.
-    .inspect(move |event| {
-        if let Ok(event) = event {
-            index.settled(event);
-        }
-    })
-    .touched_objects()
-    .inspect(trigger_owner(ctx.queue.clone()));
-    let services = watcher(Api::<CachedService>::all(client), owned)
+    });
+    let services = watcher(Api::<WatchedService>::all(client), owned)
         .default_backoff()
-        .modify(cache::trim_service)
-        .reflect(svc_writer)
-        .touched_objects()
-        .inspect(trigger_owner(ctx.queue.clone()));
+        .filter_map({
+            let (cache, queue) = (svc_cache.clone(), ctx.queue.clone());
+            move |event| {
+                let event = event.map(|e| match e {
+                    watcher::Event::Apply(s) => watcher::Event::Apply(CachedService::from(s)),
+                    watcher::Event::Delete(s) => watcher::Event::Delete(CachedService::from(s)),
+                    watcher::Event::InitApply(s) => {
+                        watcher::Event::InitApply(CachedService::from(s))
+                    }
+                    watcher::Event::Init => watcher::Event::Init,
+                    watcher::Event::InitDone => watcher::Event::InitDone,
+                });
+                let job = owned_event(
+                    &queue,
+                    event,
+                    |s: &CachedService| &s.metadata,
+                    |e| {
+                        cache.apply(e);
+                    },
+                );
+                future::ready(job)
+            }
+        });
 
     // Jobs by phase, from the cache (no API call), for dashboards and alerts.
     {
@@ -433,15 +462,15 @@ pub fn start(
     let caches = ctx.caches.clone();
     // Reconciling from a half-filled pod cache would see a running job's pods as gone.
     let ready = ctx.clone();
-    let stores = (job_store.clone(), pod_store, svc_store, placement);
+    let stores = (job_store.clone(), pod_cache, svc_cache, placement);
     tokio::spawn(async move {
         let started = Instant::now();
         let (jobs, pods, services, placement) = stores;
         let mut synced = Box::pin(async {
             future::try_join3(
                 jobs.wait_until_ready(),
-                pods.wait_until_ready(),
-                services.wait_until_ready(),
+                pods.wait_until_ready().map(Ok),
+                services.wait_until_ready().map(Ok),
             )
             .await?;
             placement.ready().await;
@@ -483,8 +512,8 @@ pub fn start(
         })
     };
     let controller = Controller::for_stream(jobs, job_store)
-        .owns_stream(pods)
-        .owns_stream(services)
+        .reconcile_on(pods)
+        .reconcile_on(services)
         .reconcile_on(retries)
         .reconcile_all_on(acquired)
         .with_config(
@@ -591,9 +620,7 @@ async fn reconcile_inner(cached: &CachedJob, ctx: &Context) -> Result<Requeue, E
     })?;
     let namespace = job.metadata.namespace.clone().unwrap_or_default();
     let name = job.metadata.name.clone().unwrap_or_default();
-    let service = ctx
-        .services
-        .get(&ObjectRef::new(&naming::service_name(&name)).within(&namespace));
+    let service = ctx.services.get(&namespace, &naming::service_name(&name));
     let admission = ctx.placement.consult(job).await;
     let now = Time(ctx.settings.clock.wall());
     let instant = ctx.settings.clock.now();

@@ -14,7 +14,6 @@ use std::collections::HashSet;
 use std::sync::Mutex;
 use std::time::Instant;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::runtime::reflector::{ObjectRef, Store};
 use prometheus_client::metrics::gauge::Gauge;
 
@@ -112,21 +111,6 @@ impl Queue {
         self.publish(&waiting);
     }
 
-    /// A trigger from an object the job owns (the controller's owner reference).
-    pub fn triggered_by_owned(&self, meta: &ObjectMeta) {
-        let owner = meta.owner_references.iter().flatten().find(|o| {
-            o.kind == "DIJob"
-                && o.api_version.starts_with("diengine.opendilab.org/")
-                && o.controller == Some(true)
-        });
-        if let Some(owner) = owner {
-            self.triggered(ObjectKey::new(
-                meta.namespace.clone().unwrap_or_default(),
-                owner.name.clone(),
-            ));
-        }
-    }
-
     /// Every cached job is triggered (a new leader reconciles them all).
     pub fn triggered_all(&self) {
         let mut waiting = self.waiting();
@@ -147,7 +131,7 @@ impl Queue {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
     use kube::runtime::watcher;
 
     fn job(name: &str) -> CachedJob {
@@ -183,12 +167,19 @@ mod tests {
         let gauge = Gauge::default();
         let queue = Queue::new(gauge.clone(), store);
         let key = |name: &str| ObjectKey::new("ns", name);
+        // A trigger from an object a job controls, as the pod and service watches send it.
+        let by_owner = |meta: ObjectMeta| {
+            let meta = diorch_core::cached::CachedMeta::from(meta);
+            if let Some(job) = crate::controller::cache::owner_key(&meta) {
+                queue.triggered(job);
+            }
+        };
         queue.triggered(key("a"));
-        queue.triggered_by_owned(&owned_by("a", true));
+        by_owner(owned_by("a", true));
         assert_eq!(gauge.get(), 1, "two triggers of one job are one entry");
-        queue.triggered_by_owned(&owned_by("b", false));
+        by_owner(owned_by("b", false));
         assert_eq!(gauge.get(), 1, "not the controller's: no trigger");
-        queue.triggered_by_owned(&owned_by("gone", true));
+        by_owner(owned_by("gone", true));
         queue.triggered(key("gone"));
         assert_eq!(gauge.get(), 1, "a job not in the cache is never reconciled");
         queue.triggered_all();

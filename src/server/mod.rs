@@ -378,17 +378,13 @@ struct Replica {
     address: String,
 }
 
-/// Whether `pod` is a live replica of `job`: owned by it (by uid), not being deleted, not
+/// Whether `pod` is a live replica of `job`: controlled by it (by uid), not being deleted, not
 /// finished.
 pub fn is_live_pod_of(job: &CachedJob, pod: &CachedPod) -> bool {
     let uid = job.metadata.uid.as_deref().unwrap_or_default();
     !uid.is_empty()
         && pod.metadata.deletion_timestamp.is_none()
-        && pod
-            .metadata
-            .owner_references
-            .as_ref()
-            .is_some_and(|r| r.iter().any(|o| o.uid == uid))
+        && pod.metadata.owned_by(uid)
         && !matches!(
             pod.status.as_ref().and_then(|s| s.phase.as_deref()),
             Some("Succeeded" | "Failed")
@@ -522,7 +518,7 @@ async fn get_replicas(
 ) -> Result<Response, ApiError> {
     let id = state.acting_on(&job, &method);
     let job = find_job(&state, id)?;
-    // Read before the pods are (see `PodIndex::settled`): a pod change after this read moves
+    // Read before the pods are (see `PodCache::version`): a pod change after this read moves
     // the version on, so an answer is never kept under a version newer than its pods.
     let inputs = (!query.detail)
         .then(|| {
@@ -531,7 +527,7 @@ async fn get_replicas(
                 resource_version: job.metadata.resource_version.as_deref()?,
                 pods: state
                     .caches
-                    .index
+                    .pods
                     .version(&id.job.namespace, &naming::job_label_value(&id.job.name))?,
             })
         })

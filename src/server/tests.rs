@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use tower::ServiceExt;
 
 use super::*;
-use crate::controller::cache::PodIndex;
+use crate::controller::cache::PodCache;
 use crate::testing::{self, PodFixture};
 use diorch_core::cached::CachedJob;
 
@@ -49,15 +49,13 @@ fn state(jobs: Vec<Value>, pods: Vec<Value>, ready: bool) -> ServerState {
 /// The caches' writers, to change what the caches hold after the state is built.
 struct Writers {
     jobs: reflector::store::Writer<CachedJob>,
-    pods: reflector::store::Writer<CachedPod>,
+    pods: PodCache,
 }
 
 impl Writers {
-    /// A pod event as the controller's watch applies it: index, cache, then settled.
-    fn pod_event(&mut self, s: &ServerState, event: watcher::Event<CachedPod>) {
-        s.caches.index.apply(&event);
-        self.pods.apply_watcher_event(&event);
-        s.caches.index.settled(&event);
+    /// A pod event as the controller's watch applies it.
+    fn pod_event(&mut self, _: &ServerState, event: watcher::Event<CachedPod>) {
+        self.pods.apply(event);
     }
 }
 
@@ -67,21 +65,16 @@ fn state_and_writers(jobs: Vec<Value>, pods: Vec<Value>, ready: bool) -> (Server
         let j: CachedJob = serde_json::from_value(j).expect("job");
         job_writer.apply_watcher_event(&watcher::Event::Apply(j));
     }
-    let (pod_store, mut pod_writer) = reflector::store::<CachedPod>();
-    let index = PodIndex::default();
+    let pod_cache = PodCache::default();
     for p in pods {
         let p: CachedPod = serde_json::from_value(p).expect("pod");
-        let event = watcher::Event::Apply(p);
-        index.apply(&event);
-        pod_writer.apply_watcher_event(&event);
-        index.settled(&event);
+        pod_cache.apply(watcher::Event::Apply(p));
     }
     let config = kube::Config::new("http://127.0.0.1:9".parse().expect("url"));
     let state = ServerState {
         caches: Caches {
             jobs: job_store,
-            pods: pod_store,
-            index,
+            pods: pod_cache.clone(),
             ready: Arc::new(AtomicBool::new(ready)),
         },
         client: Client::try_from(config).expect("client"),
@@ -92,7 +85,7 @@ fn state_and_writers(jobs: Vec<Value>, pods: Vec<Value>, ready: bool) -> (Server
     };
     let writers = Writers {
         jobs: job_writer,
-        pods: pod_writer,
+        pods: pod_cache,
     };
     (state, writers)
 }

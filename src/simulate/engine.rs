@@ -1019,7 +1019,7 @@ impl Sim<'_> {
                         changed = true;
                         let name = svc.metadata.name.clone().unwrap_or_default();
                         self.jobs[i].service = Some(CachedService {
-                            metadata: svc.metadata,
+                            metadata: svc.metadata.into(),
                         });
                         self.jobs[i].memory.service_created = Some(now);
                         writes.push(Write {

@@ -369,8 +369,8 @@ fn api_types() -> Vec<(String, String)> {
 fn resources_of(ty: &str) -> Option<&'static [&'static str]> {
     Some(match ty {
         "DIJob" | "CachedJob" => &["dijobs", "dijobs/status"],
-        "Pod" | "CachedPod" | "UsagePod" | "WatchedPod" => &["pods"],
-        "Service" | "CachedService" => &["services"],
+        "Pod" | "UsagePod" | "WatchedPod" => &["pods"],
+        "Service" | "WatchedService" => &["services"],
         "Node" => &["nodes"],
         "PriorityClass" => &["priorityclasses"],
         "ConfigMap" => &["configmaps"],

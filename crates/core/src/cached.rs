@@ -71,19 +71,105 @@ pub(crate) fn slim_meta<'de, D: Deserializer<'de>>(
     })
 }
 
-/// A pod as the controller caches it: decoded straight from the watch into this slim shape
-/// (the full `Pod` type is over 4 KB per object before any data), then trimmed by [`trim_pod`].
+/// An owned object's metadata (a pod's or a service's) as the caches keep it: what their
+/// readers use. `ObjectMeta` takes ~370 B per object before any data (every field an `Option`),
+/// and a DIJob's owner reference ~230 B more; a cluster of 5 000 jobs caches 25 000 of these.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CachedMeta {
+    pub name: Option<String>,
+    pub namespace: Option<String>,
+    pub uid: Option<String>,
+    pub deletion_timestamp: Option<Time>,
+    /// The DIJob this object's controller reference names, if it has such a reference.
+    pub owner: Option<JobOwner>,
+}
+
+/// A DIJob that controls an object: its controller owner reference of kind `DIJob` in the
+/// `diengine.opendilab.org` group.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct JobOwner {
+    pub name: String,
+    pub uid: String,
+}
+
+impl CachedMeta {
+    /// The kept parts of `meta`, and its labels and annotations (for [`Tags`]).
+    fn split(meta: ObjectMeta) -> (CachedMeta, Labels, Labels) {
+        let owner = meta
+            .owner_references
+            .into_iter()
+            .flatten()
+            .find(|o| {
+                o.controller == Some(true)
+                    && o.kind == crate::api::KIND
+                    && o.api_version
+                        .strip_prefix(crate::api::GROUP)
+                        .is_some_and(|v| v.starts_with('/'))
+            })
+            .map(|o| JobOwner {
+                name: o.name,
+                uid: o.uid,
+            });
+        let cached = CachedMeta {
+            name: meta.name,
+            namespace: meta.namespace,
+            uid: meta.uid,
+            deletion_timestamp: meta.deletion_timestamp,
+            owner,
+        };
+        (cached, meta.labels, meta.annotations)
+    }
+
+    /// Whether the DIJob of uid `uid` controls this object.
+    pub fn owned_by(&self, uid: &str) -> bool {
+        self.owner.as_ref().is_some_and(|o| o.uid == uid)
+    }
+
+    /// `namespace/name`: the key the caches keep the object under.
+    pub fn key(&self) -> Option<String> {
+        Some(format!(
+            "{}/{}",
+            self.namespace.as_deref()?,
+            self.name.as_deref()?
+        ))
+    }
+}
+
+impl From<ObjectMeta> for CachedMeta {
+    fn from(meta: ObjectMeta) -> CachedMeta {
+        CachedMeta::split(meta).0
+    }
+}
+
+type Labels = Option<BTreeMap<String, String>>;
+
+/// A pod as the controller caches it: decoded from the watch (the full `Pod` type is over
+/// 4 KB per object before any data) and trimmed to what its readers use.
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(from = "WirePod")]
 pub struct CachedPod {
-    #[serde(default, deserialize_with = "slim_meta")]
-    pub metadata: ObjectMeta,
-    #[serde(default)]
+    pub metadata: CachedMeta,
     pub spec: Option<CachedPodSpec>,
-    #[serde(default)]
     pub status: Option<CachedPodStatus>,
-    /// The labels and annotations readers use, moved out of `metadata` by [`trim_pod`].
-    #[serde(skip)]
+    /// The labels and annotations readers use (`diengine/` and `diorch.io/` ones).
     pub tags: Tags,
+}
+
+/// A pod as the API server sends it, in the parts a [`CachedPod`] is made of.
+#[derive(Deserialize)]
+struct WirePod {
+    #[serde(default, deserialize_with = "slim_meta")]
+    metadata: ObjectMeta,
+    #[serde(default)]
+    spec: Option<CachedPodSpec>,
+    #[serde(default)]
+    status: Option<CachedPodStatus>,
+}
+
+impl From<WirePod> for CachedPod {
+    fn from(pod: WirePod) -> CachedPod {
+        CachedPod::trimmed(pod.metadata, pod.spec, pod.status)
+    }
 }
 
 /// The kept labels and annotations in two allocations: their keys and values back to back in
@@ -161,20 +247,14 @@ impl Tags {
 }
 
 impl CachedPod {
-    /// Label `key`, trimmed or not.
+    /// Label `key`, if it is one the cache keeps (`diengine/` and `diorch.io/`).
     pub fn label(&self, key: &str) -> Option<&str> {
-        self.tags.find(false, key).or_else(|| {
-            let labels = self.metadata.labels.as_ref()?;
-            labels.get(key).map(String::as_str)
-        })
+        self.tags.find(false, key)
     }
 
-    /// Annotation `key`, trimmed or not.
+    /// Annotation `key`, if it is one the cache keeps (`diengine/` and `diorch.io/`).
     pub fn annotation(&self, key: &str) -> Option<&str> {
-        self.tags.find(true, key).or_else(|| {
-            let annotations = self.metadata.annotations.as_ref()?;
-            annotations.get(key).map(String::as_str)
-        })
+        self.tags.find(true, key)
     }
 }
 
@@ -208,7 +288,7 @@ pub struct CachedPodStatus {
     pub reason: Option<String>,
     #[serde(default, rename = "podIP")]
     pub pod_ip: Option<String>,
-    /// Only `Ready` and `PodScheduled`, after [`trim_pod`].
+    /// Only `Ready` and `PodScheduled`, once trimmed.
     #[serde(default)]
     pub conditions: Option<Vec<CachedCondition>>,
     #[serde(default)]
@@ -329,8 +409,6 @@ macro_rules! pod_resource {
 }
 pub(crate) use pod_resource;
 
-pod_resource!(CachedPod);
-
 impl CachedPodSpec {
     /// What readers use of a pod's spec: its node, and each container's name and ports.
     pub(crate) fn of(
@@ -348,21 +426,50 @@ impl CachedPodSpec {
 }
 
 impl CachedPod {
-    /// The cached pod of these parts, trimmed ([`trim_pod`]). Shared by `From<Pod>` and the
-    /// pod watch's split (`watched`).
+    /// The cached pod of these parts, trimmed to what readers use: of the labels and
+    /// annotations only `diengine/` and `diorch.io/` ones (into [`CachedPod::tags`]), of the
+    /// containers `di-container` with its `di-port`, of the conditions `Ready` and
+    /// `PodScheduled`. Shared by the wire decode, `From<Pod>` and the pod watch's split
+    /// (`watched`).
     pub(crate) fn trimmed(
         metadata: ObjectMeta,
-        spec: Option<CachedPodSpec>,
-        status: Option<CachedPodStatus>,
+        mut spec: Option<CachedPodSpec>,
+        mut status: Option<CachedPodStatus>,
     ) -> CachedPod {
-        let mut cached = CachedPod {
+        let (metadata, labels, annotations) = CachedMeta::split(metadata);
+        let tags = if labels.is_some() || annotations.is_some() {
+            Tags::new(labels, annotations)
+        } else {
+            Tags::default()
+        };
+        // Each kept vector is shrunk to what it holds: a decoded vector keeps the capacity it
+        // grew to (4 and more entries), ~1.2 KB per pod over what a pod's few entries take, and
+        // the cache keeps the decoded pod itself.
+        if let Some(spec) = spec.as_mut() {
+            spec.containers.retain(|c| c.name == DEFAULT_CONTAINER_NAME);
+            spec.containers.shrink_to_fit();
+            for c in &mut spec.containers {
+                if let Some(ports) = c.ports.as_mut() {
+                    ports.retain(|p| p.name.as_deref() == Some(DEFAULT_PORT_NAME));
+                    ports.shrink_to_fit();
+                }
+            }
+        }
+        if let Some(status) = status.as_mut() {
+            if let Some(conditions) = status.conditions.as_mut() {
+                conditions.retain(|c| c.type_ == "Ready" || c.type_ == "PodScheduled");
+                conditions.shrink_to_fit();
+            }
+            if let Some(statuses) = status.container_statuses.as_mut() {
+                statuses.shrink_to_fit();
+            }
+        }
+        CachedPod {
             metadata,
             spec,
             status,
-            tags: Tags::default(),
-        };
-        trim_pod(&mut cached);
-        cached
+            tags,
+        }
     }
 }
 
@@ -385,18 +492,23 @@ fn kept_key(key: &str) -> bool {
     key.starts_with("diengine/") || key.starts_with("diorch.io/")
 }
 
-/// A DIJob as the controller caches it: the spec kept as the compact JSON the API server sent
-/// (a typed spec holds several KB of empty pod-template fields per task) and decoded only when
-/// the job is reconciled.
 /// A service as the controller caches it: its metadata only (the planner reads its owner and
 /// whether it is being deleted). A cached `Service` took ~1.9 KB per job.
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(from = "WatchedService")]
 pub struct CachedService {
+    pub metadata: CachedMeta,
+}
+
+/// A service as the operator's service watch decodes it: its metadata, without
+/// `managedFields`; made a [`CachedService`] before it is cached.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct WatchedService {
     #[serde(default, deserialize_with = "slim_meta")]
     pub metadata: ObjectMeta,
 }
 
-impl kube_core::Resource for CachedService {
+impl kube_core::Resource for WatchedService {
     type DynamicType = ();
     type Scope = k8s_openapi::NamespaceResourceScope;
 
@@ -420,17 +532,26 @@ impl kube_core::Resource for CachedService {
     }
 }
 
-impl From<Service> for CachedService {
-    /// The cached form of a full service (what the watch would have given), trimmed.
-    fn from(svc: Service) -> CachedService {
-        let mut cached = CachedService {
-            metadata: svc.metadata,
-        };
-        trim_service(&mut cached);
-        cached
+impl From<WatchedService> for CachedService {
+    fn from(svc: WatchedService) -> CachedService {
+        CachedService {
+            metadata: CachedMeta::from(svc.metadata),
+        }
     }
 }
 
+impl From<Service> for CachedService {
+    /// The cached form of a full service (what the watch would have given).
+    fn from(svc: Service) -> CachedService {
+        CachedService {
+            metadata: CachedMeta::from(svc.metadata),
+        }
+    }
+}
+
+/// A DIJob as the controller caches it: the spec kept as the compact JSON the API server sent
+/// (a typed spec holds several KB of empty pod-template fields per task) and decoded only when
+/// the job is reconciled.
 #[derive(Clone, Debug, Deserialize)]
 pub struct CachedJob {
     #[serde(default, deserialize_with = "slim_meta")]
@@ -530,39 +651,6 @@ pub fn trim_job(job: &mut CachedJob) {
     }
 }
 
-/// Keeps of a pod what the planner, the allocator and the replica API read: metadata (minus
-/// managedFields; of the labels and annotations only `diengine/` and `diorch.io/` ones, moved
-/// to [`CachedPod::tags`]), the
-/// node, the worker container's `di-port`, and the phase, reason, Ready and PodScheduled
-/// conditions, IP and container states of its status ([`CachedPodStatus`]).
-pub fn trim_pod(pod: &mut CachedPod) {
-    pod.metadata.managed_fields = None;
-    // Read through `label` and `annotation` from here on.
-    if pod.metadata.labels.is_some() || pod.metadata.annotations.is_some() {
-        pod.tags = Tags::new(pod.metadata.labels.take(), pod.metadata.annotations.take());
-    }
-    if let Some(spec) = pod.spec.as_mut() {
-        spec.containers.retain(|c| c.name == DEFAULT_CONTAINER_NAME);
-        for c in &mut spec.containers {
-            if let Some(ports) = c.ports.as_mut() {
-                ports.retain(|p| p.name.as_deref() == Some(DEFAULT_PORT_NAME));
-            }
-        }
-    }
-    if let Some(conditions) = pod.status.as_mut().and_then(|s| s.conditions.as_mut()) {
-        conditions.retain(|c| c.type_ == "Ready" || c.type_ == "PodScheduled");
-    }
-}
-
-/// Drops what no reader of the service cache uses: all but its name, namespace, uid,
-/// resourceVersion, owners and deletion.
-pub fn trim_service(svc: &mut CachedService) {
-    let m = &mut svc.metadata;
-    m.managed_fields = None;
-    m.labels = None;
-    m.annotations = None;
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -657,19 +745,27 @@ mod tests {
                     .collect::<std::collections::BTreeMap<_, _>>(),
             )
         };
-        let mut p = CachedPod::default();
-        p.metadata.labels = map(&[
-            ("diengine/job", "j"),
-            ("diengine/pod", ""),
-            ("diorch.io/both", "label"),
-            ("other", "dropped"),
-        ]);
-        p.metadata.annotations = map(&[
-            ("diorch.io/both", "annotation"),
-            ("diengine/rank", "7"),
-            ("diorch.io/note", "héllo, 世界"),
-        ]);
-        trim_pod(&mut p);
+        let tagged = |labels, annotations| {
+            let meta = ObjectMeta {
+                labels,
+                annotations,
+                ..ObjectMeta::default()
+            };
+            CachedPod::trimmed(meta, None, None)
+        };
+        let p = tagged(
+            map(&[
+                ("diengine/job", "j"),
+                ("diengine/pod", ""),
+                ("diorch.io/both", "label"),
+                ("other", "dropped"),
+            ]),
+            map(&[
+                ("diorch.io/both", "annotation"),
+                ("diengine/rank", "7"),
+                ("diorch.io/note", "héllo, 世界"),
+            ]),
+        );
         assert_eq!(p.label("diengine/job"), Some("j"));
         assert_eq!(p.label("diengine/pod"), Some(""));
         assert_eq!(p.label("diorch.io/both"), Some("label"));
@@ -680,40 +776,41 @@ mod tests {
         assert_eq!(p.annotation("diorch.io/note"), Some("héllo, 世界"));
         assert_eq!(p.label("other"), None);
         // No labels, annotations only, and nothing at all.
-        let mut q = CachedPod::default();
-        q.metadata.annotations = map(&[("diengine/rank", "1")]);
-        trim_pod(&mut q);
+        let q = tagged(None, map(&[("diengine/rank", "1")]));
         assert_eq!(
             (q.label("diengine/rank"), q.annotation("diengine/rank")),
             (None, Some("1"))
         );
-        let mut empty = CachedPod::default();
-        trim_pod(&mut empty);
+        let empty = tagged(None, None);
         assert_eq!(empty.label("diengine/job"), None);
         assert_eq!(empty.tags, Tags::default());
     }
 
     #[test]
     fn trimming_keeps_what_readers_use_and_drops_the_rest() {
-        let mut p = pod("a", "j");
-        trim_pod(&mut p);
-        assert!(p.metadata.managed_fields.is_none());
-        let keys = |m: &Option<std::collections::BTreeMap<String, String>>| {
-            m.as_ref()
-                .map(|m| m.keys().cloned().collect::<Vec<_>>())
-                .unwrap_or_default()
-        };
-        assert_eq!(keys(&p.metadata.labels), Vec::<String>::new());
-        assert_eq!(keys(&p.metadata.annotations), Vec::<String>::new());
+        let p = pod("a", "j");
+        assert_eq!(p.metadata.name.as_deref(), Some("a"));
+        assert_eq!(p.metadata.namespace.as_deref(), Some("ns"));
         assert_eq!(p.label("diengine/job"), Some("j"));
         assert_eq!(p.label("team"), None);
         assert_eq!(p.annotation("diengine/rank"), Some("0"));
         assert_eq!(p.annotation("diorch.io/template-hash"), Some("h"));
         assert_eq!(p.annotation("big"), None);
-        // Untrimmed (as tests build them), the same readers see the maps.
-        let untrimmed = pod("a", "j");
-        assert_eq!(untrimmed.label("team"), Some("rl"));
-        assert_eq!(untrimmed.annotation("diengine/rank"), Some("0"));
+        // The same pod made from the typed `Pod` is the same cached pod.
+        let typed: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "a", "namespace": "ns", "labels": {"diengine/job": "j", "team": "rl"},
+                "annotations": {"diengine/rank": "0", "diorch.io/template-hash": "h", "big": "x"}},
+            "spec": {"nodeName": "n1", "containers": [
+                {"name": "di-container", "image": "big",
+                 "ports": [{"name": "metrics", "containerPort": 9000}, {"name": "di-port", "containerPort": 1234}]},
+                {"name": "sidecar", "image": "s"}
+            ]},
+            "status": {"phase": "Running", "podIP": "10.0.0.1",
+                "conditions": [{"type": "Ready", "status": "True"}, {"type": "Initialized", "status": "True"}],
+                "containerStatuses": [{"name": "di-container", "ready": true, "image": "big", "imageID": "sha", "restartCount": 0}]}
+        }))
+        .expect("pod");
+        assert_eq!(CachedPod::from(typed), p);
         let spec = p.spec.as_ref().expect("spec");
         assert_eq!(spec.node_name.as_deref(), Some("n1"));
         assert_eq!(spec.containers.len(), 1);
@@ -729,6 +826,11 @@ mod tests {
         assert_eq!(status.pod_ip.as_deref(), Some("10.0.0.1"));
         let conditions = status.conditions.as_ref().expect("conditions");
         assert_eq!(conditions.len(), 1);
+        // Shrunk to what they hold: the cache keeps the decoded pod itself.
+        assert_eq!(conditions.capacity(), 1);
+        assert_eq!(spec.containers.capacity(), 1);
+        let ports = spec.containers[0].ports.as_ref().expect("ports");
+        assert_eq!(ports.capacity(), 1);
         assert_eq!(
             (conditions[0].type_.as_str(), conditions[0].status.as_str()),
             ("Ready", "True")
@@ -772,8 +874,7 @@ mod tests {
                 "ports": [{"name": "di-port", "port": 22270}]},
             "status": {"loadBalancer": {}}
         });
-        let mut decoded: CachedService = serde_json::from_value(full.clone()).expect("service");
-        trim_service(&mut decoded);
+        let decoded: CachedService = serde_json::from_value(full.clone()).expect("service");
         let converted =
             CachedService::from(serde_json::from_value::<Service>(full).expect("service"));
         assert_eq!(decoded, converted);
@@ -782,12 +883,16 @@ mod tests {
         assert_eq!(m.uid.as_deref(), Some("u"));
         assert!(m.deletion_timestamp.is_some());
         assert_eq!(
-            m.owner_references.as_ref().map(|o| o[0].uid.as_str()),
-            Some("job-uid")
+            m.owner,
+            Some(JobOwner {
+                name: "j".into(),
+                uid: "job-uid".into()
+            })
         );
-        assert!(m.labels.is_none() && m.annotations.is_none() && m.managed_fields.is_none());
+        assert!(m.owned_by("job-uid") && !m.owned_by("other"));
+        assert_eq!(m.key().as_deref(), Some("ns/di-j"));
         assert_eq!(
-            <CachedService as kube_core::Resource>::plural(&()),
+            <WatchedService as kube_core::Resource>::plural(&()),
             "services"
         );
     }
@@ -808,17 +913,67 @@ mod tests {
         assert!(full.managed_fields.is_some() && full.self_link.is_some());
         full.managed_fields = None;
         full.self_link = None;
+        // Pods and services keep what their readers use of it.
+        let kept = CachedMeta {
+            name: Some("n".into()),
+            namespace: Some("ns".into()),
+            uid: Some("u".into()),
+            deletion_timestamp: full.deletion_timestamp.clone(),
+            owner: None,
+        };
+        assert_eq!(CachedMeta::from(full.clone()), kept);
         let pod: CachedPod =
             serde_json::from_value(json!({"metadata": meta.clone()})).expect("pod");
-        assert_eq!(pod.metadata, full);
+        assert_eq!(pod.metadata, kept);
         let svc: CachedService =
             serde_json::from_value(json!({"metadata": meta.clone()})).expect("service");
-        assert_eq!(svc.metadata, full);
+        assert_eq!(svc.metadata, kept);
         let job: CachedJob =
             serde_json::from_value(json!({"metadata": meta, "spec": {}})).expect("job");
         assert_eq!(job.metadata, full);
         // No metadata at all is the default, as before.
         let bare: CachedPod = serde_json::from_value(json!({})).expect("bare pod");
-        assert_eq!(bare.metadata, ObjectMeta::default());
+        assert_eq!(bare, CachedPod::default());
+    }
+
+    #[test]
+    fn the_owner_kept_is_the_controlling_dijob_only() {
+        let owner = |refs: serde_json::Value| {
+            let meta: ObjectMeta =
+                serde_json::from_value(json!({"name": "p", "ownerReferences": refs}))
+                    .expect("meta");
+            CachedMeta::from(meta).owner.map(|o| (o.name, o.uid))
+        };
+        let dijob = |api: &str, kind: &str, controller: serde_json::Value| json!({"apiVersion": api, "kind": kind, "name": "j", "uid": "ju", "controller": controller});
+        let group = "diengine.opendilab.org/v2alpha1";
+        assert_eq!(
+            owner(json!([dijob(group, "DIJob", json!(true))])),
+            Some(("j".into(), "ju".into()))
+        );
+        // Not the controller, not a DIJob, or a look-alike group: no owner.
+        assert_eq!(owner(json!([dijob(group, "DIJob", json!(false))])), None);
+        assert_eq!(owner(json!([dijob(group, "DIJob", json!(null))])), None);
+        assert_eq!(
+            owner(json!([dijob("apps/v1", "ReplicaSet", json!(true))])),
+            None
+        );
+        assert_eq!(
+            owner(json!([dijob(
+                "diengine.opendilab.org.evil/v1",
+                "DIJob",
+                json!(true)
+            )])),
+            None
+        );
+        assert_eq!(owner(json!([dijob(group, "DIJobs", json!(true))])), None);
+        // Among several references, the controlling DIJob's.
+        assert_eq!(
+            owner(json!([
+                dijob("apps/v1", "ReplicaSet", json!(false)),
+                dijob("diengine.opendilab.org/v1", "DIJob", json!(true))
+            ])),
+            Some(("j".into(), "ju".into()))
+        );
+        assert_eq!(owner(json!(null)), None);
     }
 }

@@ -17,7 +17,7 @@ use crate::api::{
     PreemptionAction, PreemptionStatus, RestartPolicy, SmallMap, TaskReplicaStatus, labels,
 };
 use crate::build::{self, BuildContext, ReplicaSlot};
-use crate::cached::{CachedPod, CachedService};
+use crate::cached::{CachedMeta, CachedPod, CachedService};
 use crate::placement::{Admission, Preempted, Preemption, RankNodes, Why};
 use crate::ranks::RankTable;
 use crate::validate;
@@ -284,11 +284,8 @@ fn is_terminating(pod: &CachedPod) -> bool {
 }
 
 /// Whether `meta` names the object with `uid` as its controller.
-fn owned_by(meta: &ObjectMeta, uid: &str) -> bool {
-    meta.owner_references.as_ref().is_some_and(|refs| {
-        refs.iter()
-            .any(|r| r.controller == Some(true) && r.uid == uid)
-    })
+fn owned_by(meta: &CachedMeta, uid: &str) -> bool {
+    meta.owned_by(uid)
 }
 
 fn annotation<'a>(pod: &'a CachedPod, key: &str) -> Option<&'a str> {

@@ -79,6 +79,11 @@ impl WatchedPod {
             .is_some_and(|v| v == labels::OPERATOR_NAME)
     }
 
+    /// `status.phase`.
+    pub fn phase(&self) -> Option<&str> {
+        self.status.as_ref().and_then(|s| s.phase.as_deref())
+    }
+
     /// The allocator's view of the pod, and the controller's (trimmed) when it is the
     /// operator's.
     pub fn split(self) -> (UsagePod, Option<CachedPod>) {
@@ -124,7 +129,6 @@ impl WatchedPod {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cached::trim_pod;
     use serde_json::json;
 
     #[test]
@@ -158,8 +162,7 @@ mod tests {
                 "the allocator's pod, as its own watch decoded it"
             );
             if operator {
-                let mut alone: CachedPod = serde_json::from_value(json(operator)).expect("cached");
-                trim_pod(&mut alone);
+                let alone: CachedPod = serde_json::from_value(json(operator)).expect("cached");
                 assert_eq!(cached, Some(alone), "the controller's pod, trimmed");
             } else {
                 assert_eq!(

@@ -37,7 +37,7 @@ use tokio::sync::mpsc;
 
 use super::{Caches, Context, Error, Requeue, Settings, reconcile_inner};
 use crate::allocator::Allocator;
-use crate::controller::cache::PodIndex;
+use crate::controller::cache::{PodCache, ServiceCache};
 use crate::controller::expectations::Expectations;
 use crate::controller::queue::Queue;
 use crate::controller::throttle::Throttle;
@@ -524,8 +524,8 @@ struct Harness {
     server: Arc<ApiServer>,
     /// The Context's Event queue (`None` when the real Event worker drains it).
     events: Option<mpsc::Receiver<super::QueuedEvent>>,
-    pods: Writer<CachedPod>,
-    services: Writer<CachedService>,
+    pods: PodCache,
+    services: ServiceCache,
     nodes: Writer<Node>,
     _jobs: Writer<diorch_core::cached::CachedJob>,
 }
@@ -541,8 +541,7 @@ impl Harness {
         let server = ApiServer::new(job);
         let client = server.client();
         let (job_store, job_writer) = reflector::store();
-        let (pod_store, pod_writer) = reflector::store();
-        let (svc_store, svc_writer) = reflector::store();
+        let (pod_cache, svc_cache) = (PodCache::default(), ServiceCache::default());
         let (node_store, node_writer) = reflector::store();
         let metrics = Arc::new(Metrics::new());
         let plugins = Arc::new(PluginRegistry::new(
@@ -577,11 +576,10 @@ impl Harness {
             client,
             caches: Caches {
                 jobs: job_store.clone(),
-                pods: pod_store,
-                index: PodIndex::default(),
+                pods: pod_cache.clone(),
                 ready: Arc::new(AtomicBool::new(true)),
             },
-            services: svc_store,
+            services: svc_cache.clone(),
             expectations: Expectations::default(),
             events,
             throttle: Throttle::new(settings.qps, settings.burst),
@@ -596,8 +594,8 @@ impl Harness {
             ctx,
             server,
             events: receiver,
-            pods: pod_writer,
-            services: svc_writer,
+            pods: pod_cache,
+            services: svc_cache,
             nodes: node_writer,
             _jobs: job_writer,
         }
@@ -611,23 +609,21 @@ impl Harness {
     }
 
     fn cache_pod(&mut self, pod: &Pod) {
-        let event = watcher::Event::Apply(CachedPod::from(pod.clone()));
-        self.ctx.caches.index.apply(&event);
-        self.pods.apply_watcher_event(&event);
+        self.pods
+            .apply(watcher::Event::Apply(CachedPod::from(pod.clone())));
     }
 
     /// The watch shows `pod` gone.
     fn uncache_pod(&mut self, pod: &Pod) {
-        let event = watcher::Event::Delete(CachedPod::from(pod.clone()));
-        self.ctx.caches.index.apply(&event);
-        self.pods.apply_watcher_event(&event);
+        self.pods
+            .apply(watcher::Event::Delete(CachedPod::from(pod.clone())));
     }
 
     fn with_service(&mut self, svc: &Service) {
         self.server
             .hold("services", serde_json::to_value(svc).expect("service JSON"));
         self.services
-            .apply_watcher_event(&watcher::Event::Apply(CachedService::from(svc.clone())));
+            .apply(watcher::Event::Apply(CachedService::from(svc.clone())));
     }
 
     async fn reconcile(&self, job: &DIJob) -> Result<Requeue, Error> {

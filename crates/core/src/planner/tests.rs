@@ -833,13 +833,11 @@ fn foreign_pods_and_services_are_never_adopted_or_duplicated() {
     let mut sim = Sim::new(job());
     let mut foreign = build::build_service(&sim.job);
     foreign.metadata.owner_references.as_mut().expect("refs")[0].uid = "old".into();
+    let foreign_refs = foreign.metadata.owner_references.clone();
     sim.service = Some(CachedService::from(foreign));
     let mut other = Pod::default();
     other.metadata.name = Some("j-learner-0".into());
-    other.metadata.owner_references = sim
-        .service
-        .as_ref()
-        .and_then(|s| s.metadata.owner_references.clone());
+    other.metadata.owner_references = foreign_refs;
     sim.pods.push(other);
     let plan = sim.plan();
     let created: Vec<_> = plan

@@ -181,7 +181,9 @@ fn created(plan: &Plan, phase: &str) -> (Vec<crate::cached::CachedPod>, Option<C
             Action::CreateService(svc) => {
                 let mut meta = svc.metadata.clone();
                 meta.uid = Some("svc".into());
-                service = Some(CachedService { metadata: meta });
+                service = Some(CachedService {
+                    metadata: meta.into(),
+                });
             }
             _ => {}
         }
@@ -742,7 +744,9 @@ mod status_echo {
                     Action::CreateService(svc) => {
                         let mut meta = svc.metadata.clone();
                         meta.uid = Some("svc".into());
-                        self.service = Some(CachedService { metadata: meta });
+                        self.service = Some(CachedService {
+                            metadata: meta.into(),
+                        });
                         self.memory.service_created = Some(now);
                     }
                     Action::DeleteService { .. } => self.service = None,

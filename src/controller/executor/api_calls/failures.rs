@@ -163,7 +163,7 @@ async fn an_invalid_pod_fails_the_job_on_the_same_pass_with_the_servers_message(
     // the finished job's service goes, as for any failed job.
     let svc: CachedService =
         serde_json::from_value(h.server.object("services", "di-j")).expect("service");
-    h.services.apply_watcher_event(&watcher::Event::Apply(svc));
+    h.services.apply(watcher::Event::Apply(svc));
     let job = h.server.job();
     assert_eq!(
         h.reconcile(&job).await.expect("reconcile"),

@@ -98,7 +98,7 @@ async fn a_pass_from_before_its_own_status_write_makes_no_call() {
     let svc: Service =
         serde_json::from_value(body_of(&calls, "POST", SERVICES, "di-j").clone()).expect("svc");
     h.services
-        .apply_watcher_event(&watcher::Event::Apply(CachedService::from(svc)));
+        .apply(watcher::Event::Apply(CachedService::from(svc)));
 
     assert_eq!(
         h.reconcile(&job).await.expect("reconcile"),
@@ -371,7 +371,7 @@ async fn a_steady_job_makes_no_call_and_a_lost_service_is_created_again() {
     assert!(h.events().is_empty());
 
     h.services
-        .apply_watcher_event(&watcher::Event::Delete(CachedService::from(svc)));
+        .apply(watcher::Event::Delete(CachedService::from(svc)));
     h.server.state().objects.remove("services");
     assert_eq!(
         h.reconcile(&job).await.expect("reconcile"),

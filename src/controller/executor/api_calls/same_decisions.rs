@@ -127,12 +127,10 @@ async fn replay(pass: &Pass, memory: step::Memory) -> Vec<String> {
     // answered 409, which these passes never get).
     for pod in &pass.pods {
         let event = watcher::Event::Apply(pod.clone());
-        h.ctx.caches.index.apply(&event);
-        h.pods.apply_watcher_event(&event);
+        h.pods.apply(event);
     }
     if let Some(svc) = &pass.service {
-        h.services
-            .apply_watcher_event(&watcher::Event::Apply(svc.clone()));
+        h.services.apply(watcher::Event::Apply(svc.clone()));
     }
     for write in &pass.writes {
         if let (
