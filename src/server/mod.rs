@@ -38,12 +38,10 @@ use serde_json::{Value, json};
 use crate::controller::executor::Caches;
 use crate::metrics::{Metrics, RequestLabels, method_label};
 use auth::AuthorizedJob;
-use diorch_core::api::{
-    DEFAULT_CONTAINER_NAME, DEFAULT_PORT, DEFAULT_PORT_NAME, DIJob, labels, limits,
-};
+use diorch_core::api::{DEFAULT_CONTAINER_NAME, DEFAULT_PORT, DEFAULT_PORT_NAME, DIJob, limits};
 use diorch_core::build;
 use diorch_core::cached::CachedJob;
-use diorch_core::cached::CachedPod;
+use diorch_core::cached::{CachedPod, PodAnnotation, PodLabel};
 use diorch_core::key::ObjectKey;
 use diorch_core::naming;
 
@@ -461,7 +459,7 @@ fn live_replicas(state: &ServerState, job: &CachedJob, table: &[String]) -> Vec<
                     pod,
                 });
             }
-            let text = pod.annotation(labels::ANNOTATION_RANK)?;
+            let text = pod.annotation(PodAnnotation::Rank)?;
             // Anyone who may annotate pods in the namespace writes this: a rank outside the
             // job's size is ignored and counted, never used to size anything.
             let rank = match text.parse::<usize>() {
@@ -549,8 +547,8 @@ async fn get_replicas(
                     "rank": r.rank,
                     "address": r.address,
                     "pod": meta.name,
-                    "task": r.pod.label(labels::TASK_NAME),
-                    "type": r.pod.label(labels::TASK_TYPE),
+                    "task": r.pod.label(PodLabel::TaskName),
+                    "type": r.pod.label(PodLabel::TaskType),
                     "phase": r.pod.status.as_ref().and_then(|s| s.phase.clone()),
                     "node": r.pod.spec.as_ref().and_then(|s| s.node_name.clone()),
                 })

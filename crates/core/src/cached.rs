@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::{ContainerPort, ContainerStatus, Pod, PodStatus,
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use serde::{Deserialize, Deserializer};
 
-use crate::api::{DEFAULT_CONTAINER_NAME, DEFAULT_PORT_NAME, DIJob, DIJobStatus};
+use crate::api::{DEFAULT_CONTAINER_NAME, DEFAULT_PORT_NAME, DIJob, DIJobStatus, labels};
 
 /// `ObjectMeta` as a watch sends it, minus `managedFields` and `selfLink`: those are skipped
 /// while parsing, without building them. `managedFields` is most of the metadata of an object
@@ -151,7 +151,7 @@ pub struct CachedPod {
     pub metadata: CachedMeta,
     pub spec: Option<CachedPodSpec>,
     pub status: Option<CachedPodStatus>,
-    /// The labels and annotations readers use (`diengine/` and `diorch.io/` ones).
+    /// The labels and annotations readers use ([`PodLabel`], [`PodAnnotation`]).
     pub tags: Tags,
 }
 
@@ -172,89 +172,116 @@ impl From<WirePod> for CachedPod {
     }
 }
 
-/// The kept labels and annotations in two allocations: their keys and values back to back in
-/// `text`, and where each of those strings ends in `ends` (key, value, key, value, …, the
-/// labels' pairs first). A `BTreeMap` (what `ObjectMeta` holds) takes 0.5 KB before its first
-/// entry, and boxed strings take two allocations per entry: a pod has about ten, and a large
-/// cluster 20 000 pods.
+/// A label a cached pod keeps: one its readers read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PodLabel {
+    /// `diengine/job`.
+    Job,
+    /// `diengine/task-name`.
+    TaskName,
+    /// `diengine/task-type`.
+    TaskType,
+}
+
+/// An annotation a cached pod keeps: one its readers read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PodAnnotation {
+    /// `diengine/rank`.
+    Rank,
+    /// `diengine/node`.
+    Node,
+    /// `diorch.io/template-hash`.
+    TemplateHash,
+}
+
+const KEPT_LABELS: [(PodLabel, &str); 3] = [
+    (PodLabel::Job, labels::JOB),
+    (PodLabel::TaskName, labels::TASK_NAME),
+    (PodLabel::TaskType, labels::TASK_TYPE),
+];
+
+const KEPT_ANNOTATIONS: [(PodAnnotation, &str); 3] = [
+    (PodAnnotation::Rank, labels::ANNOTATION_RANK),
+    (PodAnnotation::Node, labels::ANNOTATION_NODE),
+    (
+        PodAnnotation::TemplateHash,
+        crate::planner::TEMPLATE_HASH_ANNOTATION,
+    ),
+];
+
+/// How many values [`Tags`] keeps: the labels', then the annotations'.
+const KEPT: usize = KEPT_LABELS.len() + KEPT_ANNOTATIONS.len();
+
+/// The kept labels' and annotations' values ([`PodLabel`], [`PodAnnotation`]) in one
+/// allocation, back to back in that order. Readers ask for a typed key, so a key the cache
+/// does not keep cannot be asked for. A `BTreeMap` (what `ObjectMeta` holds) takes 0.5 KB
+/// before its first entry, and a pod carries ten `diengine/` and `diorch.io/` keys, of which
+/// its readers read six: only those six values are kept (~60 B), not their keys.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Tags {
     text: Box<str>,
-    ends: Box<[u32]>,
-    /// How many pairs are labels; the rest are annotations.
-    labels: u32,
+    /// Where each value ends in `text` (a value starts where the one before it ends).
+    ends: [u32; KEPT],
+    /// Bit `i` set: the pod has value `i` (an empty value is not a missing one).
+    present: u8,
 }
 
 impl Tags {
-    fn new(
-        labels: Option<BTreeMap<String, String>>,
-        annotations: Option<BTreeMap<String, String>>,
-    ) -> Tags {
-        let kept = |map: Option<BTreeMap<String, String>>| {
-            map.into_iter().flatten().filter(|(k, _)| kept_key(k))
+    fn new(labels: Labels, annotations: Labels) -> Tags {
+        let (labels, annotations) = (labels.unwrap_or_default(), annotations.unwrap_or_default());
+        let values: [Option<&String>; KEPT] = [
+            labels.get(KEPT_LABELS[0].1),
+            labels.get(KEPT_LABELS[1].1),
+            labels.get(KEPT_LABELS[2].1),
+            annotations.get(KEPT_ANNOTATIONS[0].1),
+            annotations.get(KEPT_ANNOTATIONS[1].1),
+            annotations.get(KEPT_ANNOTATIONS[2].1),
+        ];
+        if values.iter().all(Option::is_none) {
+            return Tags::default();
+        }
+        let total = values.iter().flatten().map(|v| v.len()).sum();
+        let mut tags = Tags {
+            text: Box::default(),
+            ends: [0; KEPT],
+            present: 0,
         };
-        let (mut text, mut ends, mut count) = (String::new(), Vec::new(), 0);
-        let mut push = |k: String, v: String| {
+        let mut text = String::with_capacity(total);
+        for (i, value) in values.iter().enumerate() {
             // An object's labels and annotations are bounded by the API server (256 KiB); a
-            // text past 4 GiB cannot come from one, so its further entries are not kept.
-            let key_end = text.len() + k.len();
-            let (Ok(key_end), Ok(end)) = (u32::try_from(key_end), u32::try_from(key_end + v.len()))
-            else {
-                return false;
-            };
-            text.push_str(&k);
-            text.push_str(&v);
-            ends.extend([key_end, end]);
-            true
-        };
-        for (k, v) in kept(labels) {
-            if push(k, v) {
-                count += 1;
+            // text past 4 GiB cannot come from one, so a value past it is not kept.
+            if let Some(v) = value
+                && u32::try_from(text.len() + v.len()).is_ok()
+            {
+                text.push_str(v);
+                tags.present |= 1 << i;
             }
+            // Within u32: only what fit was pushed.
+            tags.ends[i] = u32::try_from(text.len()).unwrap_or(u32::MAX);
         }
-        for (k, v) in kept(annotations) {
-            push(k, v);
-        }
-        Tags {
-            text: text.into_boxed_str(),
-            ends: ends.into_boxed_slice(),
-            labels: count,
-        }
+        tags.text = text.into_boxed_str();
+        tags
     }
 
-    /// The pairs, in order: the labels' first.
-    fn pairs(&self) -> impl Iterator<Item = (&str, &str)> {
-        let mut start = 0;
-        self.ends.chunks_exact(2).map(move |end| {
-            let (k, v) = (end[0] as usize, end[1] as usize);
-            // The ends were taken from `text` at char boundaries, in order.
-            let pair = (
-                self.text.get(start..k).unwrap_or_default(),
-                self.text.get(k..v).unwrap_or_default(),
-            );
-            start = v;
-            pair
-        })
-    }
-
-    fn find(&self, annotations: bool, key: &str) -> Option<&str> {
-        let labels = self.labels as usize;
-        self.pairs()
-            .enumerate()
-            .find(|(i, (k, _))| (*i >= labels) == annotations && *k == key)
-            .map(|(_, (_, v))| v)
+    fn get(&self, i: usize) -> Option<&str> {
+        if self.present & (1 << i) == 0 {
+            return None;
+        }
+        let start = i.checked_sub(1).map_or(0, |j| self.ends[j] as usize);
+        // The ends were taken from `text` at char boundaries, in order.
+        self.text.get(start..self.ends[i] as usize)
     }
 }
 
 impl CachedPod {
-    /// Label `key`, if it is one the cache keeps (`diengine/` and `diorch.io/`).
-    pub fn label(&self, key: &str) -> Option<&str> {
-        self.tags.find(false, key)
+    /// The value of a kept label.
+    pub fn label(&self, label: PodLabel) -> Option<&str> {
+        self.tags.get(label as usize)
     }
 
-    /// Annotation `key`, if it is one the cache keeps (`diengine/` and `diorch.io/`).
-    pub fn annotation(&self, key: &str) -> Option<&str> {
-        self.tags.find(true, key)
+    /// The value of a kept annotation.
+    pub fn annotation(&self, annotation: PodAnnotation) -> Option<&str> {
+        self.tags.get(KEPT_LABELS.len() + annotation as usize)
     }
 }
 
@@ -427,7 +454,7 @@ impl CachedPodSpec {
 
 impl CachedPod {
     /// The cached pod of these parts, trimmed to what readers use: of the labels and
-    /// annotations only `diengine/` and `diorch.io/` ones (into [`CachedPod::tags`]), of the
+    /// annotations only the values of [`PodLabel`] and [`PodAnnotation`] keys, of the
     /// containers `di-container` with its `di-port`, of the conditions `Ready` and
     /// `PodScheduled`. Shared by the wire decode, `From<Pod>` and the pod watch's split
     /// (`watched`).
@@ -485,11 +512,6 @@ impl From<Pod> for CachedPod {
             pod.status.map(CachedPodStatus::from),
         )
     }
-}
-
-/// Whether readers need a label or annotation key: DI-orchestrator's and diorch's own.
-fn kept_key(key: &str) -> bool {
-    key.starts_with("diengine/") || key.starts_with("diorch.io/")
 }
 
 /// A service as the controller caches it: its metadata only (the planner reads its owner and
@@ -736,7 +758,14 @@ mod tests {
     }
 
     #[test]
-    fn tags_keep_labels_and_annotations_apart_in_one_text() {
+    fn tags_keep_the_read_labels_and_annotations_apart_in_one_text() {
+        // The typed keys index the kept values in order.
+        for (i, (label, _)) in KEPT_LABELS.iter().enumerate() {
+            assert_eq!(*label as usize, i);
+        }
+        for (i, (annotation, _)) in KEPT_ANNOTATIONS.iter().enumerate() {
+            assert_eq!(*annotation as usize, i);
+        }
         let map = |pairs: &[(&str, &str)]| {
             Some(
                 pairs
@@ -756,34 +785,42 @@ mod tests {
         let p = tagged(
             map(&[
                 ("diengine/job", "j"),
-                ("diengine/pod", ""),
-                ("diorch.io/both", "label"),
+                ("diengine/task-name", ""),
+                ("diengine/node", "as a label"),
+                ("diengine/pod", "not read"),
                 ("other", "dropped"),
             ]),
             map(&[
-                ("diorch.io/both", "annotation"),
+                ("diengine/job", "as an annotation"),
                 ("diengine/rank", "7"),
-                ("diorch.io/note", "héllo, 世界"),
+                ("diorch.io/template-hash", "héllo, 世界"),
+                ("diengine/replicas", "not read"),
             ]),
         );
-        assert_eq!(p.label("diengine/job"), Some("j"));
-        assert_eq!(p.label("diengine/pod"), Some(""));
-        assert_eq!(p.label("diorch.io/both"), Some("label"));
-        assert_eq!(p.annotation("diorch.io/both"), Some("annotation"));
+        assert_eq!(p.label(PodLabel::Job), Some("j"));
+        // Empty is not missing.
+        assert_eq!(p.label(PodLabel::TaskName), Some(""));
+        assert_eq!(p.label(PodLabel::TaskType), None);
+        assert_eq!(p.annotation(PodAnnotation::Rank), Some("7"));
         // A key is looked up among its own kind only.
-        assert_eq!(p.label("diengine/rank"), None);
-        assert_eq!(p.annotation("diengine/job"), None);
-        assert_eq!(p.annotation("diorch.io/note"), Some("héllo, 世界"));
-        assert_eq!(p.label("other"), None);
-        // No labels, annotations only, and nothing at all.
-        let q = tagged(None, map(&[("diengine/rank", "1")]));
+        assert_eq!(p.annotation(PodAnnotation::Node), None);
         assert_eq!(
-            (q.label("diengine/rank"), q.annotation("diengine/rank")),
-            (None, Some("1"))
+            p.annotation(PodAnnotation::TemplateHash),
+            Some("héllo, 世界")
+        );
+        // Only the values read are kept.
+        assert_eq!(&*p.tags.text, "j7héllo, 世界");
+        // No labels, annotations only, and nothing at all.
+        let q = tagged(None, map(&[("diengine/node", "n1")]));
+        assert_eq!(
+            (q.label(PodLabel::Job), q.annotation(PodAnnotation::Node)),
+            (None, Some("n1"))
         );
         let empty = tagged(None, None);
-        assert_eq!(empty.label("diengine/job"), None);
+        assert_eq!(empty.label(PodLabel::Job), None);
         assert_eq!(empty.tags, Tags::default());
+        let unread = tagged(map(&[("diengine/pod", "p")]), None);
+        assert_eq!(unread.tags, Tags::default());
     }
 
     #[test]
@@ -791,11 +828,10 @@ mod tests {
         let p = pod("a", "j");
         assert_eq!(p.metadata.name.as_deref(), Some("a"));
         assert_eq!(p.metadata.namespace.as_deref(), Some("ns"));
-        assert_eq!(p.label("diengine/job"), Some("j"));
-        assert_eq!(p.label("team"), None);
-        assert_eq!(p.annotation("diengine/rank"), Some("0"));
-        assert_eq!(p.annotation("diorch.io/template-hash"), Some("h"));
-        assert_eq!(p.annotation("big"), None);
+        assert_eq!(p.label(PodLabel::Job), Some("j"));
+        assert_eq!(p.annotation(PodAnnotation::Rank), Some("0"));
+        assert_eq!(p.annotation(PodAnnotation::TemplateHash), Some("h"));
+        assert_eq!(&*p.tags.text, "j0h", "team and big are not kept");
         // The same pod made from the typed `Pod` is the same cached pod.
         let typed: Pod = serde_json::from_value(json!({
             "metadata": {"name": "a", "namespace": "ns", "labels": {"diengine/job": "j", "team": "rl"},

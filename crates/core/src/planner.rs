@@ -17,7 +17,7 @@ use crate::api::{
     PreemptionAction, PreemptionStatus, RestartPolicy, SmallMap, TaskReplicaStatus, labels,
 };
 use crate::build::{self, BuildContext, ReplicaSlot};
-use crate::cached::{CachedMeta, CachedPod, CachedService};
+use crate::cached::{CachedMeta, CachedPod, CachedService, PodAnnotation, PodLabel};
 use crate::placement::{Admission, Preempted, Preemption, RankNodes, Why};
 use crate::ranks::RankTable;
 use crate::validate;
@@ -288,7 +288,7 @@ fn owned_by(meta: &CachedMeta, uid: &str) -> bool {
     meta.owned_by(uid)
 }
 
-fn annotation<'a>(pod: &'a CachedPod, key: &str) -> Option<&'a str> {
+fn annotation(pod: &CachedPod, key: PodAnnotation) -> Option<&str> {
     pod.annotation(key)
 }
 
@@ -616,7 +616,7 @@ impl Planner<'_> {
         for slot in slots {
             let live_unhashed = slot
                 .live
-                .is_some_and(|p| annotation(p, TEMPLATE_HASH_ANNOTATION).is_none());
+                .is_some_and(|p| annotation(p, PodAnnotation::TemplateHash).is_none());
             if let (true, Some(u)) = (live_unhashed, unhashed.get_mut(slot.task_index)) {
                 *u = true;
             }
@@ -792,7 +792,7 @@ impl Planner<'_> {
                 PodState::Ready => ready += 1,
                 PodState::Waiting => {}
             }
-            let hash = annotation(pod, TEMPLATE_HASH_ANNOTATION)
+            let hash = annotation(pod, PodAnnotation::TemplateHash)
                 .or_else(|| adopted.get(slot.task_index).and_then(Option::as_deref));
             if hash.is_some_and(|h| h != hash_of(slot.task_index)) {
                 replace.push((pod, "template changed"));
@@ -801,7 +801,7 @@ impl Planner<'_> {
                 let want = rank
                     .and_then(|r| allocation.as_slice().get(r))
                     .map(String::as_str);
-                if want.is_some() && annotation(pod, labels::ANNOTATION_NODE) != want {
+                if want.is_some() && annotation(pod, PodAnnotation::Node) != want {
                     replace.push((pod, "allocation changed"));
                 }
             }
@@ -816,7 +816,7 @@ impl Planner<'_> {
         // Scale-in removes the highest ranks first.
         extra.sort_by_key(|p| {
             std::cmp::Reverse(
-                annotation(p, labels::ANNOTATION_RANK)
+                annotation(p, PodAnnotation::Rank)
                     .and_then(|r| r.parse::<i64>().ok())
                     .unwrap_or(i64::MAX),
             )
@@ -861,7 +861,10 @@ impl Planner<'_> {
             .count() as i32;
         let mut task_status: SmallMap<SmallMap<i32>> = SmallMap::new();
         for pod in owned {
-            let task = pod.label(labels::TASK_NAME).unwrap_or_default().to_string();
+            let task = pod
+                .label(PodLabel::TaskName)
+                .unwrap_or_default()
+                .to_string();
             let pod_phase = pod
                 .status
                 .as_ref()
@@ -1012,7 +1015,10 @@ impl Planner<'_> {
         {
             return true;
         }
-        let task = pod.label(labels::TASK_NAME).unwrap_or_default().to_string();
+        let task = pod
+            .label(PodLabel::TaskName)
+            .unwrap_or_default()
+            .to_string();
         let done = self
             .status
             .pod_restarts
@@ -1135,7 +1141,7 @@ impl Planner<'_> {
         let unknown = live
             .iter()
             .filter(|(name, _)| persisted.rank_of(name).is_none())
-            .map(|(name, pod)| (*name, annotation(pod, labels::ANNOTATION_RANK)));
+            .map(|(name, pod)| (*name, annotation(pod, PodAnnotation::Rank)));
         let (table, ignored) = persisted.adopt(unknown, size);
         let last = size.min(super::ranks::MAX_RANKS).saturating_sub(1);
         for i in ignored {
