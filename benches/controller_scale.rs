@@ -628,49 +628,68 @@ async fn writes(server: &Server, n: usize, concurrency: usize) -> anyhow::Result
     Ok(())
 }
 
-/// Memory: the operator's RSS after `jobs` preemptible DIJobs × 4 pods, and after half of them
-/// (the difference over the jobs between is the cost of one more job), with a policy and a
-/// mutator loaded and used for every job.
+/// Memory: the operator's RSS after each quarter of `jobs` preemptible DIJobs × 4 pods; the
+/// cost of one more job is the least-squares slope through those points, with a policy and a
+/// mutator loaded and used for every job. (The difference of two points, what this reported
+/// before, moved by ±2 KiB per job from run to run on the real server.)
 async fn memory(server: &Server, jobs: usize, concurrency: usize) -> anyhow::Result<()> {
     let cluster = Cluster::start(server, &nodes()).await?;
     let operator = warm_operator(&cluster, true, true).await?;
     let addr = operator.metrics.clone().unwrap_or_default();
     let api: Api<DIJob> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
-    let half = jobs / 2;
-    let mut rss = Vec::new();
-    for range in [0..half, half..jobs] {
-        let want = 4 * range.len();
+    const STEPS: usize = 4;
+    let mut points = Vec::new();
+    for step in 0..STEPS {
+        let range = jobs * step / STEPS..jobs * (step + 1) / STEPS;
+        let (end, want) = (range.end, 4 * range.len());
         let done = follow_pods(&cluster, want).await;
         create_jobs(&api, &cluster.namespace, range, None, true, concurrency).await?;
         tokio::time::timeout(Duration::from_secs(900), done).await???;
-        all_jobs_in(&api, rss.len().max(1) * half, Phase::Running).await?;
+        all_jobs_in(&api, end, Phase::Running).await?;
         // The status writes and Events that trail the pods (no request for 2 s: the held
         // Events are out), then a quiet moment: the memory of jobs that run, not of a burst.
         settled_requests(&addr, Duration::from_secs(2)).await?;
         tokio::time::sleep(Duration::from_secs(5)).await;
-        rss.push(rss_mib(operator.pid()));
+        points.push((end as f64, rss_mib(operator.pid())));
     }
-    let per_job_kib = (rss[1] - rss[0]) * 1024.0 / (jobs - half) as f64;
+    let per_job_kib = slope(&points) * 1024.0;
     if std::env::var_os("OPERATOR_WRAPPER").is_some_and(|w| !w.is_empty()) {
         println!("  (operator RSS not measured: OPERATOR_WRAPPER runs it under another process)");
         drop(operator);
         cluster.finish().await?;
         return Ok(());
     }
+    let shown: Vec<String> = points
+        .iter()
+        .map(|(n, mib)| format!("{mib:.1} MiB at {n}"))
+        .collect();
+    let last = points.last().map_or(f64::NAN, |p| p.1);
     println!(
-        "  operator RSS, {} (policy and mutator loaded, jobs preemptible): {:.1} MiB after {half} DIJobs x 4 pods, {:.1} MiB after {jobs}; {per_job_kib:.1} KiB per extra job",
+        "  operator RSS, {} (policy and mutator loaded, jobs preemptible): {}; {per_job_kib:.1} KiB per extra job (least-squares slope)",
         server.label(),
-        rss[0],
-        rss[1]
+        shown.join(", ")
     );
     common::csv_row(&format!(
-        "memory,{},{jobs},{:.1},{per_job_kib:.1}",
-        server.label(),
-        rss[1]
+        "memory,{},{jobs},{last:.1},{per_job_kib:.1}",
+        server.label()
     ));
     drop(operator);
     cluster.finish().await?;
     Ok(())
+}
+
+/// The least-squares slope of `points` (x, y); NaN for fewer than two distinct x.
+fn slope(points: &[(f64, f64)]) -> f64 {
+    let n = points.len() as f64;
+    let (mx, my) = points
+        .iter()
+        .fold((0.0, 0.0), |(x, y), p| (x + p.0 / n, y + p.1 / n));
+    let (mut sxy, mut sxx) = (0.0, 0.0);
+    for (x, y) in points {
+        sxy += (x - mx) * (y - my);
+        sxx += (x - mx) * (x - mx);
+    }
+    sxy / sxx
 }
 
 /// The median of `values` (the upper one of the middle two for an even count).

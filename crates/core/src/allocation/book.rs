@@ -80,6 +80,40 @@ fn sub(sums: &mut NodeSums, node: &str, r: &Resources) {
     prune(sums, node);
 }
 
+/// One job's per-node sums: a job's pods sit on a few nodes, and a `HashMap` takes ~220 B
+/// before its first entry (one per job in the book).
+type JobSums = Vec<(Box<str>, Resources)>;
+
+/// Adds `r` on `node` to a job's sums (`add` for [`JobSums`]).
+fn job_add(sums: &mut JobSums, node: &str, r: &Resources) {
+    job_change(sums, node, |sum| sum.add(r));
+}
+
+/// Takes `r` on `node` off a job's sums (`sub` for [`JobSums`]).
+fn job_sub(sums: &mut JobSums, node: &str, r: &Resources) {
+    job_change(sums, node, |sum| sum.sub(r));
+}
+
+/// Changes `node`'s sum, dropping zero amounts, and the node once nothing is left.
+fn job_change(sums: &mut JobSums, node: &str, change: impl FnOnce(&mut Resources)) {
+    let at = match sums.iter().position(|(n, _)| **n == *node) {
+        Some(at) => at,
+        None => {
+            // Grown one entry at a time: one per node the job's pods are on.
+            sums.reserve_exact(1);
+            sums.push((node.into(), Resources::default()));
+            sums.len() - 1
+        }
+    };
+    if let Some((_, sum)) = sums.get_mut(at) {
+        change(sum);
+        sum.retain_nonzero();
+        if sum.is_empty() {
+            sums.swap_remove(at);
+        }
+    }
+}
+
 /// Drops zero amounts, and the node once nothing is left.
 fn prune(sums: &mut NodeSums, node: &str) {
     if let Some(sum) = sums.get_mut(node) {
@@ -96,7 +130,7 @@ pub struct Book {
     /// Counted pods, by [`pod_key`].
     pods: HashMap<Box<str>, PodEntry>,
     /// Per-node sums of each DIJob's counted pods, by job key.
-    pods_by_job: HashMap<ObjectKey, NodeSums>,
+    pods_by_job: HashMap<ObjectKey, JobSums>,
     /// What each node counts as used (see the module doc).
     counted: NodeSums,
     /// Bumped by every change that may change what a node counts as used, so a caller that
@@ -198,7 +232,7 @@ impl Book {
         };
         let job = entry.job.as_deref().map(|job| job_of(&key, job));
         if let Some(job) = &job {
-            add(
+            job_add(
                 self.pods_by_job.entry(job.clone()).or_default(),
                 node,
                 &entry.requests,
@@ -224,7 +258,7 @@ impl Book {
         if let Some(job) = &job
             && let Some(sums) = self.pods_by_job.get_mut(job)
         {
-            sub(sums, &old.node, &old.requests);
+            job_sub(sums, &old.node, &old.requests);
             if sums.is_empty() {
                 self.pods_by_job.remove(job);
             }
