@@ -254,6 +254,9 @@ fn usage_of(job: &DIJob, slots: &SlotNodes) -> Vec<(String, Resources)> {
 }
 
 /// A job a re-plan may move, as cached, and whether its priority is high.
+/// A job of an optimize group, besides its model: its key, the cached job and where it is.
+type Placed<'a> = (ObjectKey, &'a Arc<CachedJob>, SlotNodes);
+
 type Candidate = (Arc<CachedJob>, bool);
 
 /// The controller asks the allocator through the core's contract.
@@ -638,6 +641,7 @@ impl Allocator {
     }
 
     /// Re-plans one policy's group and applies the plan (see [`Allocator::optimize_once`]).
+    /// Each job of the group is modelled for the policy once; [`Placed`] is the rest of it.
     async fn optimize_group(
         &self,
         requested: Option<&str>,
@@ -649,7 +653,7 @@ impl Allocator {
         let node_index = view::node_index(&nodes);
         let now = self.settings.clock.wall();
         // Each job decoded once here and dropped (a moved job is decoded again below).
-        let mut models: Vec<(plugin::Job, ObjectKey, &Arc<CachedJob>, SlotNodes)> = jobs
+        let mut models: Vec<(plugin::Job, Placed<'_>)> = jobs
             .iter()
             .filter_map(|cached| {
                 let j = cached.decode().ok()?;
@@ -657,30 +661,30 @@ impl Allocator {
                     u64::try_from(now.duration_since(t.0).as_secs()).unwrap_or(0)
                 });
                 let model = self.model_of(&j, &node_index, age);
-                Some((model, job_key(&j), cached, placed_slots(&j)))
+                Some((model, (job_key(&j), cached, placed_slots(&j))))
             })
             .collect();
         // Highest priority first, then oldest.
         models.sort_by(|a, b| replan::policy_order(&a.0, &b.0));
-        let current: HashMap<ObjectKey, SlotNodes> = models
+        // The models go to the policy as they are, not copied (one model per job, ~0.8 KB,
+        // was held twice at the peak of a pass); `placed` holds the rest, in the same order.
+        let (job_models, placed): (Vec<plugin::Job>, Vec<_>) = models.into_iter().unzip();
+        let job_models: Arc<[plugin::Job]> = job_models.into();
+        let current: HashMap<ObjectKey, SlotNodes> = placed
             .iter()
-            .map(|(_, key, _, slots)| (key.clone(), slots.clone()))
+            .map(|(key, _, slots)| (key.clone(), slots.clone()))
             .collect();
         // A plan names jobs as the policy sees them: by the model's key string.
-        let previous: Vec<plugin::JobPlan> = models
+        let previous: Vec<plugin::JobPlan> = job_models
             .iter()
-            .map(|(m, key, _, _)| plugin::JobPlan {
+            .zip(&placed)
+            .map(|(m, (_, _, slots))| plugin::JobPlan {
                 job: m.key.clone(),
-                nodes: current.get(key).cloned().map(Vec::from).unwrap_or_default(),
+                nodes: Vec::from(slots.clone()),
                 replicas: None,
                 reason: None,
             })
             .collect();
-        let job_models: Arc<[plugin::Job]> = models
-            .iter()
-            .map(|(m, _, _, _)| m.clone())
-            .collect::<Vec<_>>()
-            .into();
         let mut nodes = nodes;
 
         let builtin = Checked::builtin(self.policies.builtin());
@@ -769,10 +773,11 @@ impl Allocator {
         // The plan must fit around the jobs it keeps where they are (`replan::around_kept`):
         // the room around them is modelled for the jobs a plan moves.
         let group_key = |model_key: &str| {
-            models
+            job_models
                 .iter()
-                .find(|(m, _, _, _)| m.key == model_key)
-                .map(|(_, key, _, _)| key.clone())
+                .zip(&placed)
+                .find(|(m, _)| m.key == model_key)
+                .map(|(_, (key, _, _))| key.clone())
         };
         let room_around = |moving: &BTreeSet<String>| {
             let moving: HashSet<ObjectKey> = moving.iter().filter_map(|k| group_key(k)).collect();
@@ -820,9 +825,10 @@ impl Allocator {
                 return Vec::new();
             }
         };
-        let counts: HashMap<ObjectKey, Vec<u32>> = models
+        let counts: HashMap<ObjectKey, Vec<u32>> = job_models
             .iter()
-            .map(|(m, key, _, _)| (key.clone(), m.tasks.iter().map(|t| t.replicas).collect()))
+            .zip(&placed)
+            .map(|(m, (key, _, _))| (key.clone(), m.tasks.iter().map(|t| t.replicas).collect()))
             .collect();
         let group = optimize::decide(
             &plan,
@@ -840,8 +846,12 @@ impl Allocator {
                     replicas,
                     moved,
                 } => {
-                    let found = models.iter().find(|(_, key, _, _)| key == job);
-                    if let Some((key, Ok(dijob))) = found.map(|(_, key, c, _)| (key, c.decode())) {
+                    let found = job_models
+                        .iter()
+                        .zip(&placed)
+                        .find(|(_, (key, _, _))| key == job);
+                    if let Some((key, Ok(dijob))) = found.map(|(_, (key, c, _))| (key, c.decode()))
+                    {
                         let sized = match replicas {
                             Some(counts) => diorch_core::build::with_task_replicas(&dijob, counts),
                             None => dijob.clone(),
@@ -857,7 +867,7 @@ impl Allocator {
                             },
                         );
                         let by_plugin = by != builtin.by();
-                        let model_key = found.map(|(m, _, _, _)| m.key.as_str());
+                        let model_key = found.map(|(m, _)| m.key.as_str());
                         let reason = plan
                             .iter()
                             .find(|e| Some(e.job.as_str()) == model_key)
