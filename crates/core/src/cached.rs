@@ -205,7 +205,7 @@ const KEPT_ANNOTATIONS: [(PodAnnotation, &str); 3] = [
     (PodAnnotation::Node, labels::ANNOTATION_NODE),
     (
         PodAnnotation::TemplateHash,
-        crate::planner::TEMPLATE_HASH_ANNOTATION,
+        labels::ANNOTATION_TEMPLATE_HASH,
     ),
 ];
 

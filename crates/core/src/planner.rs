@@ -26,7 +26,7 @@ use crate::validate;
 /// volumes), so that a template edit rolls exactly that task's pods. Pods without it (created
 /// by DI-orchestrator before a migration) are taken as built from the template diorch first
 /// saw them with (`status.adoptedTemplateHashes`).
-pub const TEMPLATE_HASH_ANNOTATION: &str = "diorch.io/template-hash";
+pub const TEMPLATE_HASH_ANNOTATION: &str = crate::api::labels::ANNOTATION_TEMPLATE_HASH;
 
 /// What the executor observed for one job, from its caches.
 #[derive(Clone, Debug, Default)]

@@ -51,6 +51,9 @@ pub mod labels {
     pub const ANNOTATION_TASK_RANK: &str = "diengine/task-rank";
     /// Annotation: node allocated to the pod, empty when none.
     pub const ANNOTATION_NODE: &str = "diengine/node";
+    /// Annotation (diorch's own): a hash of what the pod was built from; see
+    /// `planner::TEMPLATE_HASH_ANNOTATION`.
+    pub const ANNOTATION_TEMPLATE_HASH: &str = "diorch.io/template-hash";
 }
 
 /// Documented maximums of the numbers in a DIJob that size the operator's memory and work. The
