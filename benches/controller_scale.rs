@@ -37,7 +37,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
 use kube::api::{ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
 use kube::{Api, Client};
 
-use common::{Cluster, Nodes, Operator, Server, cpu_seconds, env_usize, rss_mib};
+use common::{Cluster, Nodes, Operator, Server, cpu_seconds, env_usize, peak_rss_of_mib, rss_mib};
 use diorch::plugin::spec::{self as plugin_spec, PluginKind, PluginSpec};
 use diorch_core::api::{DIJob, Phase};
 use diorch_core::build::{self, BuildContext, ReplicaSlot};
@@ -664,13 +664,15 @@ async fn memory(server: &Server, jobs: usize, concurrency: usize) -> anyhow::Res
         .map(|(n, mib)| format!("{mib:.1} MiB at {n}"))
         .collect();
     let last = points.last().map_or(f64::NAN, |p| p.1);
+    // The most it held at once (job-creation bursts, re-plans): what a memory limit must allow.
+    let peak = peak_rss_of_mib(operator.pid());
     println!(
-        "  operator RSS, {} (policy and mutator loaded, jobs preemptible): {}; {per_job_kib:.1} KiB per extra job (least-squares slope)",
+        "  operator RSS, {} (policy and mutator loaded, jobs preemptible): {}; {per_job_kib:.1} KiB per extra job (least-squares slope); high-water mark {peak:.1} MiB",
         server.label(),
         shown.join(", ")
     );
     common::csv_row(&format!(
-        "memory,{},{jobs},{last:.1},{per_job_kib:.1}",
+        "memory,{},{jobs},{last:.1},{per_job_kib:.1},{peak:.1}",
         server.label()
     ));
     drop(operator);

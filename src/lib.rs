@@ -15,6 +15,7 @@ pub mod cluster;
 pub mod controller;
 pub mod events;
 pub mod flags;
+pub mod heap;
 pub mod http;
 pub mod leader;
 pub mod metrics;

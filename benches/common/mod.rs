@@ -130,29 +130,40 @@ fn sandbox_binary() -> anyhow::Result<PathBuf> {
     Ok(binary)
 }
 
+/// mimalloc's settings as deploy/base/deployment.yaml gives them to the operator (arenas
+/// committed lazily), unless the bench's own environment sets them; the child inherits any
+/// other MIMALLOC_* variable as it is.
+pub fn mimalloc_env() -> Vec<(&'static str, String)> {
+    [("MIMALLOC_ARENA_EAGER_COMMIT", "0")]
+        .into_iter()
+        .map(|(name, value)| (name, std::env::var(name).unwrap_or_else(|_| value.into())))
+        .collect()
+}
+
 /// Resident memory of a process, in MiB.
 pub fn rss_mib(pid: u32) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|kb| kb.parse::<f64>().ok())
-        .map(|kb| kb / 1024.0)
-        .unwrap_or(f64::NAN)
+    status_mib(&format!("/proc/{pid}/status"), "VmRSS:").unwrap_or(f64::NAN)
+}
+
+/// A process's peak resident memory so far (VmHWM), in MiB.
+pub fn peak_rss_of_mib(pid: u32) -> f64 {
+    status_mib(&format!("/proc/{pid}/status"), "VmHWM:").unwrap_or(f64::NAN)
 }
 
 /// This process's peak resident memory so far (VmHWM), in MiB.
 pub fn peak_rss_mib() -> f64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("VmHWM:"))
-                .and_then(|v| v.split_whitespace().next())
-                .and_then(|kb| kb.parse::<f64>().ok())
-        })
-        .map_or(0.0, |kb| kb / 1024.0)
+    status_mib("/proc/self/status", "VmHWM:").unwrap_or(0.0)
+}
+
+/// The kB figure of `field` in a `/proc/…/status` file, in MiB.
+fn status_mib(path: &str, field: &str) -> Option<f64> {
+    std::fs::read_to_string(path)
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|kb| kb.parse::<f64>().ok())
+        .map(|kb| kb / 1024.0)
 }
 
 pub fn env_usize(name: &str, default: usize) -> usize {
@@ -237,10 +248,7 @@ impl Operator {
                 "TOKIO_WORKER_THREADS",
                 std::env::var("OPERATOR_WORKER_THREADS").unwrap_or_else(|_| "1".into()),
             )
-            .env(
-                "MIMALLOC_ARENA_EAGER_COMMIT",
-                std::env::var("MIMALLOC_ARENA_EAGER_COMMIT").unwrap_or_else(|_| "0".into()),
-            )
+            .envs(mimalloc_env())
             .env(
                 "RUST_LOG",
                 std::env::var("OPERATOR_RUST_LOG").unwrap_or_else(|_| "warn".into()),

@@ -45,10 +45,7 @@ impl FloorClient {
             .env(ENV, namespace)
             .env(KUBECONFIG_ENV, kubeconfig)
             // As the operator runs (benches/common `Operator::start_with`).
-            .env(
-                "MIMALLOC_ARENA_EAGER_COMMIT",
-                std::env::var("MIMALLOC_ARENA_EAGER_COMMIT").unwrap_or_else(|_| "0".into()),
-            )
+            .envs(crate::common::mimalloc_env())
             .stdout(Stdio::piped())
             .spawn()?;
         let stdout = child.stdout.take();

@@ -66,6 +66,9 @@ impl Goal {
     }
 }
 
+/// A memory run: jobs, RSS after them (MiB), KiB per extra job, high-water mark (MiB).
+type MemoryRun = (u64, f64, f64, Option<f64>);
+
 /// The floor's (pods exist, pods Running) ms of `server` at `n` (the last row wins).
 pub fn floor_of(rows: &[Row], server: &str, n: u64) -> Option<(f64, f64)> {
     rows.iter().rev().find_map(|row| match row {
@@ -422,14 +425,17 @@ pub fn goals(rows: &[Row]) -> Vec<Goal> {
                     jobs,
                     rss_mib,
                     kib_per_extra_job,
-                } if s == server => Some((*jobs, *rss_mib, *kib_per_extra_job)),
+                    peak_mib,
+                } if s == server => Some((*jobs, *rss_mib, *kib_per_extra_job, *peak_mib)),
                 _ => None,
             })
-            .fold(None, |best: Option<(u64, f64, f64)>, m| match best {
+            .fold(None, |best: Option<MemoryRun>, m| match best {
                 Some(b) if b.0 > m.0 => Some(b),
                 _ => Some(m),
             });
-        if let Some((jobs, rss, kib)) = memory {
+        if let Some((jobs, rss, kib, peak)) = memory {
+            // The most it held at once (bursts, re-plans): what a memory limit must allow.
+            let peak = peak.map_or_else(String::new, |p| format!(" (high-water mark {p:.1} MiB)"));
             let cmd = command(rows, &["memory", "controller"]);
             out.push(Goal {
                 what: format!(
@@ -437,7 +443,7 @@ pub fn goals(rows: &[Row]) -> Vec<Goal> {
                     thousands(jobs as f64)
                 ),
                 goal: format!("< {RSS_GOAL_MIB:.0} MiB"),
-                measured: format!("{rss:.1} MiB"),
+                measured: format!("{rss:.1} MiB{peak}"),
                 met: Some(rss < RSS_GOAL_MIB),
                 command: cmd.clone(),
             });

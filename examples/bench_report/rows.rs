@@ -39,6 +39,8 @@ pub enum Row {
         jobs: u64,
         rss_mib: f64,
         kib_per_extra_job: f64,
+        /// The operator's high-water mark (VmHWM) over the run; older rows have none.
+        peak_mib: Option<f64>,
     },
     Placement {
         server: String,
@@ -218,12 +220,15 @@ pub fn parse_line(line: &str) -> Result<Line, String> {
             }
         }
         "memory" => {
-            want(4, "server,jobs,rss_mib,kib_per_extra_job")?;
+            if rest.len() != 5 {
+                want(4, "server,jobs,rss_mib,kib_per_extra_job[,peak_mib]")?;
+            }
             Row::Memory {
                 server: text(rest[0], "server")?,
                 jobs: count(rest[1], "jobs")?,
                 rss_mib: number(rest[2], "rss_mib")?,
                 kib_per_extra_job: number(rest[3], "kib_per_extra_job")?,
+                peak_mib: rest.get(4).map(|v| number(v, "peak_mib")).transpose()?,
             }
         }
         "placement" => {
@@ -426,6 +431,17 @@ mod tests {
                 jobs: 5000,
                 rss_mib: 84.3,
                 kib_per_extra_job: 9.5,
+                peak_mib: None,
+            }
+        );
+        assert_eq!(
+            one("memory,sandbox,5000,84.3,9.5,120.5"),
+            Row::Memory {
+                server: "sandbox".into(),
+                jobs: 5000,
+                rss_mib: 84.3,
+                kib_per_extra_job: 9.5,
+                peak_mib: Some(120.5),
             }
         );
         assert_eq!(

@@ -25,6 +25,9 @@ impl Fixed {
     }
 }
 
+/// A plan entry's reason [`Fixed`] replaces with the name of the thread it plans on.
+const THREAD_NAME: &str = "the thread's name";
+
 /// What [`Fixed`] says of each of its placements.
 const FIXED_REASON: &str = "the answer this test fixed";
 
@@ -50,11 +53,17 @@ impl SchedulingPolicy for Fixed {
         _: Vec<JobPlan>,
     ) -> BoxFuture<'static, Result<Vec<JobPlan>, PluginError>> {
         let mut plans = self.1.lock().expect("plans");
-        let answer = if plans.is_empty() {
+        let mut answer = if plans.is_empty() {
             Ok(vec![])
         } else {
             plans.remove(0)
         };
+        // A reason of THREAD_NAME says which thread the call ran on.
+        for entry in answer.iter_mut().flatten() {
+            if entry.reason.as_deref() == Some(THREAD_NAME) {
+                entry.reason = std::thread::current().name().map(str::to_string);
+            }
+        }
         async move { answer }.boxed()
     }
 }
@@ -559,6 +568,30 @@ async fn optimize_moves_jobs_through_the_controller_and_rate_limits_flapping() {
         "{decisions:?}"
     );
     assert!(metric(&h, "result=\"suppressed\"} 1"));
+}
+
+#[tokio::test]
+async fn a_periodic_pass_runs_on_a_thread_of_its_own_and_moves_jobs_as_any_pass() {
+    let mut first = plan("ns/a", &["n1"]);
+    first.reason = Some(THREAD_NAME.into());
+    let p = Fixed::planning(vec![Ok(vec![first])]);
+    let mut h = harness(2, vec![("p", p)], Some("p"));
+    let a = running("a", &["n0"], 4, None);
+    cache(&mut h, &a);
+    assert_eq!(h.allocator.consult(&a).await, None, "placed, nothing to do");
+    h.allocator.clone().optimize_on_own_thread().await;
+    // The move reaches the controller as from a pass on the caller's runtime.
+    assert_eq!(h.retries.next().await, Some(ObjectKey::new("ns", "a")));
+    let Some(Admission::Placed { nodes, why, .. }) = h.allocator.consult(&a).await else {
+        panic!("no re-plan")
+    };
+    assert_eq!(nodes.as_slice(), &["n1".to_string()][..]);
+    // The policy was called on the pass's own thread, not the test's.
+    assert_eq!(why.reason.as_deref(), Some("diorch-optimize"));
+    assert!(metric(
+        &h,
+        "diorch_allocator_optimize_duration_seconds_count 1"
+    ));
 }
 
 #[tokio::test]
