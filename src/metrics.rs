@@ -27,7 +27,8 @@ use prometheus_client::registry::Registry;
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct SkipLabels {
     /// `status_echo`: the job's watch event showing the operator's own status write, which
-    /// left nothing to do.
+    /// left nothing to do. `pod_node_only`: a pod's event that changed only its node (the
+    /// scheduler's binding), which no pass of its job reads.
     pub reason: &'static str,
 }
 

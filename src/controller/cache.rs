@@ -68,6 +68,15 @@ struct PodState {
     seq: u64,
 }
 
+/// What one pod's insertion changed.
+#[derive(Default)]
+struct Inserted {
+    /// The jobs whose cached pods changed.
+    touched: Vec<JobKey>,
+    /// Whether anything a DIJob's pass reads changed (`CachedPod::same_for_a_pass`).
+    for_a_pass: bool,
+}
+
 #[derive(Default)]
 struct Pods {
     by_name: HashMap<Box<str>, Arc<CachedPod>>,
@@ -95,15 +104,16 @@ fn job_key(pod: &CachedPod) -> Option<JobKey> {
 
 impl Pods {
     /// Caches `pod`; answers the jobs whose pods changed.
-    fn insert(&mut self, pod: CachedPod) -> Vec<JobKey> {
+    fn insert(&mut self, pod: CachedPod) -> Inserted {
         let Some(key) = pod.metadata.key() else {
-            return Vec::new();
+            return Inserted::default();
         };
         // A copy, not the decoded pod: the decode made what the cache keeps amid what it drops,
         // and those kept parts would pin part-used pages; a copy packs them together (RSS per
         // job on the real server at 2 000 jobs: 21.0 KiB kept as decoded, 19.9 KiB copied).
         let pod = Arc::new(pod.clone());
         let old = self.by_name.insert(key.into_boxed_str(), pod.clone());
+        let for_a_pass = old.as_ref().is_none_or(|old| !old.same_for_a_pass(&pod));
         let mut touched = Vec::new();
         let job = job_key(&pod);
         // A pod whose job label changed leaves its old job.
@@ -122,7 +132,10 @@ impl Pods {
             }
             touched.push(job);
         }
-        touched
+        Inserted {
+            touched,
+            for_a_pass,
+        }
     }
 
     /// Drops the pod keyed as `pod` is; answers the job whose pods changed.
@@ -147,24 +160,29 @@ impl Pods {
 }
 
 impl PodCache {
-    /// Applies one pod watch event.
-    pub fn apply(&self, event: watcher::Event<CachedPod>) {
+    /// Applies one pod watch event. Answers whether it changed anything a pass of the pod's
+    /// job reads: a pod's binding to a node changes only what the replica API reports.
+    pub fn apply(&self, event: watcher::Event<CachedPod>) -> bool {
         // A poisoned lock only means another thread panicked mid-update; the maps are still
         // valid maps, and the next re-list rebuilds them.
         let mut state = self.inner.write().unwrap_or_else(|e| e.into_inner());
         let state = &mut *state;
-        let touched = match event {
-            watcher::Event::Apply(pod) => state.pods.insert(pod),
-            watcher::Event::Delete(pod) => state.pods.remove(&pod).into_iter().collect(),
+        let (touched, for_a_pass) = match event {
+            watcher::Event::Apply(pod) => {
+                let inserted = state.pods.insert(pod);
+                (inserted.touched, inserted.for_a_pass)
+            }
+            watcher::Event::Delete(pod) => (state.pods.remove(&pod).into_iter().collect(), true),
             watcher::Event::Init => {
                 state.rebuilding = Some(Pods::default());
-                Vec::new()
+                (Vec::new(), true)
             }
             watcher::Event::InitApply(pod) => {
                 if let Some(pods) = state.rebuilding.as_mut() {
                     pods.insert(pod);
                 }
-                Vec::new()
+                // A re-list may follow missed events: each listed pod's job gets a pass.
+                (Vec::new(), true)
             }
             watcher::Event::InitDone => {
                 if let Some(pods) = state.rebuilding.take() {
@@ -176,7 +194,7 @@ impl PodCache {
                     pods.version = Some(state.seq);
                 }
                 self.ready.set();
-                return;
+                return true;
             }
         };
         state.seq += 1;
@@ -185,6 +203,7 @@ impl PodCache {
                 pods.version = Some(state.seq);
             }
         }
+        for_a_pass
     }
 
     /// Resolves once the cache has taken the watch's first full list.
@@ -369,6 +388,38 @@ mod tests {
         cache.apply(watcher::Event::InitDone);
         assert!(cache.version("ns", "k").is_some_and(|v| Some(v) != before));
         assert_eq!(cache.version("ns", "j"), None);
+    }
+
+    #[test]
+    fn a_binding_is_cached_and_versioned_but_brings_no_pass_and_any_other_change_does() {
+        let cache = PodCache::default();
+        let spec = |node: Option<&str>| {
+            serde_json::from_value(
+                json!({"nodeName": node, "containers": [{"name": "di-container"}]}),
+            )
+            .expect("spec")
+        };
+        let mut created = pod("a", "j");
+        created.spec = Some(spec(None));
+        assert!(cache.apply(watcher::Event::Apply(created)), "a new pod");
+        let before = cache.version("ns", "j");
+        let mut bound = pod("a", "j");
+        bound.spec = Some(spec(Some("n1")));
+        assert!(!cache.apply(watcher::Event::Apply(bound.clone())));
+        // The replica API reports the node, and its answers follow the version.
+        assert_eq!(cache.get("ns", "a").as_deref(), Some(&bound));
+        assert_ne!(cache.version("ns", "j"), before);
+        let mut running = bound.clone();
+        running.status = Some(serde_json::from_value(json!({"phase": "Running"})).expect("status"));
+        assert!(cache.apply(watcher::Event::Apply(running.clone())));
+        assert!(
+            !cache.apply(watcher::Event::Apply(running.clone())),
+            "the same again"
+        );
+        assert!(cache.apply(watcher::Event::Delete(running)));
+        assert!(cache.apply(watcher::Event::Init));
+        assert!(cache.apply(watcher::Event::InitApply(bound)));
+        assert!(cache.apply(watcher::Event::InitDone));
     }
 
     #[test]

@@ -52,7 +52,8 @@ pub struct Settings {
     /// Client-side write rate limit; `<= 0` disables it.
     pub qps: f32,
     pub burst: u32,
-    /// Every job is reconciled again after this long without events.
+    /// Every job gets a pass once this often with no event of its own (the rolling resync,
+    /// `super::resync`); zero: never.
     pub sync_period: Duration,
     /// Jobs reconciled at once (0 = unbounded).
     pub concurrency: u16,
@@ -228,12 +229,13 @@ pub struct Placer {
 }
 
 /// Applies one watch event of an owned kind (pods, services) to its cache, and answers the
-/// DIJob that controls the object it touched, queued to be reconciled: the same step for both.
+/// DIJob that controls the object it touched, queued to be reconciled, unless `apply` (which
+/// caches the event) says that no pass of the job reads what changed: the same step for both.
 fn owned_event<K>(
     queue: &super::queue::Queue,
     event: Result<watcher::Event<K>, watcher::Error>,
     meta: impl Fn(&K) -> &CachedMeta,
-    apply: impl FnOnce(watcher::Event<K>),
+    apply: impl FnOnce(watcher::Event<K>) -> bool,
 ) -> Option<ObjectRef<CachedJob>> {
     let event = match event {
         Ok(event) => event,
@@ -248,7 +250,10 @@ fn owned_event<K>(
         }
         watcher::Event::Init | watcher::Event::InitDone => None,
     };
-    apply(event);
+    if !apply(event) {
+        // The cache took it, and no pass of the owner would read what changed.
+        return None;
+    }
     let owner = owner?;
     let job = ObjectRef::new(&owner.name).within(&owner.namespace);
     queue.triggered(owner);
@@ -386,14 +391,18 @@ pub fn start(
         }
     })
     .filter_map({
-        let (cache, queue) = (pod_cache.clone(), ctx.queue.clone());
+        let (cache, queue, metrics) = (pod_cache.clone(), ctx.queue.clone(), ctx.metrics.clone());
         move |event| {
             let job = owned_event(
                 &queue,
                 event,
                 |p: &CachedPod| &p.metadata,
                 |e| {
-                    cache.apply(e);
+                    let for_a_pass = cache.apply(e);
+                    if !for_a_pass {
+                        metrics.controller.skip_trigger("pod_node_only");
+                    }
+                    for_a_pass
                 },
             );
             future::ready(job)
@@ -419,6 +428,7 @@ pub fn start(
                     |s: &CachedService| &s.metadata,
                     |e| {
                         cache.apply(e);
+                        true
                     },
                 );
                 future::ready(job)
@@ -511,10 +521,17 @@ pub fn start(
             job_ref
         })
     };
+    let resync = super::resync::rolling(
+        job_store.clone(),
+        settings.sync_period,
+        ctx.queue.clone(),
+        settings.leader.clone(),
+    );
     let controller = Controller::for_stream(jobs, job_store)
         .reconcile_on(pods)
         .reconcile_on(services)
         .reconcile_on(retries)
+        .reconcile_on(resync)
         .reconcile_all_on(acquired)
         .with_config(
             controller::Config::default()
@@ -667,7 +684,7 @@ async fn reconcile_inner(cached: &CachedJob, ctx: &Context) -> Result<Requeue, E
         })?;
         tracing::info!(job = %key, actions = %plan.summary(), "reconciled");
         ctx.count("ok");
-        return Ok(requeue(decision.requeue(ctx.settings.sync_period)));
+        return Ok(requeue(decision.requeue()));
     }
 
     // The job as this pass leaves it: once its status is written, the server's answer, whose
@@ -739,7 +756,7 @@ async fn reconcile_inner(cached: &CachedJob, ctx: &Context) -> Result<Requeue, E
         return delete_finished(ctx, &latest).await;
     }
     ctx.count("ok");
-    Ok(requeue(decision.requeue(ctx.settings.sync_period)))
+    Ok(requeue(decision.requeue()))
 }
 
 /// The pass's log line: at info level when it changed something.

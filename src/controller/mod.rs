@@ -14,4 +14,5 @@ pub mod executor;
 pub mod expectations;
 pub mod plugins;
 pub mod queue;
+pub mod resync;
 pub mod throttle;

@@ -297,21 +297,21 @@ impl Decision {
         }
     }
 
-    /// When to look again after a pass that carried the decision out with no error.
-    pub fn requeue(&self, sync_period: Duration) -> Requeue {
+    /// When to look again after a pass that carried the decision out with no error: when the
+    /// decision may change with no event ([`Decision::wake`]), and for a job waiting for capacity
+    /// [`WAITING_RETRY`] at the latest; otherwise only on an event. The operator's rolling resync
+    /// passes over every job once a sync period besides, with no timer of the job's own.
+    pub fn requeue(&self) -> Requeue {
         if self.plan.spec_patch.is_some() {
             // The patched job comes back as a watch event.
             return Requeue::AwaitChange;
         }
-        // A deadline or TTL due before the next resync is met on time.
-        let resync = sync_period.min(self.plan.wake_after.unwrap_or(Duration::MAX));
-        let held = self.held_counts.unwrap_or(Duration::MAX);
+        let wake = self.wake();
         if self.waiting {
             // Capacity changes wake waiting jobs at once; this is the safety net.
-            return Requeue::After(WAITING_RETRY.min(resync).min(held));
+            return Requeue::After(wake.map_or(WAITING_RETRY, |w| w.min(WAITING_RETRY)));
         }
-        // The held-back counts go out then, unless a pod event brings a pass sooner.
-        Requeue::After(held.min(resync))
+        wake.map_or(Requeue::AwaitChange, Requeue::After)
     }
 }
 

@@ -59,7 +59,6 @@ mod same_decisions;
 
 const JOB_UID: &str = "job-uid";
 const SVC_UID: &str = "svc-uid";
-const SYNC: Duration = Duration::from_secs(60);
 /// Longest a reconcile (or the Event worker) may take against the mock; it answers at once,
 /// so only a hung executor reaches it.
 const BOUND: Duration = Duration::from_secs(10);

@@ -306,10 +306,7 @@ fn a_status_write_of_counts_alone_waits_for_more_changes_and_a_second_after_the_
     assert_eq!(first.counts_held_since, Some(now));
     assert_eq!(first.plan.status, None);
     assert_eq!(first.wake(), Some(COUNTS_HOLD));
-    assert_eq!(
-        first.requeue(Duration::from_secs(60)),
-        Requeue::After(COUNTS_HOLD)
-    );
+    assert_eq!(first.requeue(), Requeue::After(COUNTS_HOLD));
     // Held a second already: two to go, since unchanged.
     let held = decide(&memory(Some(Duration::from_secs(1)), None));
     assert_eq!(held.held_counts, Some(COUNTS_HOLD - Duration::from_secs(1)));
@@ -352,7 +349,7 @@ fn a_phase_change_is_never_held() {
 }
 
 #[test]
-fn the_requeue_meets_deadlines_waits_for_capacity_and_follows_a_spec_patch() {
+fn the_requeue_meets_deadlines_waits_for_capacity_follows_a_spec_patch_and_else_awaits_an_event() {
     let base = Decision {
         plan: Plan::default(),
         service_expected: false,
@@ -361,27 +358,32 @@ fn the_requeue_meets_deadlines_waits_for_capacity_and_follows_a_spec_patch() {
         counts_held_since: None,
         waiting: false,
     };
-    let sync = Duration::from_secs(60);
-    assert_eq!(base.requeue(sync), Requeue::After(sync));
+    // Nothing due: only an event (or the operator's rolling resync) brings the next pass.
+    assert_eq!(base.requeue(), Requeue::AwaitChange);
     assert_eq!(base.wake(), None);
     let mut deadline = base.clone();
     deadline.plan.wake_after = Some(Duration::from_secs(5));
-    assert_eq!(
-        deadline.requeue(sync),
-        Requeue::After(Duration::from_secs(5))
-    );
+    assert_eq!(deadline.requeue(), Requeue::After(Duration::from_secs(5)));
     assert_eq!(deadline.wake(), Some(Duration::from_secs(5)));
+    // A TTL days away is still met on time, by the job's own timer.
+    let mut ttl = base.clone();
+    ttl.plan.wake_after = Some(Duration::from_secs(3 * 86_400));
+    assert_eq!(
+        ttl.requeue(),
+        Requeue::After(Duration::from_secs(3 * 86_400))
+    );
     let mut waiting = base.clone();
     waiting.waiting = true;
-    assert_eq!(waiting.requeue(sync), Requeue::After(WAITING_RETRY));
+    assert_eq!(waiting.requeue(), Requeue::After(WAITING_RETRY));
     waiting.held_counts = Some(Duration::from_millis(10));
-    assert_eq!(
-        waiting.requeue(sync),
-        Requeue::After(Duration::from_millis(10))
-    );
+    assert_eq!(waiting.requeue(), Requeue::After(Duration::from_millis(10)));
+    waiting.held_counts = None;
+    waiting.plan.wake_after = Some(WAITING_RETRY * 2);
+    assert_eq!(waiting.requeue(), Requeue::After(WAITING_RETRY));
     let mut patch = base;
     patch.plan.spec_patch = Some(json!([]));
-    assert_eq!(patch.requeue(sync), Requeue::AwaitChange);
+    patch.plan.wake_after = Some(Duration::from_secs(5));
+    assert_eq!(patch.requeue(), Requeue::AwaitChange);
 }
 
 #[test]
@@ -620,7 +622,8 @@ fn an_echo_is_quiet_when_its_pass_would_plan_nothing() {
     assert!(!echo_quiet(&written, &echo.plan, &echo, || sooner.clone()));
 }
 
-/// Skipping quiet echoes changes nothing a job goes through: random jobs, whose pods change
+/// Skipping quiet echoes changes nothing a job goes through (and neither does skipping a pod's
+/// event that moved only its node): random jobs, whose pods change
 /// phase, go away and wait in random batches, each batch followed by a pass, are reconciled
 /// twice, as the executor carries passes out: once with a pass on every status write's echo,
 /// once skipping the echoes [`echo_quiet`] calls quiet (a pass that also created or deleted
@@ -839,6 +842,44 @@ mod status_echo {
                 every.apply(change);
                 quiet.apply(change);
                 prop_assert_eq!(every.seen(), quiet.seen(), "after {:?}", change);
+            }
+        }
+
+        /// The pod watch brings no pass for an event that changed only a pod's node
+        /// (`CachedPod::same_for_a_pass`): sound only while no pass reads the node. Through
+        /// random histories, a pass decides the same whichever nodes the pods are bound to.
+        #[test]
+        fn a_pass_decides_the_same_whichever_nodes_the_pods_are_bound_to(
+            collectors in 0..4u8,
+            policy in 0..3u8,
+            backoff in 0..3u8,
+            deadline in any::<bool>(),
+            ttl in any::<bool>(),
+            changes in proptest::collection::vec(change(), 0..60),
+            nodes in proptest::collection::vec(proptest::option::of(0..3u8), 8),
+        ) {
+            let mut world = World {
+                job: job(collectors, policy, backoff, deadline, ttl),
+                pods: Vec::new(),
+                service: None,
+                memory: Memory::default(),
+                start: Instant::now(),
+                ms: 0,
+                uids: 0,
+                skip: true,
+            };
+            world.settle();
+            for change in &changes {
+                world.apply(change);
+                let mut bound = world.clone();
+                for (pod, node) in bound.pods.iter_mut().zip(nodes.iter().cycle()) {
+                    let before = pod.clone();
+                    if let Some(spec) = pod.spec.as_mut() {
+                        spec.node_name = node.map(|n| format!("node-{n}"));
+                    }
+                    prop_assert!(pod.same_for_a_pass(&before));
+                }
+                prop_assert_eq!(bound.decide(), world.decide(), "after {:?}", change);
             }
         }
     }

@@ -12,7 +12,7 @@ async fn events_are_recorded_by_the_worker_off_the_reconciles_calls() {
     let h = Harness::with(&job, Settings::default(), true);
     assert_eq!(
         h.reconcile(&job).await.expect("reconcile"),
-        Requeue::requeue(SYNC)
+        Requeue::await_change()
     );
 
     // 5 writes of the reconcile and 2 Events (the creates fold into one); the worker runs on

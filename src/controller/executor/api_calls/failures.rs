@@ -48,7 +48,7 @@ async fn a_pod_create_answered_already_exists_lists_the_holder_and_never_creates
         );
         let events = h.events();
         if ours {
-            assert_eq!(result.expect("reconcile"), Requeue::requeue(SYNC));
+            assert_eq!(result.expect("reconcile"), Requeue::await_change());
             assert!(
                 !events.iter().any(|e| e.contains("j-collector-1")),
                 "{events:?}"
@@ -83,7 +83,7 @@ async fn an_invalid_pod_fails_the_job_on_the_same_pass_with_the_servers_message(
 
     assert_eq!(
         h.reconcile(&job).await.expect("reconcile"),
-        Requeue::requeue(SYNC)
+        Requeue::await_change()
     );
     let calls = h.server.take();
     let pending = format!("{status} phase=Pending rv=1");
@@ -167,7 +167,7 @@ async fn an_invalid_pod_fails_the_job_on_the_same_pass_with_the_servers_message(
     let job = h.server.job();
     assert_eq!(
         h.reconcile(&job).await.expect("reconcile"),
-        Requeue::requeue(SYNC)
+        Requeue::await_change()
     );
     assert_calls(
         &h.server.take(),
@@ -185,7 +185,7 @@ async fn an_invalid_job_fails_with_a_status_write_only() {
 
     assert_eq!(
         h.reconcile(&job).await.expect("reconcile"),
-        Requeue::requeue(SYNC)
+        Requeue::await_change()
     );
     let calls = h.server.take();
     assert_calls(

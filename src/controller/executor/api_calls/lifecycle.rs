@@ -13,7 +13,7 @@ async fn a_new_job_creates_its_pods_and_service_then_writes_pending() {
     let mut h = Harness::new(&job);
 
     let result = h.reconcile(&job).await;
-    assert_eq!(result.expect("reconcile"), Requeue::requeue(SYNC));
+    assert_eq!(result.expect("reconcile"), Requeue::await_change());
     let calls = h.server.take();
     assert_calls(
         &calls,
@@ -198,7 +198,7 @@ async fn a_failed_pod_is_deleted_after_restarting_is_written_and_recreated_next_
     let (job, mut h, pods) = with_failed_learner();
 
     let result = h.reconcile(&job).await;
-    assert_eq!(result.expect("reconcile"), Requeue::requeue(SYNC));
+    assert_eq!(result.expect("reconcile"), Requeue::await_change());
     let calls = h.server.take();
     assert_calls(
         &calls,
@@ -224,7 +224,7 @@ async fn a_failed_pod_is_deleted_after_restarting_is_written_and_recreated_next_
     let job = h.server.job();
     assert_eq!(job.metadata.resource_version.as_deref(), Some("2"));
     let requeue = h.reconcile(&job).await.expect("reconcile");
-    assert!(requeue != Requeue::requeue(SYNC), "{requeue:?}");
+    assert!(requeue != Requeue::await_change(), "{requeue:?}");
     let calls = h.server.take();
     assert_calls(
         &calls,
@@ -240,7 +240,7 @@ async fn a_failed_pod_is_deleted_after_restarting_is_written_and_recreated_next_
     let job = h.server.job();
     assert_eq!(
         h.reconcile(&job).await.expect("reconcile"),
-        Requeue::requeue(SYNC)
+        Requeue::await_change()
     );
     assert_calls(
         &h.server.take(),
@@ -299,7 +299,7 @@ async fn a_succeeded_job_deletes_its_service_and_the_pods_its_clean_pod_policy_n
 
         assert_eq!(
             h.reconcile(&job).await.expect("reconcile"),
-            Requeue::requeue(SYNC),
+            Requeue::await_change(),
             "{policy}"
         );
         let mut group = vec![svc_delete];
@@ -365,7 +365,7 @@ async fn a_steady_job_makes_no_call_and_a_lost_service_is_created_again() {
     h.with_service(&svc);
     assert_eq!(
         h.reconcile(&job).await.expect("reconcile"),
-        Requeue::requeue(SYNC)
+        Requeue::await_change()
     );
     assert_calls(&h.server.take(), &[]);
     assert!(h.events().is_empty());
@@ -375,7 +375,7 @@ async fn a_steady_job_makes_no_call_and_a_lost_service_is_created_again() {
     h.server.state().objects.remove("services");
     assert_eq!(
         h.reconcile(&job).await.expect("reconcile"),
-        Requeue::requeue(SYNC)
+        Requeue::await_change()
     );
     assert_calls(
         &h.server.take(),
@@ -405,7 +405,7 @@ async fn replica_counts_changing_wait_out_the_hold_and_go_in_one_write() {
     let requeue = h.reconcile(&job).await.expect("reconcile");
     assert_calls(&h.server.take(), &[]);
     assert!(
-        requeue != Requeue::requeue(SYNC),
+        requeue != Requeue::await_change(),
         "the held-back counts must bring a pass back within the hold: {requeue:?}"
     );
     // Another pod turns unready during the hold; then the hold is over.
@@ -413,7 +413,7 @@ async fn replica_counts_changing_wait_out_the_hold_and_go_in_one_write() {
         h.with_pod(&pod);
     }
     let again = h.reconcile(&job).await.expect("reconcile");
-    assert!(again != Requeue::requeue(SYNC), "{again:?}");
+    assert!(again != Requeue::await_change(), "{again:?}");
     assert_calls(&h.server.take(), &[]);
     let key = diorch_core::key::ObjectKey::of(&job.metadata);
     h.ctx.remember(&key, |m| {
@@ -423,7 +423,7 @@ async fn replica_counts_changing_wait_out_the_hold_and_go_in_one_write() {
     });
     assert_eq!(
         h.reconcile(&job).await.expect("reconcile"),
-        Requeue::requeue(SYNC)
+        Requeue::await_change()
     );
     assert_calls(
         &h.server.take(),
@@ -440,7 +440,7 @@ async fn replica_counts_changing_wait_out_the_hold_and_go_in_one_write() {
     }
     let requeue = h.reconcile(&job).await.expect("reconcile");
     assert_calls(&h.server.take(), &[]);
-    assert!(requeue != Requeue::requeue(SYNC), "{requeue:?}");
+    assert!(requeue != Requeue::await_change(), "{requeue:?}");
 }
 
 /// A pass that comes before the service's watch event (the pods' events came first) does not

@@ -52,7 +52,7 @@ async fn a_placed_preemptible_job_writes_its_allocation_before_any_pod() {
 
     assert_eq!(
         h.reconcile(&job).await.expect("reconcile"),
-        Requeue::requeue(SYNC)
+        Requeue::await_change()
     );
     let calls = h.server.take();
     assert_calls(
@@ -102,7 +102,7 @@ async fn an_invalid_pod_after_the_allocation_is_written_fails_the_job_on_the_sam
 
     assert_eq!(
         h.reconcile(&job).await.expect("reconcile"),
-        Requeue::requeue(SYNC)
+        Requeue::await_change()
     );
     let calls = h.server.take();
     let status = "PATCH /apis/diengine.opendilab.org/v2alpha1/namespaces/default/dijobs/j/status?&fieldManager=diorch";
@@ -169,7 +169,7 @@ async fn a_gang_scheduled_job_ensures_its_podgroup_before_the_pods() {
     let h = Harness::with(&job, settings(), false);
     assert_eq!(
         h.reconcile(&job).await.expect("reconcile"),
-        Requeue::requeue(SYNC)
+        Requeue::await_change()
     );
     let calls = h.server.take();
     let create = format!("POST {groups}?&fieldManager=diorch name=j");
@@ -209,7 +209,7 @@ async fn a_gang_scheduled_job_ensures_its_podgroup_before_the_pods() {
         "kind": "PodGroup", "metadata": {"name": "j", "namespace": "default"}, "spec": {"minMember": 1}}));
     assert_eq!(
         h.reconcile(&job).await.expect("reconcile"),
-        Requeue::requeue(SYNC)
+        Requeue::await_change()
     );
     let patch = format!(
         r#"PATCH {groups}/j?&fieldManager=diorch application/merge-patch+json {{"spec":{{"minMember":3}}}}"#

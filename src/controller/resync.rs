@@ -1,0 +1,197 @@
+//! The rolling resync: every cached DIJob gets a pass once a sync period with no event of its
+//! own, the safety net for a change a watch never delivered. The period is cut into
+//! [`SLICES`] slices and a job's slice is a fixed hash of its key, so the passes spread evenly
+//! over the period: jobs created in one burst do not come back as one burst, and no job holds a
+//! timer of its own between events. (A requeue per job kept an entry of ~0.6 KB per job in
+//! kube-runtime's scheduler, moved on every pass.)
+//!
+//! Owns only when a job's resync is due. It must not decide anything about a job: a resync
+//! pass is an ordinary pass. It reads only the DIJob cache.
+
+use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{Stream, StreamExt, stream};
+use kube::runtime::reflector::{ObjectRef, Store};
+
+use super::queue::Queue;
+use crate::leader::Leadership;
+use diorch_core::cached::CachedJob;
+use diorch_core::key::ObjectKey;
+
+/// Slices of a sync period: a tick each period / `SLICES` (a second at the default `1m`).
+pub const SLICES: u64 = 60;
+
+/// The shortest tick, for very short sync periods.
+const MIN_TICK: Duration = Duration::from_millis(10);
+
+/// The slice of the period `key` is resynced in: the same in every process and run, so an
+/// operator restart or a new leader keeps each job's place in the period.
+pub fn slice_of(key: &ObjectKey) -> u64 {
+    BuildHasherDefault::<DefaultHasher>::default().hash_one(key) % SLICES
+}
+
+/// How often the resync takes the next slice; `None` for a zero period (no resync).
+pub fn tick(period: Duration) -> Option<Duration> {
+    if period.is_zero() {
+        return None;
+    }
+    // SLICES is a small constant: the division cannot truncate to a useless zero tick.
+    Some((period / SLICES as u32).max(MIN_TICK))
+}
+
+/// The jobs among `keys` whose resync falls in `slice`.
+pub fn due(keys: impl IntoIterator<Item = ObjectKey>, slice: u64) -> Vec<ObjectKey> {
+    keys.into_iter()
+        .filter(|key| slice_of(key) == slice)
+        .collect()
+}
+
+/// The resync's triggers: each tick, the cached jobs of the next slice, counted in `queue` as
+/// any trigger is. Nothing while this process stands by (a new leader reconciles every job
+/// anyway), and nothing at all for a zero `period`.
+pub fn rolling(
+    jobs: Store<CachedJob>,
+    period: Duration,
+    queue: Arc<Queue>,
+    leader: Leadership,
+) -> impl Stream<Item = ObjectRef<CachedJob>> + Send + 'static {
+    let Some(tick) = tick(period) else {
+        return stream::pending().left_stream();
+    };
+    let start = tokio::time::Instant::now() + tick;
+    let mut interval = tokio::time::interval_at(start, tick);
+    // A late tick (a busy runtime) takes its slice late rather than two slices at once.
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    stream::unfold((interval, 0u64), move |(mut interval, n)| {
+        let (jobs, queue, leader) = (jobs.clone(), queue.clone(), leader.clone());
+        async move {
+            interval.tick().await;
+            let slice = n % SLICES;
+            let due = if leader.is_leader() {
+                due(
+                    jobs.state().iter().map(|job| ObjectKey::of(&job.metadata)),
+                    slice,
+                )
+            } else {
+                Vec::new()
+            };
+            let refs: Vec<ObjectRef<CachedJob>> = due
+                .into_iter()
+                .map(|key| {
+                    let job = ObjectRef::new(&key.name).within(&key.namespace);
+                    queue.triggered(key);
+                    job
+                })
+                .collect();
+            Some((stream::iter(refs), (interval, n.wrapping_add(1))))
+        }
+    })
+    .flatten()
+    .right_stream()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use kube::runtime::watcher;
+    use prometheus_client::metrics::gauge::Gauge;
+    use std::collections::BTreeSet;
+
+    fn key(i: usize) -> ObjectKey {
+        ObjectKey::new(format!("ns-{}", i % 7), format!("job-{i}"))
+    }
+
+    #[test]
+    fn every_job_falls_in_exactly_one_slice_and_the_slices_share_the_jobs_evenly() {
+        let keys: Vec<ObjectKey> = (0..6_000).map(key).collect();
+        let mut seen = BTreeSet::new();
+        let mut sizes = Vec::new();
+        for slice in 0..SLICES {
+            let due = due(keys.iter().cloned(), slice);
+            sizes.push(due.len());
+            for k in due {
+                assert!(seen.insert(k.clone()), "{k:?} is due in two slices");
+            }
+        }
+        assert_eq!(seen.len(), keys.len(), "every job is due once a period");
+        // 100 jobs per slice on average; a fair hash keeps every slice within half of it.
+        let (min, max) = (sizes.iter().min(), sizes.iter().max());
+        assert!(
+            min >= Some(&50) && max <= Some(&150),
+            "slices of {min:?}..{max:?} jobs"
+        );
+        // Fixed across processes: the same key, the same slice.
+        assert_eq!(slice_of(&key(1)), slice_of(&key(1)));
+        assert_eq!(due([key(1)], slice_of(&key(1))), vec![key(1)]);
+    }
+
+    #[test]
+    fn the_tick_is_a_slice_of_the_period_and_a_zero_period_has_none() {
+        assert_eq!(tick(Duration::from_secs(60)), Some(Duration::from_secs(1)));
+        assert_eq!(
+            tick(Duration::from_secs(30)),
+            Some(Duration::from_millis(500))
+        );
+        assert_eq!(tick(Duration::from_millis(60)), Some(MIN_TICK));
+        assert_eq!(tick(Duration::ZERO), None);
+    }
+
+    fn store_of(n: usize) -> (Store<CachedJob>, Arc<Queue>, Gauge) {
+        let (store, mut writer) = kube::runtime::reflector::store::<CachedJob>();
+        writer.apply_watcher_event(&watcher::Event::Init);
+        for i in 0..n {
+            let k = key(i);
+            let metadata = ObjectMeta {
+                name: Some(k.name),
+                namespace: Some(k.namespace),
+                ..Default::default()
+            };
+            let spec = serde_json::value::RawValue::from_string("{}".into()).expect("JSON");
+            let job = CachedJob::new(metadata, spec, None).expect("job");
+            writer.apply_watcher_event(&watcher::Event::InitApply(job));
+        }
+        writer.apply_watcher_event(&watcher::Event::InitDone);
+        let depth = Gauge::default();
+        let queue = Arc::new(Queue::new(depth.clone(), store.clone()));
+        (store, queue, depth)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn one_period_triggers_every_cached_job_once_and_counts_it_in_the_queue() {
+        let (store, queue, depth) = store_of(300);
+        let period = Duration::from_secs(60);
+        let resync = rolling(store, period, queue, Leadership::always());
+        // One period of ticks (the first a tick after the start), then the stream is cut.
+        let refs: Vec<ObjectRef<CachedJob>> = resync
+            .take_until(tokio::time::sleep(period + Duration::from_millis(100)))
+            .collect()
+            .await;
+        let names: BTreeSet<String> = refs.iter().map(|r| r.name.clone()).collect();
+        assert_eq!(refs.len(), 300, "each job once");
+        assert_eq!(names.len(), 300);
+        // Triggered jobs wait for a worker until a reconcile takes them.
+        assert_eq!(depth.get(), 300);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_standby_and_a_zero_period_trigger_nothing() {
+        let (store, queue, depth) = store_of(50);
+        let period = Duration::from_secs(6);
+        let standby = Leadership::always();
+        standby.step_down();
+        let quiet = |resync: futures::stream::BoxStream<'static, ObjectRef<CachedJob>>| async move {
+            resync
+                .take_until(tokio::time::sleep(period * 2))
+                .collect::<Vec<_>>()
+                .await
+        };
+        let refs = quiet(rolling(store.clone(), period, queue.clone(), standby).boxed()).await;
+        assert!(refs.is_empty(), "a standby resynced {refs:?}");
+        let refs = quiet(rolling(store, Duration::ZERO, queue, Leadership::always()).boxed()).await;
+        assert!(refs.is_empty(), "a zero period resynced {refs:?}");
+        assert_eq!(depth.get(), 0);
+    }
+}
