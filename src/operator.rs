@@ -71,8 +71,8 @@ pub struct RunArgs {
     /// Writes allowed in a burst above `--qps`.
     #[arg(long, default_value_t = 200)]
     pub burst: u32,
-    /// Every DIJob is reconciled once this often with no event of its own, spread evenly over the
-    /// period (e.g. `1m`, `30s`; `0s`: never).
+    /// A DIJob with no reconcile for this long gets one, within twice this at most (jobs are
+    /// looked at in turn, spread evenly over the period; e.g. `1m`, `30s`; `0s`: never).
     #[arg(long, default_value = "1m", value_parser = parse_duration)]
     pub sync_period: std::time::Duration,
     /// DIJobs reconciled at the same time (0 = no limit). Each reconcile issues its writes in

@@ -52,8 +52,8 @@ pub struct Settings {
     /// Client-side write rate limit; `<= 0` disables it.
     pub qps: f32,
     pub burst: u32,
-    /// Every job gets a pass once this often with no event of its own (the rolling resync,
-    /// `super::resync`); zero: never.
+    /// A job with no pass for this long gets one (the rolling resync, `super::resync`); zero:
+    /// never.
     pub sync_period: Duration,
     /// Jobs reconciled at once (0 = unbounded).
     pub concurrency: u16,
@@ -526,6 +526,16 @@ pub fn start(
         settings.sync_period,
         ctx.queue.clone(),
         settings.leader.clone(),
+        {
+            let (ctx, period) = (ctx.clone(), settings.sync_period);
+            move |key: &ObjectKey| {
+                let now = ctx.settings.clock.now();
+                ctx.memory()
+                    .get(key)
+                    .and_then(|m| m.last_pass)
+                    .is_some_and(|at| now.saturating_duration_since(at) < period)
+            }
+        },
     );
     let controller = Controller::for_stream(jobs, job_store)
         .reconcile_on(pods)
@@ -586,6 +596,7 @@ async fn reconcile(cached: Arc<CachedJob>, ctx: Arc<Context>) -> Result<Requeue,
         return Ok(Requeue::await_change());
     }
     let started = Instant::now();
+    let began = ctx.settings.clock.now();
     let job = cached;
     let span = tracing::info_span!("reconcile", job = %job_key(job.as_ref()));
     ctx.metrics.controller.in_flight.inc();
@@ -595,9 +606,14 @@ async fn reconcile(cached: Arc<CachedJob>, ctx: Arc<Context>) -> Result<Requeue,
         .controller
         .duration
         .observe(started.elapsed().as_secs_f64());
-    match &result {
-        Ok(_) => ctx.remember(&job_key(job.as_ref()), |m| m.failures = 0),
-        Err(_) => ctx.count("error"),
+    ctx.remember(&job_key(job.as_ref()), |m| {
+        m.last_pass = Some(began);
+        if result.is_ok() {
+            m.failures = 0;
+        }
+    });
+    if result.is_err() {
+        ctx.count("error");
     }
     result
 }

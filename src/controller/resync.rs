@@ -1,9 +1,10 @@
-//! The rolling resync: every cached DIJob gets a pass once a sync period with no event of its
-//! own, the safety net for a change a watch never delivered. The period is cut into
-//! [`SLICES`] slices and a job's slice is a fixed hash of its key, so the passes spread evenly
-//! over the period: jobs created in one burst do not come back as one burst, and no job holds a
-//! timer of its own between events. (A requeue per job kept an entry of ~0.6 KB per job in
-//! kube-runtime's scheduler, moved on every pass.)
+//! The rolling resync: a cached DIJob that had no pass for a sync period gets one, the safety
+//! net for a change a watch never delivered. The period is cut into [`SLICES`] slices and a
+//! job's slice is a fixed hash of its key, so the passes spread evenly over the period: jobs
+//! created in one burst do not come back as one burst, and no job holds a timer of its own
+//! between events. (A requeue per job kept an entry of ~0.5 KB per job in kube-runtime's
+//! scheduler, moved on every pass.) A job is looked at once a period, so a quiet job gets a pass
+//! a period after its last one at the earliest and two periods after at the latest.
 //!
 //! Owns only when a job's resync is due. It must not decide anything about a job: a resync
 //! pass is an ordinary pass. It reads only the DIJob cache.
@@ -48,14 +49,16 @@ pub fn due(keys: impl IntoIterator<Item = ObjectKey>, slice: u64) -> Vec<ObjectK
         .collect()
 }
 
-/// The resync's triggers: each tick, the cached jobs of the next slice, counted in `queue` as
-/// any trigger is. Nothing while this process stands by (a new leader reconciles every job
-/// anyway), and nothing at all for a zero `period`.
+/// The resync's triggers: each tick, the cached jobs of the next slice but those `recent` says
+/// had a pass within the period, counted in `queue` as any trigger is. Nothing while this
+/// process stands by (a new leader reconciles every job anyway), and nothing at all for a zero
+/// `period`.
 pub fn rolling(
     jobs: Store<CachedJob>,
     period: Duration,
     queue: Arc<Queue>,
     leader: Leadership,
+    recent: impl Fn(&ObjectKey) -> bool + Clone + Send + Sync + 'static,
 ) -> impl Stream<Item = ObjectRef<CachedJob>> + Send + 'static {
     let Some(tick) = tick(period) else {
         return stream::pending().left_stream();
@@ -65,7 +68,8 @@ pub fn rolling(
     // A late tick (a busy runtime) takes its slice late rather than two slices at once.
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     stream::unfold((interval, 0u64), move |(mut interval, n)| {
-        let (jobs, queue, leader) = (jobs.clone(), queue.clone(), leader.clone());
+        let (jobs, queue, leader, recent) =
+            (jobs.clone(), queue.clone(), leader.clone(), recent.clone());
         async move {
             interval.tick().await;
             let slice = n % SLICES;
@@ -79,6 +83,7 @@ pub fn rolling(
             };
             let refs: Vec<ObjectRef<CachedJob>> = due
                 .into_iter()
+                .filter(|key| !recent(key))
                 .map(|key| {
                     let job = ObjectRef::new(&key.name).within(&key.namespace);
                     queue.triggered(key);
@@ -160,20 +165,23 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn one_period_triggers_every_cached_job_once_and_counts_it_in_the_queue() {
+    async fn one_period_triggers_every_cached_job_without_a_recent_pass_once_and_counts_it() {
         let (store, queue, depth) = store_of(300);
         let period = Duration::from_secs(60);
-        let resync = rolling(store, period, queue, Leadership::always());
+        // Every tenth job had a pass within the period: it is left out.
+        let recent = |key: &ObjectKey| key.name.ends_with('0');
+        let resync = rolling(store, period, queue, Leadership::always(), recent);
         // One period of ticks (the first a tick after the start), then the stream is cut.
         let refs: Vec<ObjectRef<CachedJob>> = resync
             .take_until(tokio::time::sleep(period + Duration::from_millis(100)))
             .collect()
             .await;
         let names: BTreeSet<String> = refs.iter().map(|r| r.name.clone()).collect();
-        assert_eq!(refs.len(), 300, "each job once");
-        assert_eq!(names.len(), 300);
+        assert_eq!(refs.len(), 270, "each job once, but the recent ones");
+        assert_eq!(names.len(), 270);
+        assert!(names.iter().all(|n| !n.ends_with('0')), "{names:?}");
         // Triggered jobs wait for a worker until a reconcile takes them.
-        assert_eq!(depth.get(), 300);
+        assert_eq!(depth.get(), 270);
     }
 
     #[tokio::test(start_paused = true)]
@@ -188,9 +196,12 @@ mod tests {
                 .collect::<Vec<_>>()
                 .await
         };
-        let refs = quiet(rolling(store.clone(), period, queue.clone(), standby).boxed()).await;
+        let never = |_: &ObjectKey| false;
+        let refs =
+            quiet(rolling(store.clone(), period, queue.clone(), standby, never).boxed()).await;
         assert!(refs.is_empty(), "a standby resynced {refs:?}");
-        let refs = quiet(rolling(store, Duration::ZERO, queue, Leadership::always()).boxed()).await;
+        let refs =
+            quiet(rolling(store, Duration::ZERO, queue, Leadership::always(), never).boxed()).await;
         assert!(refs.is_empty(), "a zero period resynced {refs:?}");
         assert_eq!(depth.get(), 0);
     }

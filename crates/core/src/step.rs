@@ -77,6 +77,9 @@ pub struct Memory {
     pub status_echo: Option<String>,
     /// Reconcile errors in a row (the backoff's exponent).
     pub failures: u32,
+    /// When this process last began a pass of the job: the rolling resync passes over a job
+    /// that had one within the sync period.
+    pub last_pass: Option<Instant>,
     /// Notes of the `once` notices already recorded.
     pub notices: BTreeSet<String>,
 }
