@@ -682,6 +682,16 @@ mod status_echo {
         crate::planner::tests::job_with(spec)
     }
 
+    /// A job of `job`'s shape: 0–3 collectors, any clean-pod policy, backoff 0–2, with or
+    /// without a deadline and a TTL.
+    fn any_job() -> impl Strategy<Value = DIJob> {
+        (0..4u8, 0..3u8, 0..3u8, any::<bool>(), any::<bool>()).prop_map(
+            |(collectors, policy, backoff, deadline, ttl)| {
+                job(collectors, policy, backoff, deadline, ttl)
+            },
+        )
+    }
+
     #[derive(Clone)]
     struct World {
         job: DIJob,
@@ -695,6 +705,20 @@ mod status_echo {
     }
 
     impl World {
+        /// `job` before its first pass, skipping quiet echoes or not.
+        fn new(job: DIJob, skip: bool) -> World {
+            World {
+                job,
+                pods: Vec::new(),
+                service: None,
+                memory: Memory::default(),
+                start: Instant::now(),
+                ms: 0,
+                uids: 0,
+                skip,
+            }
+        }
+
         fn decide(&self) -> Decision {
             let now = self.start + Duration::from_millis(self.ms);
             let at = wall(i64::try_from(self.ms / 1000).expect("small"));
@@ -817,23 +841,10 @@ mod status_echo {
     proptest! {
         #[test]
         fn skipping_quiet_echoes_changes_nothing_a_job_goes_through(
-            collectors in 0..4u8,
-            policy in 0..3u8,
-            backoff in 0..3u8,
-            deadline in any::<bool>(),
-            ttl in any::<bool>(),
+            job in any_job(),
             changes in proptest::collection::vec(change(), 0..60),
         ) {
-            let mut every = World {
-                job: job(collectors, policy, backoff, deadline, ttl),
-                pods: Vec::new(),
-                service: None,
-                memory: Memory::default(),
-                start: Instant::now(),
-                ms: 0,
-                uids: 0,
-                skip: false,
-            };
+            let mut every = World::new(job, false);
             let mut quiet = World { skip: true, ..every.clone() };
             every.settle();
             quiet.settle();
@@ -850,24 +861,11 @@ mod status_echo {
         /// random histories, a pass decides the same whichever nodes the pods are bound to.
         #[test]
         fn a_pass_decides_the_same_whichever_nodes_the_pods_are_bound_to(
-            collectors in 0..4u8,
-            policy in 0..3u8,
-            backoff in 0..3u8,
-            deadline in any::<bool>(),
-            ttl in any::<bool>(),
+            job in any_job(),
             changes in proptest::collection::vec(change(), 0..60),
             nodes in proptest::collection::vec(proptest::option::of(0..3u8), 8),
         ) {
-            let mut world = World {
-                job: job(collectors, policy, backoff, deadline, ttl),
-                pods: Vec::new(),
-                service: None,
-                memory: Memory::default(),
-                start: Instant::now(),
-                ms: 0,
-                uids: 0,
-                skip: true,
-            };
+            let mut world = World::new(job, true);
             world.settle();
             for change in &changes {
                 world.apply(change);
