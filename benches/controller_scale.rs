@@ -6,7 +6,9 @@
 //!   floor: the DIJobs, their pods and services and the status writes a compatible controller
 //!   cannot avoid, written by the bench itself (`via_floor`); and the operator's CPU seconds per
 //!   1 000 jobs, against the CPU floor: a client that only watches and writes what a compatible
-//!   controller must, for the same burst (`via_cpu_floor`, controller_scale/cpu_floor.rs);
+//!   controller must, for the same burst (`via_cpu_floor`, controller_scale/cpu_floor.rs); both
+//!   from the first create until the pods run and the process's writes are done (the
+//!   operator's Events wait for an idle controller, so many trail the last pod);
 //! - **writes**: the API requests the operator made per job, by resource and verb, from create
 //!   to Running and from Running to Succeeded (its `diorch_kube_api_requests_total`), next to
 //!   the floor;
@@ -18,7 +20,8 @@
 //! CONCURRENCY=32, MEDIAN_OF=3 (the timed paths run one after the other this many times, and
 //! each time, ratio and CPU figure is the median of its rounds),
 //! PATHS=operator to time the operator's path alone, once (PATHS=operator,cpu-floor:
-//! and the CPU floor's), OPERATOR_ARGS for extra `diorch run` flags,
+//! and the CPU floor's; with QUIET_SECS=30, also the operator's CPU at rest for that long once
+//! every pod runs: what its periodic work costs per second), OPERATOR_ARGS for extra `diorch run` flags,
 //! BENCH_KUBECONFIG for the real server, BENCH_CSV=file to append the rows to). The operator
 //! runs with `--qps 0` (no client-side limit), as the direct path has none either, and on one
 //! runtime thread, as deploy/ runs it (its CPU limit of 1 gives it a current-thread runtime;
@@ -203,8 +206,17 @@ async fn pods_progress(client: Client, namespace: String, want: usize) -> anyhow
 struct Run {
     exist: Duration,
     running: Duration,
-    /// Operator CPU seconds (user + system) from the first create to all pods Running.
+    /// Operator CPU seconds (user + system) from the first create until all pods run and the
+    /// operator's writes have settled (its Events trail the pods).
     operator_cpu: Option<f64>,
+    /// Operator CPU seconds from the first create to all pods Running only (`operator_cpu`
+    /// goes on until its writes settle).
+    cpu_to_running: Option<f64>,
+    /// The operator's API writes per job after all pods ran (mostly its deferred Events).
+    trailing_writes: Option<f64>,
+    /// With QUIET_SECS, its CPU seconds per second of wall time afterwards, at rest, and its
+    /// API calls and reconciles (by result) in that time.
+    quiet: Option<(f64, BTreeMap<String, f64>)>,
     /// The operator's DIJob reconciles per job in that time, by result (`ok`, `requeue`,
     /// `error`): what the CPU was spent on.
     reconciles: BTreeMap<String, f64>,
@@ -325,8 +337,39 @@ async fn via_operator(server: &Server, n: usize, concurrency: usize) -> anyhow::
     let start = Instant::now();
     create_jobs(&jobs, &cluster.namespace, 0..n, None, false, concurrency).await?;
     let progress = tokio::time::timeout(Duration::from_secs(900), done).await???;
-    let operator_cpu = Some(cpu_seconds(operator.pid()) - cpu);
+    let cpu_to_running = cpu_seconds(operator.pid()) - cpu;
     let after = common::api_requests(&addr).await?;
+    // The Events wait until the controller is idle (behind every job's pod, service and status
+    // writes), so many are written after the last pod runs: the burst's CPU is counted until
+    // the operator's writes have settled, as the floor's is until its own are done.
+    let settled = settled_requests(&addr, WRITES_SETTLE).await?;
+    let operator_cpu = Some(cpu_seconds(operator.pid()) - cpu);
+    let trailing = delta(&settled, &after)
+        .into_iter()
+        .filter(|((_, verb), _)| !verb.starts_with("reconcile "))
+        .map(|(_, count)| count)
+        .sum::<f64>()
+        / n as f64;
+    // QUIET_SECS: the operator's CPU at rest afterwards, every job Running and nothing changing:
+    // what its periodic work (resync, metrics, re-plans, lease) costs per second of wall time.
+    let quiet_secs = env_usize("QUIET_SECS", 0);
+    let quiet = if quiet_secs > 0 {
+        let (before, counts) = (
+            cpu_seconds(operator.pid()),
+            common::api_requests(&addr).await?,
+        );
+        let replans = optimize_passes(&addr).await?;
+        tokio::time::sleep(Duration::from_secs(quiet_secs as u64)).await;
+        let cpu = (cpu_seconds(operator.pid()) - before) / quiet_secs as f64;
+        let mut calls: BTreeMap<String, f64> = delta(&common::api_requests(&addr).await?, &counts)
+            .into_iter()
+            .map(|((resource, verb), count)| (format!("{resource} {verb}"), count))
+            .collect();
+        calls.insert("re-plans".into(), optimize_passes(&addr).await? - replans);
+        Some((cpu, calls))
+    } else {
+        None
+    };
     let (skipped, reconciles): (BTreeMap<_, _>, _) = delta(&after, &before)
         .into_iter()
         .filter_map(|((resource, verb), count)| {
@@ -342,6 +385,9 @@ async fn via_operator(server: &Server, n: usize, concurrency: usize) -> anyhow::
         exist: progress.exist - start,
         running: progress.running - start,
         operator_cpu,
+        cpu_to_running: Some(cpu_to_running),
+        trailing_writes: Some(trailing),
+        quiet,
         reconciles,
         skipped,
     };
@@ -350,8 +396,21 @@ async fn via_operator(server: &Server, n: usize, concurrency: usize) -> anyhow::
     Ok(run)
 }
 
+/// The allocator's re-plans so far (its optimize passes' duration count).
+async fn optimize_passes(addr: &str) -> anyhow::Result<f64> {
+    let text = common::http_get(&format!("http://{addr}/metrics")).await?;
+    Ok(text
+        .lines()
+        .find_map(|l| l.strip_prefix("diorch_allocator_optimize_duration_seconds_count "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0.0))
+}
+
+/// How long a process's API writes must stay unchanged for its burst to be done.
+const WRITES_SETTLE: Duration = Duration::from_secs(2);
+
 /// The CPU floor (controller_scale/cpu_floor.rs): its client's CPU seconds from the first create
-/// to all pods Running, measured as the operator's are.
+/// until all pods run and its writes are done, measured as the operator's are.
 async fn via_cpu_floor(server: &Server, n: usize, concurrency: usize) -> anyhow::Result<f64> {
     let cluster = Cluster::start(server, &nodes()).await?;
     let (path, ns) = (cluster.kubeconfig.clone(), cluster.namespace.clone());
@@ -362,10 +421,12 @@ async fn via_cpu_floor(server: &Server, n: usize, concurrency: usize) -> anyhow:
     let cpu = cpu_seconds(client.pid());
     create_jobs(&jobs, &cluster.namespace, 0..n, None, false, concurrency).await?;
     tokio::time::timeout(Duration::from_secs(900), done).await???;
-    let used = cpu_seconds(client.pid()) - cpu;
-    // The floor did its writes: every job reaches Running (after the window measured, as the
-    // operator's last status writes may).
+    // Until the floor did its writes: every job shows Running, and the Event that follows each
+    // Running write is sent (the floor writes nothing else; the operator's CPU is counted
+    // until its writes settle too).
     all_jobs_in(&jobs, n, Phase::Running).await?;
+    tokio::time::sleep(WRITES_SETTLE).await;
+    let used = cpu_seconds(client.pid()) - cpu;
     drop(client);
     cluster.finish().await?;
     Ok(used)
@@ -384,8 +445,7 @@ async fn unattended_run(
         exist: progress.exist - start,
         running: progress.running - start,
         operator_cpu: None,
-        reconciles: BTreeMap::new(),
-        skipped: BTreeMap::new(),
+        ..Run::default()
     })
 }
 
@@ -720,6 +780,10 @@ fn medians(rounds: Vec<Round>) -> Round {
             .first()
             .and_then(|r| path(r).operator_cpu)
             .map(|_| pick(&|r| path(r).operator_cpu.unwrap_or(0.0))),
+        cpu_to_running: rounds
+            .first()
+            .and_then(|r| path(r).cpu_to_running)
+            .map(|_| pick(&|r| path(r).cpu_to_running.unwrap_or(0.0))),
         ..Run::default()
     };
     let running = pick(&|r| r.operator.running.as_secs_f64());
@@ -794,14 +858,24 @@ async fn bench() -> anyhow::Result<()> {
                 }
                 let o = via_operator(&server, n, concurrency).await?;
                 println!(
-                    "  {}, N = {n:>5}: via operator: pods exist {:.1} ms, Running {:.1} ms; operator CPU {:.1} s per 1000 jobs; reconciles per job {}; watch events per job that brought none {}",
+                    "  {}, N = {n:>5}: via operator: pods exist {:.1} ms, Running {:.1} ms; operator CPU {:.2} s per 1000 jobs until its writes settled ({:.2} s to all pods Running; {:.2} writes per job after that); reconciles per job {}; watch events per job that brought none {}",
                     server.label(),
                     o.exist.as_secs_f64() * 1e3,
                     o.running.as_secs_f64() * 1e3,
                     o.operator_cpu.unwrap_or(0.0) * 1000.0 / n as f64,
+                    o.cpu_to_running.unwrap_or(0.0) * 1000.0 / n as f64,
+                    o.trailing_writes.unwrap_or(0.0),
                     passes(&o.reconciles),
                     passes(&o.skipped),
                 );
+                if let Some((cpu, calls)) = &o.quiet {
+                    println!(
+                        "  {}, N = {n:>5}: operator CPU at rest afterwards: {:.1} ms per second; in those {} s: {calls:?}",
+                        server.label(),
+                        cpu * 1e3,
+                        env_usize("QUIET_SECS", 0),
+                    );
+                }
                 continue;
             }
             // The paths one after the other, MEDIAN_OF times: each number reported is the median
@@ -815,7 +889,7 @@ async fn bench() -> anyhow::Result<()> {
                 let o = via_operator(&server, n, concurrency).await?;
                 if rounds_wanted > 1 {
                     println!(
-                        "    {}, N = {n}, round {round}: pods exist: direct {:.1} ms, floor {:.1} ms, via operator {:.1} ms; Running: {:.1}, {:.1}, {:.1} ms; operator CPU {:.2} s per 1000 jobs, CPU floor {c:.2} s",
+                        "    {}, N = {n}, round {round}: pods exist: direct {:.1} ms, floor {:.1} ms, via operator {:.1} ms; Running: {:.1}, {:.1}, {:.1} ms; operator CPU {:.2} s per 1000 jobs ({:.2} s to all pods Running), CPU floor {c:.2} s",
                         server.label(),
                         ms(d.exist),
                         ms(f.exist),
@@ -824,6 +898,7 @@ async fn bench() -> anyhow::Result<()> {
                         ms(f.running),
                         ms(o.running),
                         o.operator_cpu.unwrap_or(0.0) * 1000.0 / n as f64,
+                        o.cpu_to_running.unwrap_or(0.0) * 1000.0 / n as f64,
                     );
                 }
                 rounds.push(Round {
@@ -842,7 +917,7 @@ async fn bench() -> anyhow::Result<()> {
             let cpu = o.operator_cpu.unwrap_or(0.0);
             let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64();
             println!(
-                "  {}, N = {n:>5}: pods exist: direct {:>8.1} ms, floor {:>8.1} ms, via operator {:>8.1} ms, ratio {:.2} ({:.2} over the floor); pods Running: direct {:>8.1} ms, floor {:>8.1} ms, via operator {:>8.1} ms, ratio {:.2} ({:.2} over the floor); operator CPU {:.1} s per 1000 jobs",
+                "  {}, N = {n:>5}: pods exist: direct {:>8.1} ms, floor {:>8.1} ms, via operator {:>8.1} ms, ratio {:.2} ({:.2} over the floor); pods Running: direct {:>8.1} ms, floor {:>8.1} ms, via operator {:>8.1} ms, ratio {:.2} ({:.2} over the floor); operator CPU {:.2} s per 1000 jobs until its writes settled ({:.2} s to all pods Running)",
                 server.label(),
                 ms(d.exist),
                 ms(f.exist),
@@ -855,6 +930,7 @@ async fn bench() -> anyhow::Result<()> {
                 ratio(o.running, d.running),
                 ratio(o.running, f.running),
                 cpu * 1000.0 / n as f64,
+                o.cpu_to_running.unwrap_or(0.0) * 1000.0 / n as f64,
             );
             println!(
                 "    reconciles per job to Running: {}; watch events per job that brought none: {}; CPU floor {c:.2} s per 1000 jobs ({:.2}x)",

@@ -276,8 +276,10 @@ pub fn report(rows: &[Row]) -> String {
              gives it a current-thread runtime). CPU floor: the CPU seconds of a client that \
              only watches the DIJobs, pods and services (decoded into the operator's slim \
              shapes) and writes each job's pods, service, 3 status writes and 4 Events, on one \
-             runtime thread, over the same window (benches/controller_scale/cpu_floor.rs): \
-             the least a kube-rs controller spends, with no cache and no decision.\n"
+             runtime thread (benches/controller_scale/cpu_floor.rs): the least a kube-rs \
+             controller spends, with no cache and no decision. Both CPU figures run from the \
+             first create until the pods run and the process's writes are done: the operator's \
+             Events wait for an idle controller, so many are written after the last pod runs.\n"
         );
         let _ = writeln!(
             w,
