@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::{ContainerPort, ContainerStatus, Pod, PodStatus,
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use serde::{Deserialize, Deserializer};
 
-use crate::api::{DEFAULT_CONTAINER_NAME, DEFAULT_PORT_NAME, DIJob, DIJobStatus, labels};
+use crate::api::{DEFAULT_CONTAINER_NAME, DEFAULT_PORT_NAME, DIJob, DIJobStatus, Phase, labels};
 
 /// `ObjectMeta` as a watch sends it, minus `managedFields` and `selfLink`: those are skipped
 /// while parsing, without building them. `managedFields` is most of the metadata of an object
@@ -616,6 +616,10 @@ pub struct CachedJob {
     /// decision, ranks and allocation) took ~3 KB per job in the cache, its JSON ~1.9 KB.
     #[serde(default)]
     status: Option<Box<serde_json::value::RawValue>>,
+    /// [`CachedJob::phase_since`], worked out on first read: the metrics pass reads it for every
+    /// job every few seconds, and a cached object never changes (a watch event brings a new one).
+    #[serde(skip)]
+    phase: std::sync::OnceLock<(Phase, Option<jiff::Timestamp>)>,
 }
 
 impl CachedJob {
@@ -629,6 +633,7 @@ impl CachedJob {
             metadata,
             spec,
             status: status.map(serde_json::value::to_raw_value).transpose()?,
+            phase: std::sync::OnceLock::new(),
         })
     }
 
@@ -658,6 +663,16 @@ impl CachedJob {
             .as_ref()
             .map(|raw| serde_json::from_str(raw.get()))
             .transpose()
+    }
+
+    /// The job's phase and since when it has been in it ([`crate::planner::phase_since`]),
+    /// decoded once per cached object. A status that does not decode reads as no status:
+    /// Pending since creation.
+    pub fn phase_since(&self) -> (Phase, Option<jiff::Timestamp>) {
+        *self.phase.get_or_init(|| {
+            let status = self.status().ok().flatten();
+            crate::planner::phase_since(&self.metadata, status.as_ref())
+        })
     }
 
     /// `spec.preemptible`, read without decoding the spec (its pod templates are most of the
@@ -775,6 +790,47 @@ mod tests {
             let new = cached(*edit);
             assert!(!new.same_for_a_pass(&old), "change {i} is read by a pass");
         }
+    }
+
+    #[test]
+    fn a_cached_job_reads_its_phase_and_since_when_as_the_planner_does() {
+        let ts = |t: &str| t.parse::<jiff::Timestamp>().expect("timestamp");
+        let job = |status: serde_json::Value| -> CachedJob {
+            serde_json::from_value(json!({
+                "metadata": {"name": "j", "namespace": "ns",
+                    "creationTimestamp": "2026-11-28T04:00:00Z"},
+                "spec": {"tasks": []},
+                "status": status,
+            }))
+            .expect("cached")
+        };
+        let running = job(json!({"phase": "Running", "conditions": [
+            {"type": "Starting", "status": "True", "lastTransitionTime": "2026-11-28T04:10:00Z"},
+            {"type": "Running", "status": "True", "lastTransitionTime": "2026-11-28T04:22:58Z"}]}));
+        assert_eq!(
+            running.phase_since(),
+            (Phase::Running, Some(ts("2026-11-28T04:22:58Z")))
+        );
+        // Read twice, the same (the second from the memo).
+        assert_eq!(running.phase_since(), running.phase_since());
+        let typed = running.decode().expect("decodes");
+        assert_eq!(
+            running.phase_since(),
+            crate::planner::phase_since(&typed.metadata, typed.status.as_ref())
+        );
+        // A phase whose condition is not True, no status, and a status that does not decode:
+        // each since creation, the last two as Pending.
+        let created = Some(ts("2026-11-28T04:00:00Z"));
+        let restarting = job(json!({"phase": "Restarting", "conditions": [
+            {"type": "Restarting", "status": "False", "lastTransitionTime": "2026-11-28T04:30:00Z"}]}));
+        assert_eq!(restarting.phase_since(), (Phase::Restarting, created));
+        assert_eq!(job(json!(null)).phase_since(), (Phase::Pending, created));
+        let bad = job(json!({"phase": "Running", "replicas": "x"}));
+        assert!(bad.status().is_err());
+        assert_eq!(bad.phase_since(), (Phase::Pending, created));
+        // Cloned after its first read, a job keeps what it read.
+        let copy = running.clone();
+        assert_eq!(copy.phase_since(), running.phase_since());
     }
 
     #[test]
