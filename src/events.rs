@@ -19,7 +19,7 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::{self as events_v1, EventSeries};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Reporter};
 use kube::{Api, Client};
 
@@ -92,7 +92,8 @@ impl Recorder {
         }
         let event = self.event(ev, regarding);
         let name = event.metadata.name.clone().unwrap_or_default();
-        api.create(&PostParams::default(), &event).await?;
+        // The stored Event, as the server answers it, is not read.
+        crate::writes::create_unread(&self.client, api.resource_url(), &event).await?;
         self.cache().record(key, name, 1, Instant::now());
         Ok(())
     }

@@ -2,7 +2,8 @@
 //! manager `diorch`, so an object's `managedFields` say which fields the operator wrote (and
 //! `kubectl apply --server-side` reports conflicts with it by name). Owns the write parameters
 //! and [`FieldManagerLayer`], which names the manager on the writes of code that builds its own
-//! parameters (kube-runtime's Event `Recorder` sends none); makes no call.
+//! parameters (kube-runtime's Event `Recorder` sends none), and the writes whose answer no
+//! caller reads ([`create_unread`]).
 
 use std::task::{Context, Poll};
 
@@ -26,6 +27,24 @@ pub fn patch_params() -> PatchParams {
         field_manager: Some(FIELD_MANAGER.to_string()),
         ..PatchParams::default()
     }
+}
+
+/// Creates `object` in the collection at `collection` (an `Api`'s `resource_url`) under
+/// [`FIELD_MANAGER`], without decoding the API server's answer (the object as stored,
+/// `managedFields` and all, which no caller reads): decoding a created pod took more of the
+/// operator's CPU than building and sending it. A refusal is an error as `Api::create`'s.
+pub async fn create_unread(
+    client: &kube::Client,
+    collection: &str,
+    object: &impl serde::Serialize,
+) -> Result<(), kube::Error> {
+    let body = serde_json::to_vec(object).map_err(kube::Error::SerdeError)?;
+    let mut request = kube::core::Request::new(collection)
+        .create(&post_params(), body)
+        .map_err(kube::Error::BuildRequest)?;
+    // What kube's own `create` tags its request with.
+    request.extensions_mut().insert("create");
+    client.request_text(request).await.map(drop)
 }
 
 /// Adds `fieldManager=diorch` to every create, update or patch that names no manager, so that

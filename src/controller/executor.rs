@@ -323,6 +323,7 @@ pub fn start(
     });
 
     let forget = ctx.clone();
+    let slices = Arc::new(super::resync::Slices::default());
     let jobs = watcher(
         Api::<CachedJob>::all(client.clone()),
         watcher::Config::default(),
@@ -330,6 +331,14 @@ pub fn start(
     .default_backoff()
     .modify(cached::trim_job)
     .reflect(job_writer)
+    .inspect({
+        let slices = slices.clone();
+        move |event| {
+            if let Ok(event) = event {
+                slices.apply(event);
+            }
+        }
+    })
     .inspect(move |event| {
         if let Ok(watcher::Event::Delete(job)) = event {
             let key = job_key(job);
@@ -446,15 +455,11 @@ pub fn start(
                 let mut oldest: HashMap<&'static str, i64> = HashMap::new();
                 let now = jiff::Timestamp::now();
                 for job in jobs.state() {
-                    // Decoded from the cache's JSON (~10 us a job, every 5 s); one that does
-                    // not decode counts as Pending, as a job without a status.
-                    let status = job.status().ok().flatten();
-                    let phase = status
-                        .as_ref()
-                        .and_then(|s| s.phase)
-                        .unwrap_or(diorch_core::api::Phase::Pending);
+                    // Decoded once per cached version of the job (~10 us), not every 5 s; one
+                    // that does not decode counts as Pending, as a job without a status.
+                    let (phase, since) = job.phase_since();
                     *counts.entry(phase.as_str()).or_default() += 1;
-                    let age = planner::time_in_phase(&job.metadata, status.as_ref(), now);
+                    let age = planner::seconds_since(since, now);
                     let max = oldest.entry(phase.as_str()).or_default();
                     *max = (*max).max(age);
                 }
@@ -523,6 +528,7 @@ pub fn start(
     };
     let resync = super::resync::rolling(
         job_store.clone(),
+        slices,
         settings.sync_period,
         ctx.queue.clone(),
         settings.leader.clone(),
@@ -1010,8 +1016,12 @@ async fn execute(ctx: &Context, job: &DIJob, key: &ObjectKey, plan: &Plan) -> Ou
                     let name = pod.metadata.name.clone().unwrap_or_default();
                     let ended = match ctx.mutation.mutate(job, (**pod).clone()).await {
                         Ok(pod) => {
-                            match bounded(create_unread(&ctx.client, pods.resource_url(), &pod))
-                                .await
+                            match bounded(crate::writes::create_unread(
+                                &ctx.client,
+                                pods.resource_url(),
+                                &pod,
+                            ))
+                            .await
                             {
                                 Ok(_) => Ended::Done,
                                 Err(err) if is_status(&err, 409) => {
@@ -1063,8 +1073,12 @@ async fn execute(ctx: &Context, job: &DIJob, key: &ObjectKey, plan: &Plan) -> Ou
                 }
                 Action::CreateService(svc) => {
                     let name = svc.metadata.name.clone().unwrap_or_default();
-                    let result =
-                        bounded(create_unread(&ctx.client, services.resource_url(), &**svc)).await;
+                    let result = bounded(crate::writes::create_unread(
+                        &ctx.client,
+                        services.resource_url(),
+                        &**svc,
+                    ))
+                    .await;
                     if result.is_ok() {
                         let at = ctx.settings.clock.now();
                         ctx.remember(key, |m| m.service_created = Some(at));
@@ -1129,26 +1143,8 @@ async fn execute(ctx: &Context, job: &DIJob, key: &ObjectKey, plan: &Plan) -> Ou
     }
 }
 
-/// How a kube write ended, as the decision step reads it.
-/// Creates `object` in the collection at `collection` (an `Api`'s `resource_url`) without decoding the API server's answer (the object
-/// as stored, `managedFields` and all, which nothing here reads): decoding a created pod took
-/// more of the operator's CPU than building and sending it.
-async fn create_unread(
-    client: &Client,
-    collection: &str,
-    object: &impl serde::Serialize,
-) -> Result<(), kube::Error> {
-    let body = serde_json::to_vec(object).map_err(kube::Error::SerdeError)?;
-    let mut request = kube::core::Request::new(collection)
-        .create(&crate::writes::post_params(), body)
-        .map_err(kube::Error::BuildRequest)?;
-    // What kube's own `create` tags its request with.
-    request.extensions_mut().insert("create");
-    client.request_text(request).await.map(drop)
-}
-
 /// Deletes `name` from the collection at `collection` without decoding the answer (as
-/// [`create_unread`]).
+/// [`crate::writes::create_unread`]).
 async fn delete_unread(
     client: &Client,
     collection: &str,
@@ -1162,6 +1158,7 @@ async fn delete_unread(
     client.request_text(request).await.map(drop)
 }
 
+/// How a kube write ended, as the decision step reads it.
 fn ended<T>(result: Result<T, kube::Error>) -> Ended {
     result.map_or_else(|err| failed(&err), |_| Ended::Done)
 }
