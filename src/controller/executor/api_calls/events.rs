@@ -3,9 +3,9 @@
 use super::*;
 
 /// With the real Event worker the Events go to events.k8s.io on their own (interleaved with the
-/// reconcile's writes, which stay exactly those pinned for a new job). kube-runtime's Recorder
-/// names no field manager; the operator's client adds `diorch` in `writes::FieldManagerLayer`,
-/// which this bare test client does not have (tests/e2e.rs checks it on a real server).
+/// reconcile's writes, which stay exactly those pinned for a new job). An Event is created as
+/// the pods are (`writes::create_unread`), under the field manager `diorch`, with no need of
+/// `writes::FieldManagerLayer`, which this bare test client does not have.
 #[tokio::test]
 async fn events_are_recorded_by_the_worker_off_the_reconciles_calls() {
     let job = new_job();
@@ -41,10 +41,12 @@ async fn events_are_recorded_by_the_worker_off_the_reconciles_calls() {
     let mut posted: Vec<String> = events
         .iter()
         .map(|e| {
-            // kube's Recorder creates Events without a field manager (not `diorch`).
             assert_eq!(
                 (e.method.as_str(), e.path.as_str()),
-                ("POST", "/apis/events.k8s.io/v1/namespaces/default/events?")
+                (
+                    "POST",
+                    "/apis/events.k8s.io/v1/namespaces/default/events?&fieldManager=diorch"
+                )
             );
             assert_eq!(e.body["regarding"]["name"], "j");
             assert_eq!(e.body["reportingController"], "di-operator");
