@@ -459,7 +459,7 @@ pub fn start(
                     // that does not decode counts as Pending, as a job without a status.
                     let (phase, since) = job.phase_since();
                     *counts.entry(phase.as_str()).or_default() += 1;
-                    let age = planner::seconds_since(since, now);
+                    let age = diorch_core::api::seconds_since(since, now);
                     let max = oldest.entry(phase.as_str()).or_default();
                     *max = (*max).max(age);
                 }

@@ -665,13 +665,13 @@ impl CachedJob {
             .transpose()
     }
 
-    /// The job's phase and since when it has been in it ([`crate::planner::phase_since`]),
+    /// The job's phase and since when it has been in it ([`crate::api::phase_since`]),
     /// decoded once per cached object. A status that does not decode reads as no status:
     /// Pending since creation.
     pub fn phase_since(&self) -> (Phase, Option<jiff::Timestamp>) {
         *self.phase.get_or_init(|| {
             let status = self.status().ok().flatten();
-            crate::planner::phase_since(&self.metadata, status.as_ref())
+            crate::api::phase_since(&self.metadata, status.as_ref())
         })
     }
 
@@ -816,7 +816,7 @@ mod tests {
         let typed = running.decode().expect("decodes");
         assert_eq!(
             running.phase_since(),
-            crate::planner::phase_since(&typed.metadata, typed.status.as_ref())
+            crate::api::phase_since(&typed.metadata, typed.status.as_ref())
         );
         // A phase whose condition is not True, no status, and a status that does not decode:
         // each since creation, the last two as Pending.

@@ -671,6 +671,32 @@ pub struct JobCondition {
     pub observed_generation: Option<i64>,
 }
 
+/// The job's phase (Pending without a status) and since when it has been in it: when the
+/// phase's condition last turned True, or its creation when no condition says (no status yet,
+/// or a status written by something else); `None` without either.
+pub fn phase_since(
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    status: Option<&DIJobStatus>,
+) -> (Phase, Option<jiff::Timestamp>) {
+    let phase = status.and_then(|s| s.phase).unwrap_or(Phase::Pending);
+    let since = status
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| {
+            cs.iter()
+                .find(|c| c.type_ == phase.as_str() && c.status == "True")
+        })
+        .and_then(|c| c.last_transition_time.as_ref())
+        .or(meta.creation_timestamp.as_ref())
+        .map(|t| t.0);
+    (phase, since)
+}
+
+/// Whole seconds from `since` to `now`: never negative, whatever the clocks say; 0 without a
+/// `since`.
+pub fn seconds_since(since: Option<jiff::Timestamp>, now: jiff::Timestamp) -> i64 {
+    since.map_or(0, |t| now.as_second().saturating_sub(t.as_second()).max(0))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
