@@ -337,16 +337,14 @@ pub fn start(
             if let Ok(event) = event {
                 slices.apply(event);
             }
-        }
-    })
-    .inspect(move |event| {
-        if let Ok(watcher::Event::Delete(job)) = event {
-            let key = job_key(job);
-            forget.expectations.remove(&key);
-            forget.memory().remove(&key);
-            forget.queue.done(&key);
-            let placement = forget.placement.clone();
-            tokio::spawn(async move { placement.forget(key).await });
+            if let Ok(watcher::Event::Delete(job)) = event {
+                let key = job_key(job);
+                forget.expectations.remove(&key);
+                forget.memory().remove(&key);
+                forget.queue.done(&key);
+                let placement = forget.placement.clone();
+                tokio::spawn(async move { placement.forget(key).await });
+            }
         }
     })
     .applied_objects()
