@@ -362,7 +362,7 @@ impl Allocator {
                         None => break,
                         Some(changed) => {
                             if changed {
-                                wake.replan.notify_one();
+                                wake.ask_replan("a node changed");
                             }
                             changed
                         }
@@ -458,7 +458,7 @@ impl Allocator {
             if freed {
                 self.wake_waiting().await;
                 // A finished job frees room others may grow into.
-                self.replan.notify_one();
+                self.ask_replan("a job ended");
             }
             return;
         }
@@ -520,7 +520,7 @@ impl Allocator {
         };
         if freed {
             self.wake_waiting().await;
-            self.replan.notify_one();
+            self.ask_replan("a job was deleted");
         }
     }
 
@@ -959,8 +959,14 @@ impl Allocator {
         tracing::info!(policy = %by, why = %clip(why, MAX_MESSAGE_BYTES),
             "the cluster changed during optimize; the plan is dropped and made again");
         self.count_decision(by, "stale");
-        self.replan.notify_one();
+        self.ask_replan("a plan went stale");
         Vec::new()
+    }
+
+    /// Asks the optimizer for a pass soon (a burst of asks is one pass).
+    fn ask_replan(&self, why: &'static str) {
+        tracing::debug!(why, "re-plan asked");
+        self.replan.notify_one();
     }
 
     fn count_decision(&self, policy: &str, result: &str) {

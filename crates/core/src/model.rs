@@ -177,10 +177,15 @@ pub fn trim_node(node: &mut Node) {
         status.config = None;
         if let Some(conditions) = status.conditions.as_mut() {
             conditions.retain(|c| c.type_ == "Ready");
-            // A kubelet renews it every few seconds; nothing reads it, and without it a
-            // heartbeat leaves the trimmed node unchanged (see `node_changed`).
+            // Whether it is Ready is all that is read. A kubelet renews the heartbeat every
+            // few seconds, and may reword the reason or message or move the transition time
+            // without a change of status; without them such a status write leaves the trimmed
+            // node unchanged (see `node_changed`), rather than waking a re-plan of every job.
             for c in conditions.iter_mut() {
                 c.last_heartbeat_time = None;
+                c.last_transition_time = None;
+                c.reason = None;
+                c.message = None;
             }
         }
     }
@@ -682,14 +687,20 @@ mod tests {
 
     #[test]
     fn a_heartbeat_is_no_node_change_but_capacity_readiness_and_cordon_are() {
+        // A heartbeat at `at`: the sandbox kubelet once moved lastTransitionTime with every
+        // one, and a kubelet may reword its reason or message, all without a change of status.
         let beat = |at: &str, ready: bool| {
             let mut n = node("n1", 8, ready);
             n.metadata.resource_version = Some(at.to_string());
             let conditions = n.status.as_mut().and_then(|s| s.conditions.as_mut());
-            conditions.expect("conditions")[0].last_heartbeat_time =
-                Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-                    at.parse().expect("timestamp"),
-                ));
+            let ready = &mut conditions.expect("conditions")[0];
+            let time = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                at.parse().expect("timestamp"),
+            );
+            ready.last_heartbeat_time = Some(time.clone());
+            ready.last_transition_time = Some(time);
+            ready.reason = Some("KubeletReady".into());
+            ready.message = Some(format!("kubelet is posting ready status at {at}"));
             trim_node(&mut n);
             n
         };

@@ -99,7 +99,8 @@ pub async fn ensure_nodes(
             .await
             .map_err(err("update"))?;
         }
-        let status = json!({"status": cfg.node_status(index, Timestamp::now())});
+        let now = Timestamp::now();
+        let status = json!({"status": cfg.node_status(index, now, now)});
         api.patch_status(
             &name,
             &crate::field_manager::patch_params(),
@@ -146,20 +147,24 @@ pub async fn run_attached(
     ready: impl FnOnce(&[String]),
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), SimError> {
+    // The nodes' conditions hold from their registration on (at most this late).
+    let registered = Timestamp::now();
     let names = ensure_nodes(&client, &cfg).await?;
     ready(&names);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let heartbeat = tokio::spawn(heartbeat(client.clone(), cfg.clone(), stop_rx));
+    let heartbeat = tokio::spawn(heartbeat(client.clone(), cfg.clone(), registered, stop_rx));
     Sim::new(client, cfg, false).run(shutdown).await;
     let _ = stop_tx.send(true);
     let _ = heartbeat.await;
     Ok(())
 }
 
-/// Renews the nodes' conditions every [`HEARTBEAT`] until `stop` turns true.
+/// Renews the nodes' conditions (unchanged since `registered`) every [`HEARTBEAT`] until
+/// `stop` turns true.
 async fn heartbeat(
     client: kube::Client,
     cfg: ClusterArgs,
+    registered: Timestamp,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
     let api: Api<Node> = Api::all(client);
@@ -170,7 +175,7 @@ async fn heartbeat(
         }
         for index in 0..cfg.nodes {
             let name = node_name(index);
-            let status = json!({"status": {"conditions": cfg.node_status(index, Timestamp::now())["conditions"]}});
+            let status = json!({"status": {"conditions": cfg.node_status(index, registered, Timestamp::now())["conditions"]}});
             if let Err(error) = api
                 .patch_status(
                     &name,

@@ -208,13 +208,15 @@ impl ClusterArgs {
         })
     }
 
-    /// The node status the kubelet reports for node `index` at `now`.
-    pub fn node_status(&self, index: u32, now: Timestamp) -> Value {
+    /// The node status the kubelet of node `index` reports at `now`, its conditions unchanged
+    /// `since` (a kubelet moves a condition's lastTransitionTime only when its status changes;
+    /// a heartbeat renews lastHeartbeatTime alone).
+    pub fn node_status(&self, index: u32, since: Timestamp, now: Timestamp) -> Value {
         let name = node_name(index);
-        let t = rfc3339(now);
+        let (since, t) = (rfc3339(since), rfc3339(now));
         let cond = |kind: &str, status: &str, reason: &str, message: &str| {
             json!({"type": kind, "status": status, "reason": reason, "message": message,
-                   "lastHeartbeatTime": t, "lastTransitionTime": t})
+                   "lastHeartbeatTime": t, "lastTransitionTime": since})
         };
         json!({
             "capacity": self.capacity(),
@@ -326,7 +328,7 @@ mod tests {
             ..ClusterArgs::default()
         };
         let mut node = cfg.node_manifest(2);
-        node["status"] = cfg.node_status(2, Timestamp::UNIX_EPOCH);
+        node["status"] = cfg.node_status(2, Timestamp::UNIX_EPOCH, Timestamp::UNIX_EPOCH);
         let node: Node = serde_json::from_value(node).unwrap();
         let labels = node.metadata.labels.as_ref().unwrap();
         assert_eq!(node.metadata.name.as_deref(), Some("sandbox-node-2"));
@@ -350,6 +352,12 @@ mod tests {
             .unwrap();
         assert_eq!(ready.status, "True");
         assert!(ready.last_heartbeat_time.is_some());
+        // A heartbeat renews lastHeartbeatTime and keeps lastTransitionTime.
+        let later = Timestamp::UNIX_EPOCH + jiff::SignedDuration::from_secs(10);
+        let beat = &cfg.node_status(2, Timestamp::UNIX_EPOCH, later)["conditions"][3];
+        assert_eq!(beat["type"], "Ready");
+        assert_eq!(beat["lastTransitionTime"], "1970-01-01T00:00:00Z");
+        assert_eq!(beat["lastHeartbeatTime"], "1970-01-01T00:00:10Z");
         let addresses = status.addresses.as_ref().unwrap();
         assert_eq!(addresses[0].address, "10.0.0.2");
         assert_eq!(
@@ -361,7 +369,7 @@ mod tests {
             ..ClusterArgs::default()
         };
         assert!(
-            no_gpu.node_status(0, Timestamp::UNIX_EPOCH)["capacity"]
+            no_gpu.node_status(0, Timestamp::UNIX_EPOCH, Timestamp::UNIX_EPOCH)["capacity"]
                 .get("nvidia.com/gpu")
                 .is_none()
         );
