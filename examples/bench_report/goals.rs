@@ -352,6 +352,12 @@ pub fn goals(rows: &[Row]) -> Vec<Goal> {
                     "-".to_string()
                 },
                 measured: match cpu_floor_of(rows, server, n) {
+                    // A goal under the floor measured in the same run cannot be met by any
+                    // client (issue 39: show the floor beside it and say so).
+                    Some(floor) if real && floor > CPU_GOAL_S => format!(
+                        "{cpu_s_per_1000_jobs:.2} s (CPU floor {floor:.2} s: {:.2}x; the goal is below the floor)",
+                        cpu_s_per_1000_jobs / floor
+                    ),
                     Some(floor) => format!(
                         "{cpu_s_per_1000_jobs:.2} s (CPU floor {floor:.2} s: {:.2}x)",
                         cpu_s_per_1000_jobs / floor
@@ -794,6 +800,22 @@ mod tests {
         assert_eq!(
             (g.met, g.measured.as_str()),
             (Some(false), "3.01 s (CPU floor 2.15 s: 1.40x)")
+        );
+        // A floor above the goal is said to be.
+        busy.push(one(
+            "controller-floor,real API server,1000,3000.0,5000.0,3.50",
+        ));
+        let above_floor = super::goals(&busy);
+        let g = goal(
+            &above_floor,
+            "operator CPU per 1 000 jobs, N = 1000, real API server",
+        );
+        assert_eq!(
+            (g.met, g.measured.as_str()),
+            (
+                Some(false),
+                "3.01 s (CPU floor 3.50 s: 0.86x; the goal is below the floor)"
+            )
         );
         // Writes: 4 + 1 + 3 + 8 Events; 1 + 1 + 2 Events.
         let g = goal(&goals, "write requests per job, create→Running, sandbox");
