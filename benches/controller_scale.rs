@@ -22,7 +22,9 @@
 //! PATHS=operator to time the operator's path alone, once (PATHS=operator,cpu-floor:
 //! and the CPU floor's; with QUIET_SECS=30, also the operator's CPU at rest for that long once
 //! every pod runs: what its periodic work costs per second), OPERATOR_ARGS for extra `diorch run` flags,
-//! BENCH_KUBECONFIG for the real server, BENCH_CSV=file to append the rows to). The operator
+//! BENCH_KUBECONFIG for the real server, BENCH_KUBE_UP=../shared/kube/up.sh to give each run on
+//! it a fresh control plane in BENCH_KUBECONFIG's folder (as scripts/bench.sh does), BENCH_CSV=file
+//! to append the rows to). The operator
 //! runs with `--qps 0` (no client-side limit), as the direct path has none either, and on one
 //! runtime thread, as deploy/ runs it (its CPU limit of 1 gives it a current-thread runtime;
 //! OPERATOR_WORKER_THREADS=2 for a multi-thread runtime of two workers).

@@ -86,6 +86,9 @@ elif [ -f "$kube/up.sh" ]; then
     real_started=1
     KC=$(bash "$kube/up.sh" "$work/kube")
     export BENCH_KUBECONFIG="$KC"
+    # Each run on the real server gets a control plane of its own (benches/common
+    # `fresh_control_plane`): one shared by every run slowed down run after run.
+    export BENCH_KUBE_UP="$kube/up.sh"
     echo "meta,servers,sandbox and a real API server ($kube)" >>"$csv"
 elif [ -n "${BENCH_KUBECONFIG:-}" ]; then
     echo "real API server: the one of BENCH_KUBECONFIG ($BENCH_KUBECONFIG)"
@@ -124,7 +127,7 @@ if [ "$real_started" = 1 ]; then
     bash "$kube/down.sh" "$work/kube" >/dev/null 2>&1 || true
     real_started=0
 fi
-unset BENCH_KUBECONFIG
+unset BENCH_KUBECONFIG BENCH_KUBE_UP
 run plugin_calls cargo bench --locked --bench plugin_calls
 run hot_swap cargo bench --locked --bench hot_swap
 run shadow_cost cargo bench --locked --bench shadow_cost

@@ -364,6 +364,11 @@ impl Cluster {
                 }
             }
             Server::Real(kubeconfig) => {
+                if let Some(up) = fresh_control_plane() {
+                    let path = kubeconfig.clone();
+                    tokio::task::spawn_blocking(move || restart_control_plane(&up, &path))
+                        .await??;
+                }
                 let client = client_for(kubeconfig).await?;
                 install_crd(&client).await?;
                 let attached = Attached::start(kubeconfig, nodes)?;
@@ -396,7 +401,8 @@ impl Cluster {
     /// Ends the run: on a real server its namespace is deleted and awaited (with the operator
     /// stopped first, so nothing recreates what the namespace controller deletes).
     pub async fn finish(self) -> anyhow::Result<()> {
-        if self.sandbox.is_some() {
+        if self.sandbox.is_some() || fresh_control_plane().is_some() {
+            // A fresh control plane replaces this one at the next run's start.
             return Ok(());
         }
         // Pods first, without grace: the namespace controller would delete them gracefully,
@@ -489,6 +495,47 @@ where
             Err(err) => return Err(err.into()),
         }
     }
+    Ok(())
+}
+
+/// `BENCH_KUBE_UP`, when set (scripts/bench.sh sets it to ../shared/kube/up.sh when it started
+/// that control plane itself): every run on the real server starts on a control plane of its
+/// own, started anew into the folder of `BENCH_KUBECONFIG`. One control plane for every run
+/// slowed down with each run on it (pods exist 26.7, 37.8 and 48.2 s in three identical
+/// operator runs back to back, history etcd keeps until it compacts), so a path's time
+/// depended on how many runs came before it, and the operator's path came last in each round.
+pub fn fresh_control_plane() -> Option<PathBuf> {
+    std::env::var_os("BENCH_KUBE_UP")
+        .filter(|up| !up.is_empty())
+        .map(PathBuf::from)
+}
+
+/// Stops the control plane whose kubeconfig is `kubeconfig` and starts a fresh one (empty etcd)
+/// in its folder with `up` (../shared/kube/up.sh), which writes the same kubeconfig path anew.
+fn restart_control_plane(up: &std::path::Path, kubeconfig: &std::path::Path) -> anyhow::Result<()> {
+    let dir = kubeconfig
+        .parent()
+        .ok_or_else(|| anyhow::anyhow!("{} has no folder", kubeconfig.display()))?;
+    let out = Command::new("bash")
+        .arg(up)
+        .arg(dir)
+        .stderr(Stdio::inherit())
+        .output()?;
+    anyhow::ensure!(
+        out.status.success(),
+        "{} {} failed ({})",
+        up.display(),
+        dir.display(),
+        out.status
+    );
+    let printed = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    anyhow::ensure!(
+        printed.canonicalize()? == kubeconfig.canonicalize()?,
+        "{} wrote its kubeconfig to {}, not to BENCH_KUBECONFIG ({})",
+        up.display(),
+        printed.display(),
+        kubeconfig.display()
+    );
     Ok(())
 }
 
