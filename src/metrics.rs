@@ -28,7 +28,8 @@ use prometheus_client::registry::Registry;
 pub struct SkipLabels {
     /// `status_echo`: the job's watch event showing the operator's own status write, which
     /// left nothing to do. `pod_node_only`: a pod's event that changed only its node (the
-    /// scheduler's binding), which no pass of its job reads.
+    /// scheduler's binding), which no pass of its job reads. `resync_unchanged`: the rolling
+    /// resync's pass over a job whose last pass decided nothing from what the caches still show.
     pub reason: &'static str,
 }
 

@@ -207,6 +207,12 @@ impl Caches {
             .pods_of(&job.namespace, &naming::job_label_value(&job.name))
     }
 
+    /// The version of `job`'s cached pods (`PodCache::version`).
+    pub fn pods_version(&self, job: &ObjectKey) -> Option<u64> {
+        self.pods
+            .version(&job.namespace, &naming::job_label_value(&job.name))
+    }
+
     /// The cached job `job`.
     pub fn job(&self, job: &ObjectKey) -> Option<Arc<CachedJob>> {
         self.jobs
@@ -534,10 +540,21 @@ pub fn start(
             let (ctx, period) = (ctx.clone(), settings.sync_period);
             move |key: &ObjectKey| {
                 let now = ctx.settings.clock.now();
-                ctx.memory()
-                    .get(key)
-                    .and_then(|m| m.last_pass)
+                let seen = ctx.seen(key);
+                let memory = ctx.memory();
+                let Some(m) = memory.get(key) else {
+                    return false;
+                };
+                if m.last_pass
                     .is_some_and(|at| now.saturating_duration_since(at) < period)
+                {
+                    return true;
+                }
+                let unchanged = !step::resync_needed(m, &seen);
+                if unchanged {
+                    ctx.metrics.controller.skip_trigger("resync_unchanged");
+                }
+                unchanged
             }
         },
     );
@@ -567,6 +584,20 @@ impl Context {
         // Poisoning only follows a panic elsewhere; at worst one write is held back or not,
         // one Event repeated or one backoff step lost.
         self.memory.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// What a pass of `key` would read from the caches now, by version.
+    fn seen(&self, key: &ObjectKey) -> step::Seen {
+        let job = self.caches.job(key);
+        let service = self
+            .services
+            .get(&key.namespace, &naming::service_name(&key.name));
+        step::Seen::new(
+            job.as_ref()
+                .and_then(|j| j.metadata.resource_version.as_deref()),
+            self.caches.pods_version(key),
+            service.as_deref(),
+        )
     }
 
     /// `key`'s memory (a default one for a job not seen before).
@@ -624,6 +655,9 @@ async fn reconcile(cached: Arc<CachedJob>, ctx: Arc<Context>) -> Result<Requeue,
 
 async fn reconcile_inner(cached: &CachedJob, ctx: &Context) -> Result<Requeue, Error> {
     let key = job_key(cached);
+    // Before the pods: a pod event in between leaves a version older than the pods read, which
+    // can only make the resync pass over the job, never skip it (`step::resync_needed`).
+    let pods_version = ctx.caches.pods_version(&key);
     let pods = ctx.caches.pods_of(&key);
     let pod_refs: Vec<&CachedPod> = pods.iter().map(AsRef::as_ref).collect();
     // The gate reads metadata only: a gated pass does not decode the spec.
@@ -676,11 +710,21 @@ async fn reconcile_inner(cached: &CachedJob, ctx: &Context) -> Result<Requeue, E
         },
         &ctx.settings.build,
     );
+    // A pass placement had a say in may change with no event of the job's (a preemption):
+    // only the others' quiet is remembered.
+    let quiet = (decision.quiet() && admission.is_none()).then(|| {
+        step::Seen::new(
+            cached.metadata.resource_version.as_deref(),
+            pods_version,
+            service.as_deref(),
+        )
+    });
     ctx.remember(&key, |m| {
         if decision.forget_service {
             m.service_created = None;
         }
         m.counts_held_since = decision.counts_held_since;
+        m.quiet = quiet;
     });
     let plan = &decision.plan;
 
@@ -736,8 +780,9 @@ async fn reconcile_inner(cached: &CachedJob, ctx: &Context) -> Result<Requeue, E
     {
         // What a pass on the write's echo would decide, from the same pods: when nothing, the
         // echo brings no pass (`step::echo_quiet`).
+        let mut echo_was_quiet = false;
         let echo = || {
-            step::decide(
+            let echo = step::decide(
                 &step::Input {
                     job: written,
                     observed,
@@ -746,11 +791,22 @@ async fn reconcile_inner(cached: &CachedJob, ctx: &Context) -> Result<Requeue, E
                     wall: &now,
                 },
                 &ctx.settings.build,
-            )
+            );
+            echo_was_quiet = echo.quiet();
+            echo
         };
         if step::echo_quiet(job, plan, &decision, echo) {
             let version = written.metadata.resource_version.clone();
-            ctx.remember(&key, |m| m.status_echo = version);
+            // The echo's pass, skipped, would have been quiet: the resync may skip the job as
+            // after that pass (else every job's first resync after its last write is a pass).
+            let quiet = (echo_was_quiet && admission.is_none())
+                .then(|| step::Seen::new(version.as_deref(), pods_version, service.as_deref()));
+            ctx.remember(&key, |m| {
+                m.status_echo = version;
+                if quiet.is_some() {
+                    m.quiet = quiet;
+                }
+            });
         }
     }
 

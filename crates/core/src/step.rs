@@ -82,6 +82,52 @@ pub struct Memory {
     pub last_pass: Option<Instant>,
     /// Notes of the `once` notices already recorded.
     pub notices: BTreeSet<String>,
+    /// What the job's last pass read from the caches, when that pass decided nothing
+    /// ([`Decision::quiet`]) and placement had no say in it: the rolling resync skips the job
+    /// while the caches still show exactly this ([`resync_needed`]).
+    pub quiet: Option<Seen>,
+}
+
+/// What a pass read of the caches, by version: the job's resourceVersion, the version of its
+/// cached pods (any event of any of its pods moves it) and its service's identity. Equal
+/// `Seen`s mean the planner's inputs from the caches are the same.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Seen {
+    pub job: Option<String>,
+    pub pods: Option<u64>,
+    /// The cached service's uid and whether it is being deleted: all a pass reads of it.
+    pub service: Option<(Option<String>, bool)>,
+}
+
+impl Seen {
+    pub fn new(
+        job: Option<&str>,
+        pods: Option<u64>,
+        service: Option<&crate::cached::CachedService>,
+    ) -> Seen {
+        Seen {
+            job: job.map(str::to_string),
+            pods,
+            service: service.map(|s| {
+                (
+                    s.metadata.uid.clone(),
+                    s.metadata.deletion_timestamp.is_some(),
+                )
+            }),
+        }
+    }
+}
+
+/// Whether the rolling resync must pass over a job whose caches show `now`: unless its last
+/// pass decided nothing from exactly what they show. A pass is a pure function of the caches,
+/// this process's memory of its own writes and the time; a quiet pass wrote nothing (so the
+/// memory it leaves holds), and had no wake (so time alone changes nothing,
+/// `a_quiet_pass_stays_quiet_from_the_same_caches_at_any_later_time`): its resync pass would
+/// read the same and decide nothing again. A change the watches never delivered is not in the
+/// caches either, so no pass would see it; what the allocator changes comes with a trigger of
+/// its own. At 1 000 running jobs these passes were ~17 a second on an operator at rest.
+pub fn resync_needed(memory: &Memory, now: &Seen) -> bool {
+    memory.quiet.as_ref() != Some(now)
 }
 
 /// When to look at the job again.
@@ -291,6 +337,22 @@ fn held_counts(input: &Input<'_>, plan: &Plan) -> Option<Duration> {
 }
 
 impl Decision {
+    /// Whether this pass has nothing to do: no write, Event, notice or held counts, no wake and
+    /// no wait for capacity or for a service this process created.
+    pub fn quiet(&self) -> bool {
+        let p = &self.plan;
+        p.spec_patch.is_none()
+            && p.status.is_none()
+            && p.transition.is_none()
+            && p.actions.is_empty()
+            && p.events.is_empty()
+            && p.once.is_empty()
+            && !p.delete_job
+            && !self.service_expected
+            && !self.waiting
+            && self.wake().is_none()
+    }
+
     /// When the job's decision may change with no event at all: the held counts are due, or a
     /// deadline or TTL runs out.
     pub fn wake(&self) -> Option<Duration> {

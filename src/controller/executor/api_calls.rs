@@ -526,7 +526,7 @@ struct Harness {
     pods: PodCache,
     services: ServiceCache,
     nodes: Writer<Node>,
-    _jobs: Writer<diorch_core::cached::CachedJob>,
+    jobs: Writer<diorch_core::cached::CachedJob>,
 }
 
 impl Harness {
@@ -596,7 +596,7 @@ impl Harness {
             pods: pod_cache,
             services: svc_cache,
             nodes: node_writer,
-            _jobs: job_writer,
+            jobs: job_writer,
         }
     }
 
@@ -625,14 +625,24 @@ impl Harness {
             .apply(watcher::Event::Apply(CachedService::from(svc.clone())));
     }
 
-    async fn reconcile(&self, job: &DIJob) -> Result<Requeue, Error> {
-        // As the job cache holds it.
-        let cached = CachedJob::new(
+    /// `job` as the job cache holds it.
+    fn cached(job: &DIJob) -> CachedJob {
+        CachedJob::new(
             job.metadata.clone(),
             serde_json::value::to_raw_value(&job.spec).expect("spec JSON"),
             job.status.as_ref(),
         )
-        .expect("status JSON");
+        .expect("status JSON")
+    }
+
+    /// The DIJob watch shows `job` (the resync reads the job cache).
+    fn cache_job(&mut self, job: &DIJob) {
+        self.jobs
+            .apply_watcher_event(&watcher::Event::Apply(Harness::cached(job)));
+    }
+
+    async fn reconcile(&self, job: &DIJob) -> Result<Requeue, Error> {
+        let cached = Harness::cached(job);
         tokio::time::timeout(BOUND, reconcile_inner(&cached, &self.ctx))
             .await
             .expect("the reconcile did not finish within 10 s")

@@ -880,5 +880,147 @@ mod status_echo {
                 prop_assert_eq!(bound.decide(), world.decide(), "after {:?}", change);
             }
         }
+
+        /// The rolling resync skips a job whose last pass was quiet while the caches show the
+        /// same (`resync_needed`): sound only if such a pass, taken again from the same caches
+        /// and the memory the quiet pass left, is quiet at any later time. Through random
+        /// histories (deadlines and TTLs among them, which must show as a wake instead), every
+        /// quiet pass is asked again up to an hour later.
+        #[test]
+        fn a_quiet_pass_stays_quiet_from_the_same_caches_at_any_later_time(
+            job in any_job(),
+            changes in proptest::collection::vec(change(), 0..60),
+            later in proptest::collection::vec(0..3_600_000u64, 4),
+        ) {
+            let mut world = World::new(job, true);
+            world.settle();
+            for change in &changes {
+                world.apply(change);
+                let decision = world.decide();
+                if !decision.quiet() {
+                    continue;
+                }
+                // What the executor remembers of a quiet pass.
+                let mut after = world.clone();
+                after.memory.counts_held_since = decision.counts_held_since;
+                if decision.forget_service {
+                    after.memory.service_created = None;
+                }
+                for ms in &later {
+                    let mut at = after.clone();
+                    at.ms += ms;
+                    let again = at.decide();
+                    prop_assert!(
+                        again.quiet(),
+                        "quiet after {:?}, not {} ms later: {}",
+                        change,
+                        ms,
+                        again.plan.summary()
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn a_pass_is_quiet_only_with_nothing_to_write_record_wait_for_or_wake_for() {
+    let mut job = two_task_job();
+    let now = Instant::now();
+    let memory = Memory::default();
+    let first = decide_at(&job, &[], None, &memory, now);
+    assert!(!first.quiet(), "creates: {}", first.plan.summary());
+    let (mut pods, service) = created(&first.plan, "Pending");
+    for pod in &mut pods {
+        set_phase(pod, "Running");
+    }
+    // Written until it settles: Pending, Starting, Running.
+    let mut passes = 0;
+    let settled = loop {
+        let d = decide_at(&job, &pods, service.as_ref(), &memory, now);
+        if d.plan.status.is_none() {
+            break d;
+        }
+        job.status = d.plan.status.clone();
+        passes += 1;
+        assert!(passes < 5, "no fixpoint");
+    };
+    assert!(settled.quiet(), "{}", settled.plan.summary());
+    let not_quiet = [
+        Decision {
+            service_expected: true,
+            ..settled.clone()
+        },
+        Decision {
+            waiting: true,
+            ..settled.clone()
+        },
+        Decision {
+            held_counts: Some(Duration::from_secs(1)),
+            ..settled.clone()
+        },
+        Decision {
+            plan: Plan {
+                wake_after: Some(Duration::from_secs(20)),
+                ..settled.plan.clone()
+            },
+            ..settled.clone()
+        },
+        Decision {
+            plan: Plan {
+                once: vec![JobEvent {
+                    type_: EventType::Warning,
+                    reason: "Ignored",
+                    message: "m".into(),
+                }],
+                ..settled.plan.clone()
+            },
+            ..settled.clone()
+        },
+    ];
+    for d in not_quiet {
+        assert!(!d.quiet(), "{d:?}");
+    }
+    // A deadline is a wake: never quiet while the job runs.
+    let mut deadline = job.clone();
+    deadline.spec.active_deadline_seconds = Some(600);
+    let d = decide_at(&deadline, &pods, service.as_ref(), &memory, now);
+    assert!(d.plan.wake_after.is_some() && !d.quiet(), "{d:?}");
+}
+
+#[test]
+fn the_resync_passes_over_a_job_unless_its_last_pass_was_quiet_on_what_the_caches_still_show() {
+    let service = CachedService {
+        metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            name: Some("j".into()),
+            uid: Some("svc-1".into()),
+            ..Default::default()
+        }
+        .into(),
+    };
+    let seen = Seen::new(Some("41"), Some(7), Some(&service));
+    assert!(
+        resync_needed(&Memory::default(), &seen),
+        "no quiet pass yet"
+    );
+    let memory = Memory {
+        quiet: Some(seen.clone()),
+        ..Memory::default()
+    };
+    assert!(!resync_needed(&memory, &seen));
+    let mut deleting = service.clone();
+    deleting.metadata.deletion_timestamp = Some(wall(0));
+    let mut recreated = service.clone();
+    recreated.metadata.uid = Some("svc-2".into());
+    for changed in [
+        Seen::new(Some("42"), Some(7), Some(&service)),
+        Seen::new(Some("41"), Some(8), Some(&service)),
+        Seen::new(Some("41"), None, Some(&service)),
+        Seen::new(Some("41"), Some(7), None),
+        Seen::new(Some("41"), Some(7), Some(&deleting)),
+        Seen::new(Some("41"), Some(7), Some(&recreated)),
+        Seen::new(None, Some(7), Some(&service)),
+    ] {
+        assert!(resync_needed(&memory, &changed), "{changed:?}");
     }
 }

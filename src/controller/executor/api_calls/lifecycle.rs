@@ -384,6 +384,91 @@ async fn a_steady_job_makes_no_call_and_a_lost_service_is_created_again() {
     assert_eq!(h.events(), ["Normal SuccessfulCreate Service/di-j"]);
 }
 
+/// A steady job's pass is quiet: the rolling resync skips the job while the caches show the
+/// same job, pods and service (`Context::seen`), and passes over it again once any of them
+/// moved; a pass with something to do leaves nothing for the resync to skip.
+#[tokio::test]
+async fn a_quiet_pass_lets_the_resync_skip_the_job_until_its_caches_move() {
+    use diorch_core::step::resync_needed;
+    let (mut job, pods) = running();
+    job.metadata.resource_version = Some("7".into());
+    let mut h = Harness::new(&job);
+    for pod in &pods {
+        h.with_pod(pod);
+    }
+    let svc = service(&job);
+    h.with_service(&svc);
+    h.cache_job(&job);
+    let key = super::super::job_key(&job);
+    let needed = |h: &Harness| resync_needed(&h.ctx.recall(&key), &h.ctx.seen(&key));
+    assert!(needed(&h), "no pass yet");
+
+    h.reconcile(&job).await.expect("reconcile");
+    assert_calls(&h.server.take(), &[]);
+    assert!(!needed(&h), "a quiet pass on what the caches still show");
+
+    // Any event of one of its pods, even one that changes nothing.
+    h.cache_pod(&pods[0]);
+    assert!(needed(&h), "a pod event");
+    h.reconcile(&job).await.expect("reconcile");
+    assert!(!needed(&h));
+
+    // A new version of the job.
+    let mut edited = job.clone();
+    edited.metadata.resource_version = Some("8".into());
+    h.cache_job(&edited);
+    assert!(needed(&h), "a job event");
+    h.reconcile(&edited).await.expect("reconcile");
+    assert!(!needed(&h));
+
+    // The service gone: the pass creates it, and is not quiet.
+    h.services
+        .apply(watcher::Event::Delete(CachedService::from(svc)));
+    h.server.state().objects.remove("services");
+    assert!(needed(&h), "the service gone");
+    h.reconcile(&edited).await.expect("reconcile");
+    assert_eq!(h.server.take().len(), 1, "the service's create");
+    assert_eq!(h.ctx.recall(&key).quiet, None);
+    assert!(needed(&h));
+}
+
+/// The write that takes a job to Running leaves nothing for a pass on its echo: the echo
+/// brings no pass (`status_echo`), and the resync skips the job too once the cache shows the
+/// write, as it would after that pass; not before, nor once a pod moved.
+#[tokio::test]
+async fn the_write_to_running_leaves_the_resync_nothing_once_the_cache_shows_it() {
+    use diorch_core::step::resync_needed;
+    let (running, pods) = running();
+    let mut job = running.clone();
+    if let Some(status) = job.status.as_mut() {
+        status.phase = Some(Phase::Starting);
+    }
+    job.metadata.resource_version = Some("3".into());
+    let mut h = Harness::new(&job);
+    h.server.set_job_rv("3");
+    for pod in &pods {
+        h.with_pod(pod);
+    }
+    h.with_service(&service(&job));
+    h.cache_job(&job);
+    let key = super::super::job_key(&job);
+    let needed = |h: &Harness| resync_needed(&h.ctx.recall(&key), &h.ctx.seen(&key));
+
+    h.reconcile(&job).await.expect("reconcile");
+    let calls = h.server.take();
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    assert!(calls[0].line().contains("phase=Running"), "{calls:?}");
+    let memory = h.ctx.recall(&key);
+    let written = h.server.job();
+    assert_eq!(memory.status_echo, written.metadata.resource_version);
+    assert!(needed(&h), "the cache does not show the write yet");
+
+    h.cache_job(&written);
+    assert!(!needed(&h), "the echo, whose pass would be quiet");
+    h.cache_pod(&pods[0]);
+    assert!(needed(&h), "a pod event");
+}
+
 /// Pods of a Running job turn unready one after another: a change of the counts alone waits
 /// `COUNTS_HOLD` (no call; a pass comes back for it when the hold is over) and then goes out
 /// with whatever the counts are then; the next change waits again.
