@@ -89,7 +89,7 @@ elif [ -f "$kube/up.sh" ]; then
     # Each run on the real server gets a control plane of its own (benches/common
     # `fresh_control_plane`): one shared by every run slowed down run after run.
     export BENCH_KUBE_UP="$kube/up.sh"
-    echo "meta,servers,sandbox and a real API server ($kube)" >>"$csv"
+    echo "meta,servers,sandbox and a real API server ($kube; a fresh control plane for each run)" >>"$csv"
 elif [ -n "${BENCH_KUBECONFIG:-}" ]; then
     echo "real API server: the one of BENCH_KUBECONFIG ($BENCH_KUBECONFIG)"
     echo "meta,servers,sandbox and a real API server (BENCH_KUBECONFIG)" >>"$csv"

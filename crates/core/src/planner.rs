@@ -180,6 +180,17 @@ impl Plan {
                 .is_some_and(|t| !matches!(t.to, Phase::Pending | Phase::Starting | Phase::Running))
     }
 
+    /// Whether carrying the plan out writes nothing: no spec patch, status, transition, action
+    /// or Event, and no deletion of the job.
+    pub fn writes_nothing(&self) -> bool {
+        self.spec_patch.is_none()
+            && self.status.is_none()
+            && self.transition.is_none()
+            && self.actions.is_empty()
+            && self.events.is_empty()
+            && !self.delete_job
+    }
+
     /// Short text of the actions for the reconcile log line.
     pub fn summary(&self) -> String {
         let mut parts = Vec::new();

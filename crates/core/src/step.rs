@@ -217,13 +217,7 @@ pub fn echo_quiet(
         return true;
     }
     let echo = echo();
-    let e = &echo.plan;
-    e.status.is_none()
-        && e.transition.is_none()
-        && e.actions.is_empty()
-        && e.events.is_empty()
-        && e.spec_patch.is_none()
-        && !e.delete_job
+    echo.plan.writes_nothing()
         && echo.held_counts.is_none()
         && echo.wake().unwrap_or(Duration::MAX) >= pass.wake().unwrap_or(Duration::MAX)
 }
@@ -340,14 +334,8 @@ impl Decision {
     /// Whether this pass has nothing to do: no write, Event, notice or held counts, no wake and
     /// no wait for capacity or for a service this process created.
     pub fn quiet(&self) -> bool {
-        let p = &self.plan;
-        p.spec_patch.is_none()
-            && p.status.is_none()
-            && p.transition.is_none()
-            && p.actions.is_empty()
-            && p.events.is_empty()
-            && p.once.is_empty()
-            && !p.delete_job
+        self.plan.writes_nothing()
+            && self.plan.once.is_empty()
             && !self.service_expected
             && !self.waiting
             && self.wake().is_none()
