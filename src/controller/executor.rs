@@ -710,9 +710,7 @@ async fn reconcile_inner(cached: &CachedJob, ctx: &Context) -> Result<Requeue, E
         },
         &ctx.settings.build,
     );
-    // A pass placement had a say in may change with no event of the job's (a preemption):
-    // only the others' quiet is remembered.
-    let quiet = (decision.quiet() && admission.is_none()).then(|| {
+    let quiet = step::quiet_for_resync(job, &decision, admission.as_ref()).then(|| {
         step::Seen::new(
             cached.metadata.resource_version.as_deref(),
             pods_version,
@@ -792,14 +790,14 @@ async fn reconcile_inner(cached: &CachedJob, ctx: &Context) -> Result<Requeue, E
                 },
                 &ctx.settings.build,
             );
-            echo_was_quiet = echo.quiet();
+            echo_was_quiet = step::quiet_for_resync(written, &echo, admission.as_ref());
             echo
         };
         if step::echo_quiet(job, plan, &decision, echo) {
             let version = written.metadata.resource_version.clone();
             // The echo's pass, skipped, would have been quiet: the resync may skip the job as
             // after that pass (else every job's first resync after its last write is a pass).
-            let quiet = (echo_was_quiet && admission.is_none())
+            let quiet = echo_was_quiet
                 .then(|| step::Seen::new(version.as_deref(), pods_version, service.as_deref()));
             ctx.remember(&key, |m| {
                 m.status_echo = version;

@@ -118,6 +118,13 @@ impl Seen {
     }
 }
 
+/// Whether a pass that decided `decision` about `job` leaves a quiet the resync may skip on
+/// ([`resync_needed`]): a quiet pass placement had no say in (`admission`), of a job that is not
+/// preemptible (its placement can change with no event of the job, as for [`echo_quiet`]).
+pub fn quiet_for_resync(job: &DIJob, decision: &Decision, admission: Option<&Admission>) -> bool {
+    decision.quiet() && admission.is_none() && !job.spec.preemptible
+}
+
 /// Whether the rolling resync must pass over a job whose caches show `now`: unless its last
 /// pass decided nothing from exactly what they show. A pass is a pure function of the caches,
 /// this process's memory of its own writes and the time; a quiet pass wrote nothing (so the

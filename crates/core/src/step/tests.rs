@@ -981,6 +981,17 @@ fn a_pass_is_quiet_only_with_nothing_to_write_record_wait_for_or_wake_for() {
     for d in not_quiet {
         assert!(!d.quiet(), "{d:?}");
     }
+    // What the resync may skip on: not a preemptible job's, nor one placement answered.
+    assert!(quiet_for_resync(&job, &settled, None));
+    let mut preemptible = job.clone();
+    preemptible.spec.preemptible = true;
+    assert!(!quiet_for_resync(&preemptible, &settled, None));
+    let placed = crate::placement::Admission::Waiting {
+        message: "no room".into(),
+        by: "builtin-binpack".into(),
+        why: crate::placement::Why::default(),
+    };
+    assert!(!quiet_for_resync(&job, &settled, Some(&placed)));
     // A deadline is a wake: never quiet while the job runs.
     let mut deadline = job.clone();
     deadline.spec.active_deadline_seconds = Some(600);
