@@ -540,17 +540,24 @@ pub fn start(
             let (ctx, period) = (ctx.clone(), settings.sync_period);
             move |key: &ObjectKey| {
                 let now = ctx.settings.clock.now();
-                let seen = ctx.seen(key);
-                let memory = ctx.memory();
-                let Some(m) = memory.get(key) else {
-                    return false;
-                };
-                if m.last_pass
-                    .is_some_and(|at| now.saturating_duration_since(at) < period)
-                {
-                    return true;
+                match ctx.memory().get(key) {
+                    None => return false,
+                    Some(m)
+                        if m.last_pass
+                            .is_some_and(|at| now.saturating_duration_since(at) < period) =>
+                    {
+                        return true;
+                    }
+                    // Nothing to compare: no look-up in the caches.
+                    Some(m) if m.quiet.is_none() => return false,
+                    Some(_) => {}
                 }
-                let unchanged = !step::resync_needed(m, &seen);
+                // Outside the memory's lock: the caches have locks of their own.
+                let seen = ctx.seen(key);
+                let unchanged = ctx
+                    .memory()
+                    .get(key)
+                    .is_some_and(|m| !step::resync_needed(m, &seen));
                 if unchanged {
                     ctx.metrics.controller.skip_trigger("resync_unchanged");
                 }
