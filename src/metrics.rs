@@ -30,6 +30,9 @@ pub struct SkipLabels {
     /// left nothing to do. `pod_node_only`: a pod's event that changed only its node (the
     /// scheduler's binding), which no pass of its job reads. `resync_unchanged`: the rolling
     /// resync's pass over a job whose last pass decided nothing from what the caches still show.
+    /// `own_status_unseen`: a pod's or service's event while the cache shows its job from before
+    /// the operator's own status write, which a pass would only wait for (the write's echo
+    /// brings the pass).
     pub reason: &'static str,
 }
 

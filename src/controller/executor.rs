@@ -242,6 +242,7 @@ fn owned_event<K>(
     event: Result<watcher::Event<K>, watcher::Error>,
     meta: impl Fn(&K) -> &CachedMeta,
     apply: impl FnOnce(watcher::Event<K>) -> bool,
+    needs_pass: impl FnOnce(&ObjectKey) -> bool,
 ) -> Option<ObjectRef<CachedJob>> {
     let event = match event {
         Ok(event) => event,
@@ -261,6 +262,9 @@ fn owned_event<K>(
         return None;
     }
     let owner = owner?;
+    if !needs_pass(&owner) {
+        return None;
+    }
     let job = ObjectRef::new(&owner.name).within(&owner.namespace);
     queue.triggered(owner);
     Some(job)
@@ -404,7 +408,7 @@ pub fn start(
         }
     })
     .filter_map({
-        let (cache, queue, metrics) = (pod_cache.clone(), ctx.queue.clone(), ctx.metrics.clone());
+        let (cache, queue, ctx) = (pod_cache.clone(), ctx.queue.clone(), ctx.clone());
         move |event| {
             let job = owned_event(
                 &queue,
@@ -413,10 +417,11 @@ pub fn start(
                 |e| {
                     let for_a_pass = cache.apply(e);
                     if !for_a_pass {
-                        metrics.controller.skip_trigger("pod_node_only");
+                        ctx.metrics.controller.skip_trigger("pod_node_only");
                     }
                     for_a_pass
                 },
+                |job| ctx.owned_event_needs_pass(job),
             );
             future::ready(job)
         }
@@ -424,7 +429,7 @@ pub fn start(
     let services = watcher(Api::<WatchedService>::all(client), owned)
         .default_backoff()
         .filter_map({
-            let (cache, queue) = (svc_cache.clone(), ctx.queue.clone());
+            let (cache, queue, ctx) = (svc_cache.clone(), ctx.queue.clone(), ctx.clone());
             move |event| {
                 let event = event.map(|e| match e {
                     watcher::Event::Apply(s) => watcher::Event::Apply(CachedService::from(s)),
@@ -443,6 +448,7 @@ pub fn start(
                         cache.apply(e);
                         true
                     },
+                    |job| ctx.owned_event_needs_pass(job),
                 );
                 future::ready(job)
             }
@@ -605,6 +611,32 @@ impl Context {
             self.caches.pods_version(key),
             service.as_deref(),
         )
+    }
+
+    /// Whether an event of `key`'s pods or service brings a pass
+    /// ([`step::owned_event_needs_pass`]); one that would only wait for this process's own
+    /// status write to show is skipped (`own_status_unseen`).
+    fn owned_event_needs_pass(&self, key: &ObjectKey) -> bool {
+        let mut memory = self.memory();
+        let Some(m) = memory.get_mut(key) else {
+            return true;
+        };
+        if m.status_unseen.is_none() {
+            return true;
+        }
+        // Under the memory's lock, as the rule requires: the job's watch stores a version
+        // before it takes this lock to judge its echo. (The store's lock is never held while
+        // this one is taken.)
+        let job = self.caches.job(key);
+        let version = job
+            .as_ref()
+            .and_then(|j| j.metadata.resource_version.as_deref());
+        let needs = step::owned_event_needs_pass(m, version);
+        drop(memory);
+        if !needs {
+            self.metrics.controller.skip_trigger("own_status_unseen");
+        }
+        needs
     }
 
     /// `key`'s memory (a default one for a job not seen before).

@@ -240,6 +240,23 @@ pub fn echo_needs_pass(memory: &mut Memory, resource_version: Option<&str>) -> b
     }
 }
 
+/// Whether a watch event of one of the job's pods or of its service brings a pass, the job
+/// being at `resource_version` in the cache: not while the cache does not show this process's
+/// last status write, as such a pass would only wait for it ([`Gate::OwnWritesUnseen`]). The
+/// job's echo of that write then brings the pass instead: as a pass that waited does, this
+/// clears the memory's `status_echo` ([`echo_needs_pass`]). The echo is sure to come: the
+/// write moved the job's version, so the job's watch delivers that version or a later one (a
+/// relist too), or its deletion, which needs no pass. The caller reads `resource_version`
+/// while holding `memory`, so that the job's watch cannot store the echo and pass over it in
+/// between.
+pub fn owned_event_needs_pass(memory: &mut Memory, resource_version: Option<&str>) -> bool {
+    if own_status_seen(memory, resource_version) {
+        return true;
+    }
+    memory.status_echo = None;
+    false
+}
+
 /// Whether a pass looks at the job now (`None`) or not, in this order.
 pub fn gate(
     deleting: bool,

@@ -537,6 +537,37 @@ fn the_echo_of_a_status_write_is_compared_once() {
     assert!(echo_needs_pass(&mut Memory::default(), Some("6")));
 }
 
+/// A pod or service event while the cache shows the job from before this process's own status
+/// write brings no pass (it would only wait), and hands the pass to the write's echo, even an
+/// echo that the write's own pass had marked as needing none.
+#[test]
+fn an_owned_event_before_the_echo_of_a_status_write_leaves_the_pass_to_the_echo() {
+    let mut memory = Memory {
+        status_unseen: Some("5".into()),
+        status_echo: Some("6".into()),
+        ..Memory::default()
+    };
+    assert!(!owned_event_needs_pass(&mut memory, Some("5")));
+    assert_eq!(memory.status_echo, None, "the echo must bring the pass");
+    assert!(echo_needs_pass(&mut memory, Some("6")));
+    // The status_unseen it compares with is what the gate compares with.
+    assert!(!own_status_seen(&memory, Some("5")));
+
+    // Once the cache shows the write (or anything later), events bring passes again, and the
+    // echo's own rule stands.
+    let mut memory = Memory {
+        status_unseen: Some("5".into()),
+        status_echo: Some("6".into()),
+        ..Memory::default()
+    };
+    assert!(owned_event_needs_pass(&mut memory, Some("6")));
+    assert!(owned_event_needs_pass(&mut memory, Some("9")));
+    assert_eq!(memory.status_echo.as_deref(), Some("6"));
+    // No write of this process to wait for: every event brings a pass.
+    assert!(owned_event_needs_pass(&mut Memory::default(), Some("5")));
+    assert!(owned_event_needs_pass(&mut Memory::default(), None));
+}
+
 /// The echo a pass may leave without a pass: the one after creates (their own events bring the
 /// next pass), and after a write whose echo pass would plan nothing; not the echo of Starting
 /// written while every pod already runs (one transition per pass: Running comes on the echo).

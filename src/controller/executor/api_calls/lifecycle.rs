@@ -555,3 +555,54 @@ async fn a_pass_before_the_service_watch_event_creates_no_duplicate_service() {
         "{calls:?}"
     );
 }
+
+/// After a status write, a pod event brings no pass while the job cache still shows the version
+/// before the write (the pass would only wait for it), and the write's echo then brings one even
+/// though its own pass had marked it quiet; once the cache shows the write, pod events bring
+/// passes again.
+#[tokio::test]
+async fn a_pod_event_before_the_echo_of_a_status_write_leaves_the_pass_to_the_echo() {
+    use diorch_core::step::echo_needs_pass;
+    let (running, pods) = running();
+    let mut job = running.clone();
+    if let Some(status) = job.status.as_mut() {
+        status.phase = Some(Phase::Starting);
+    }
+    job.metadata.resource_version = Some("3".into());
+    let mut h = Harness::new(&job);
+    h.server.set_job_rv("3");
+    for pod in &pods {
+        h.with_pod(pod);
+    }
+    h.with_service(&service(&job));
+    h.cache_job(&job);
+    let key = super::super::job_key(&job);
+    assert!(
+        h.ctx.owned_event_needs_pass(&key),
+        "no write of its own yet"
+    );
+
+    h.reconcile(&job).await.expect("reconcile");
+    let calls = h.server.take();
+    assert!(calls[0].line().contains("phase=Running"), "{calls:?}");
+    let written = h.server.job();
+    assert_eq!(
+        h.ctx.recall(&key).status_echo,
+        written.metadata.resource_version,
+        "a quiet echo"
+    );
+
+    assert!(
+        !h.ctx.owned_event_needs_pass(&key),
+        "the cache still shows version 3"
+    );
+    let mut memory = h.ctx.recall(&key);
+    assert_eq!(memory.status_echo, None, "the echo brings the pass now");
+    assert!(echo_needs_pass(
+        &mut memory,
+        written.metadata.resource_version.as_deref()
+    ));
+
+    h.cache_job(&written);
+    assert!(h.ctx.owned_event_needs_pass(&key), "the write shows");
+}
