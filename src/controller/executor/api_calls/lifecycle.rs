@@ -432,14 +432,10 @@ async fn a_quiet_pass_lets_the_resync_skip_the_job_until_its_caches_move() {
     assert!(needed(&h));
 }
 
-/// The write that takes a job to Running leaves nothing for a pass on its echo: the echo
-/// brings no pass (`status_echo`), and the resync skips the job too once the cache shows the
-/// write, as it would after that pass; not before, nor once a pod moved.
-#[tokio::test]
-async fn the_write_to_running_leaves_the_resync_nothing_once_the_cache_shows_it() {
-    use diorch_core::step::resync_needed;
-    let (running, pods) = running();
-    let mut job = running.clone();
+/// A job still Starting at version 3 whose pods all run, on the server and in the caches: its
+/// next pass writes it Running.
+fn starting_with_every_pod_running() -> (DIJob, Vec<Pod>, Harness, diorch_core::key::ObjectKey) {
+    let (mut job, pods) = running();
     if let Some(status) = job.status.as_mut() {
         status.phase = Some(Phase::Starting);
     }
@@ -452,6 +448,16 @@ async fn the_write_to_running_leaves_the_resync_nothing_once_the_cache_shows_it(
     h.with_service(&service(&job));
     h.cache_job(&job);
     let key = super::super::job_key(&job);
+    (job, pods, h, key)
+}
+
+/// The write that takes a job to Running leaves nothing for a pass on its echo: the echo
+/// brings no pass (`status_echo`), and the resync skips the job too once the cache shows the
+/// write, as it would after that pass; not before, nor once a pod moved.
+#[tokio::test]
+async fn the_write_to_running_leaves_the_resync_nothing_once_the_cache_shows_it() {
+    use diorch_core::step::resync_needed;
+    let (job, pods, mut h, key) = starting_with_every_pod_running();
     let needed = |h: &Harness| resync_needed(&h.ctx.recall(&key), &h.ctx.seen(&key));
 
     h.reconcile(&job).await.expect("reconcile");
@@ -563,20 +569,7 @@ async fn a_pass_before_the_service_watch_event_creates_no_duplicate_service() {
 #[tokio::test]
 async fn a_pod_event_before_the_echo_of_a_status_write_leaves_the_pass_to_the_echo() {
     use diorch_core::step::echo_needs_pass;
-    let (running, pods) = running();
-    let mut job = running.clone();
-    if let Some(status) = job.status.as_mut() {
-        status.phase = Some(Phase::Starting);
-    }
-    job.metadata.resource_version = Some("3".into());
-    let mut h = Harness::new(&job);
-    h.server.set_job_rv("3");
-    for pod in &pods {
-        h.with_pod(pod);
-    }
-    h.with_service(&service(&job));
-    h.cache_job(&job);
-    let key = super::super::job_key(&job);
+    let (job, _, mut h, key) = starting_with_every_pod_running();
     assert!(
         h.ctx.owned_event_needs_pass(&key),
         "no write of its own yet"
