@@ -46,7 +46,7 @@ for the watch to show it (`own_status_seen`) instead of sending a write the serv
 (409); the bench lists refused requests on rows of their own (`patch (409)`). Each status \
 write is a JSON merge patch of the status fields that changed, guarded by the \
 resourceVersion it was planned from: the request carries no spec, and its answer is decoded \
-with the spec left raw.
+with the spec skipped unread.
 - **`services` create** above 1: only when a pass runs before the service's own watch event \
 and after the 5 s in which a created service is taken as there (`service_expected`); the \
 duplicate is answered 409 and ignored.

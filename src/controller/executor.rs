@@ -33,7 +33,7 @@ use crate::metrics::{ActionLabels, ErrorLabels, Metrics, PhaseLabels};
 use diorch_core::api::{DIJob, labels};
 use diorch_core::build::{BuildContext, PodGroup};
 use diorch_core::cached::{
-    self as cached, CachedJob, CachedMeta, CachedPod, CachedService, WatchedService,
+    self as cached, CachedJob, CachedMeta, CachedPod, CachedService, WatchedService, WrittenStatus,
 };
 use diorch_core::key::ObjectKey;
 use diorch_core::merge_patch;
@@ -953,8 +953,9 @@ fn count_transition(ctx: &Context, plan: &Plan) {
 /// plans from the newer job.
 ///
 /// A patch of the changed fields instead of a replace of the whole object: the request carries
-/// no spec (pod templates are most of a DIJob) and the answer is decoded with the spec left
-/// raw, which is what the API server and the operator spend on a status write.
+/// no spec (pod templates are most of a DIJob) and the answer is decoded with the spec skipped
+/// unread (`WrittenStatus`), which is what the API server and the operator spend on a status
+/// write.
 async fn write_status<'a>(
     ctx: &Context,
     job: &'a DIJob,
@@ -978,7 +979,7 @@ async fn write_status<'a>(
         return Ok(Some(Cow::Borrowed(job)));
     };
     let namespace = job.metadata.namespace.as_deref().unwrap_or_default();
-    let jobs: Api<CachedJob> = Api::namespaced(ctx.client.clone(), namespace);
+    let jobs: Api<WrittenStatus> = Api::namespaced(ctx.client.clone(), namespace);
     ctx.throttle.acquire().await;
     let name = job.metadata.name.as_deref().unwrap_or_default();
     let params = crate::writes::patch_params();
@@ -994,15 +995,11 @@ async fn write_status<'a>(
                 m.status_written = Some(at);
                 m.status_unseen = unseen;
             });
-            let status = written.status().map_err(|source| Error::Decode {
-                job: job_key(job).to_string(),
-                source,
-            })?;
             Ok(Some(Cow::Owned(DIJob {
                 metadata: written.metadata,
                 // Unchanged: a status write cannot change the spec.
                 spec: job.spec.clone(),
-                status,
+                status: written.status,
             })))
         }
         Err(err) if is_status(&err, 409) => {

@@ -712,6 +712,42 @@ impl kube_core::Resource for CachedJob {
     }
 }
 
+/// The API server's answer to a DIJob status write, in the parts the writer reads: the job's
+/// metadata (its new resourceVersion) and its status. The spec, which a status write cannot
+/// change, is skipped unread: decoded as a [`CachedJob`], each answer copied it out (most of a
+/// DIJob's bytes) only to drop it, and parsed the status twice.
+#[derive(Clone, Debug, Deserialize)]
+pub struct WrittenStatus {
+    #[serde(default, deserialize_with = "slim_meta")]
+    pub metadata: ObjectMeta,
+    #[serde(default)]
+    pub status: Option<DIJobStatus>,
+}
+
+impl kube_core::Resource for WrittenStatus {
+    type DynamicType = ();
+    type Scope = k8s_openapi::NamespaceResourceScope;
+
+    fn kind(_: &()) -> Cow<'_, str> {
+        CachedJob::kind(&())
+    }
+    fn group(_: &()) -> Cow<'_, str> {
+        CachedJob::group(&())
+    }
+    fn version(_: &()) -> Cow<'_, str> {
+        CachedJob::version(&())
+    }
+    fn plural(_: &()) -> Cow<'_, str> {
+        CachedJob::plural(&())
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
 /// Drops what no reader of the DIJob cache uses.
 pub fn trim_job(job: &mut CachedJob) {
     job.metadata.managed_fields = None;
@@ -1032,6 +1068,29 @@ mod tests {
             <CachedJob as kube_core::Resource>::api_version(&()),
             "diengine.opendilab.org/v2alpha1"
         );
+    }
+
+    #[test]
+    fn a_status_write_answer_decodes_its_metadata_and_status_and_skips_the_spec() {
+        let raw = json!({
+            "apiVersion": "diengine.opendilab.org/v2alpha1", "kind": "DIJob",
+            "metadata": {"name": "j", "namespace": "ns", "resourceVersion": "42",
+                "managedFields": [{"manager": "diorch"}]},
+            "spec": {"tasks": [{"type": "learner", "replicas": 3, "template": {"spec": {"containers": [{"name": "di-container", "image": "i"}]}}}]},
+            "status": {"phase": "Running", "readyReplicas": 3, "conditions": [{"type": "Running", "status": "True"}]}
+        });
+        let written: WrittenStatus = serde_json::from_value(raw.clone()).expect("answer");
+        let typed: DIJob = serde_json::from_value(raw).expect("typed");
+        assert_eq!(written.status, typed.status);
+        assert_eq!(written.metadata.resource_version.as_deref(), Some("42"));
+        assert!(written.metadata.managed_fields.is_none());
+        assert_eq!(
+            <WrittenStatus as kube_core::Resource>::url_path(&(), Some("ns")),
+            <CachedJob as kube_core::Resource>::url_path(&(), Some("ns")),
+        );
+        // A status that does not decode fails the answer, as it failed the cached job's.
+        let bad = json!({"metadata": {"name": "j"}, "spec": {}, "status": {"phase": 7}});
+        assert!(serde_json::from_value::<WrittenStatus>(bad).is_err());
     }
 
     #[test]
