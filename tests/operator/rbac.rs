@@ -368,7 +368,7 @@ fn api_types() -> Vec<(String, String)> {
 /// The resources a typed handle reaches.
 fn resources_of(ty: &str) -> Option<&'static [&'static str]> {
     Some(match ty {
-        "DIJob" | "CachedJob" => &["dijobs", "dijobs/status"],
+        "DIJob" | "CachedJob" | "WrittenStatus" => &["dijobs", "dijobs/status"],
         "Pod" | "UsagePod" | "WatchedPod" => &["pods"],
         "Service" | "WatchedService" => &["services"],
         "Node" => &["nodes"],
